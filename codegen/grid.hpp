@@ -1,0 +1,32 @@
+// The grid of kernels `kdtree-gen warm` compiles: by default MLA 576/512 and GQA
+// 64/128/256 x tree widths 16..128 x page sizes 1/16/64 x bf16/f16, plus the
+// tree operations for the same widths and page sizes.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "codegen/arch.hpp"
+#include "codegen/kernel_source.hpp"
+#include "kdtree/kdtree.h"
+
+namespace kdtree::codegen {
+
+struct GridOptions {
+  std::vector<std::string> heads{"mla576/512", "gqa64", "gqa128", "gqa256"};
+  std::vector<int> widths{16, 32, 64, 128};
+  std::vector<int> page_sizes{1, 16, 64};
+  std::vector<kdtree_dtype> dtypes{KDTREE_DTYPE_BF16, KDTREE_DTYPE_F16};
+  bool attention = true;
+  bool tree_ops = true;
+};
+
+struct GridItem {
+  std::string label;                    // e.g. "verify_attention[gqa128,W=32,page=16,f16]"
+  std::function<KernelSource()> make;   // renders the source (validated up front)
+};
+
+// Every kernel of the grid, validated; throws on an unsupported value.
+std::vector<GridItem> enumerate_grid(const GridOptions& options, const Arch& arch);
+
+}  // namespace kdtree::codegen

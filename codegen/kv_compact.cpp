@@ -1,0 +1,49 @@
+#include "codegen/kv_compact.hpp"
+
+#include <fmt/format.h>
+
+#include "codegen/render.hpp"
+#include "codegen/template_store.hpp"
+#include "runtime/error.hpp"
+
+namespace kdtree::codegen {
+
+std::string KvCompactSpec::label() const {
+  return fmt::format("kv_compact[W={},page={}]", max_tree_nodes, page_size);
+}
+
+std::string KvCompactSpec::fast_key() const { return fmt::format("kv_compact:W{}:p{}", max_tree_nodes, page_size); }
+
+void validate(const KvCompactSpec& spec) {
+  const int p = spec.page_size, w = spec.max_tree_nodes;
+  if (p != 1 && p != 16 && p != 32 && p != 64 && p != 128) {
+    fail(KDTREE_ERROR_UNSUPPORTED,
+         fmt::format("kv_compact: page_size {} is not supported: use 1, 16, 32, 64 or 128", p));
+  }
+  if (w != 16 && w != 32 && w != 64 && w != 128) {
+    fail(KDTREE_ERROR_UNSUPPORTED,
+         fmt::format("kv_compact: max_tree_nodes {} is not supported: use 16, 32, 64 or 128", w));
+  }
+}
+
+KernelSource generate_kv_compact(const KvCompactSpec& spec, const Arch& arch) {
+  validate(spec);
+  (void)arch;  // plain loads and stores: the same kernel for every supported arch
+  Params params{
+      {"PAGE_SIZE", std::to_string(spec.page_size)},
+      {"MAX_TREE_NODES", std::to_string(spec.max_tree_nodes)},
+      {"THREADS", std::to_string(kKvCompactThreads)},
+      {"CHUNK_VECS", std::to_string(kKvCompactChunkVecs)},
+      {"VECS_PER_THREAD", std::to_string(kKvCompactVecsPerThread)},
+  };
+  KernelSource out;
+  out.op = "kv_compact";
+  out.label = spec.label();
+  out.file_stem = fmt::format("kv_compact-W{}-p{}", spec.max_tree_nodes, spec.page_size);
+  out.source = template_text("kv_compact_params.h") +
+               render("kv_compact.cu", template_text("kv_compact.cu"), params);
+  out.entry_points = {"kdtree_kv_compact"};
+  return out;
+}
+
+}  // namespace kdtree::codegen

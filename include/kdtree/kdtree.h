@@ -1,0 +1,223 @@
+/*
+ * kdtree: kernels that verify speculative-decoding draft trees.
+ *
+ * C ABI. Every function returns a kdtree_status (KDTREE_OK = 0); on failure
+ * kdtree_last_error() returns a thread-local message that names what was wrong.
+ *
+ * Conventions (all operations):
+ *  - Pointers named "device" are CUDA device pointers (cudaMalloc / cuMemAlloc /
+ *    torch tensors); the caller owns every buffer. kdtree never allocates on the
+ *    launch path and never synchronises the host with the stream.
+ *  - Tensors are contiguous, row-major, in the layout given beside each field.
+ *  - `stream` is a CUstream / cudaStream_t; NULL means the legacy default stream.
+ *  - A runtime is bound to one device and may be used from several threads.
+ */
+#ifndef KDTREE_H
+#define KDTREE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kdtree_status {
+  KDTREE_OK = 0,
+  KDTREE_ERROR_INVALID_ARGUMENT = 1, /* null pointer, bad size, malformed tree ... */
+  KDTREE_ERROR_UNSUPPORTED = 2,      /* a spec outside what kdtree generates */
+  KDTREE_ERROR_COMPILE = 3,          /* NVRTC failed; the message holds the log */
+  KDTREE_ERROR_CACHE = 4,            /* the disk cache could not be used */
+  KDTREE_ERROR_NO_DRIVER = 5,        /* libcuda.so.1 could not be loaded */
+  KDTREE_ERROR_NO_DEVICE = 6,        /* no such CUDA device */
+  KDTREE_ERROR_DRIVER = 7,           /* a CUDA driver call failed */
+  KDTREE_ERROR_INTERNAL = 8
+} kdtree_status;
+
+typedef enum kdtree_dtype {
+  KDTREE_DTYPE_BF16 = 0,
+  KDTREE_DTYPE_F16 = 1,
+  KDTREE_DTYPE_F32 = 2 /* sample_tokens logits only */
+} kdtree_dtype;
+
+/* Bits that kernels set in the optional device word `error_flags` when device-side
+ * input is malformed. The affected outputs are written as NaN (attention) or -1
+ * (token ids), never left stale. */
+enum {
+  KDTREE_DEVICE_ERROR_NODE_COUNT = 1,  /* n_b < 1, n_b > max_tree_nodes, or kv_len < n_b */
+  KDTREE_DEVICE_ERROR_KV_LEN = 2,      /* kv_len > max_kv_len or beyond max_pages_per_req pages */
+  KDTREE_DEVICE_ERROR_PAGE_INDEX = 4,  /* page table entry outside [0, num_pages) */
+  KDTREE_DEVICE_ERROR_TREE = 8,        /* parents not topological / root not -1 */
+  KDTREE_DEVICE_ERROR_PATH = 16        /* accepted path malformed (kv_compact) */
+};
+
+typedef struct kdtree_runtime kdtree_runtime;
+
+/* Library version "MAJOR.MINOR.PATCH"; static storage. */
+const char* kdtree_version(void);
+
+/* Thread-local message for the last failed call on this thread ("" if none). */
+const char* kdtree_last_error(void);
+
+/* Creates a runtime for CUDA device `device` (>= 0). The driver is loaded at first
+ * device use, so creation succeeds on a machine without a GPU; launching then
+ * fails with KDTREE_ERROR_NO_DRIVER / KDTREE_ERROR_NO_DEVICE.
+ * cache_dir_or_null: cubin cache directory; NULL = $KDTREE_CACHE_DIR, else
+ * $XDG_CACHE_HOME/kdtree, else ~/.cache/kdtree. */
+kdtree_status kdtree_runtime_create(int device, const char* cache_dir_or_null, kdtree_runtime** out);
+
+/* A runtime that only generates and compiles (no device) for the given arch,
+ * e.g. 120 for sm_120, 90 for sm_90. Used by kdtree-gen warm. */
+kdtree_status kdtree_runtime_create_offline(int sm_arch, const char* cache_dir_or_null,
+                                            kdtree_runtime** out);
+
+kdtree_status kdtree_runtime_destroy(kdtree_runtime* rt);
+
+/* Makes the device's primary context (the one the CUDA runtime and PyTorch use)
+ * current on the calling thread; loads the driver. Programs that allocate with
+ * the Driver API call this before cuMemAlloc. */
+kdtree_status kdtree_runtime_bind_context(kdtree_runtime* rt);
+
+/* The sm arch the runtime compiles for (e.g. 90, 120). Queries the device when
+ * the runtime is bound to one (loads the driver). */
+kdtree_status kdtree_runtime_arch(kdtree_runtime* rt, int* sm_arch);
+
+/* ---------------------------------------------------------------- verify_attention */
+
+/* The compile-time shape of a verify_attention kernel. num_q_heads and
+ * num_kv_heads are run-time values (not part of the kernel key) but live here
+ * because every call needs them.
+ *  MLA (absorbed): head_dim_qk 576, head_dim_v 512, num_kv_heads 1, v_cache NULL.
+ *  GQA/MHA: head_dim_qk == head_dim_v in {64, 128, 256}; num_q_heads % num_kv_heads == 0. */
+typedef struct kdtree_verify_spec {
+  int head_dim_qk;
+  int head_dim_v;
+  int num_q_heads;
+  int num_kv_heads;
+  int page_size;      /* 1, 16, 32, 64, 128 */
+  int max_tree_nodes; /* W: 16, 32, 64, 128 */
+  kdtree_dtype dtype; /* of q, caches and out: BF16 or F16 */
+} kdtree_verify_spec;
+
+typedef struct kdtree_verify_args {
+  kdtree_verify_spec spec;
+  int batch_size;
+  int total_nodes; /* = node_indptr[batch_size]; host copy, sizes out and lse */
+  int max_kv_len;  /* host upper bound of kv_lens[b]; plans the KV split */
+  int num_pages;   /* physical pages in the caches; page ids are checked against it */
+  const void* q;                 /* device [total_nodes, num_q_heads, head_dim_qk] */
+  const int32_t* node_indptr;    /* device [batch_size + 1]; request b owns nodes [indptr[b], indptr[b+1]) */
+  const void* k_cache;           /* device [num_pages, page_size, num_kv_heads, head_dim_qk] */
+  const void* v_cache;           /* device [num_pages, page_size, num_kv_heads, head_dim_v]; NULL for MLA */
+  const int32_t* page_table;     /* device [batch_size, max_pages_per_req] */
+  int max_pages_per_req;
+  const int32_t* kv_lens;        /* device [batch_size]: prefix + tree nodes */
+  const uint64_t* tree_mask;     /* device [total_nodes, ceil(max_tree_nodes / 64)] */
+  float sm_scale;                /* e.g. 1/sqrt(head_dim) */
+  void* out;                     /* device [total_nodes, num_q_heads, head_dim_v] */
+  float* lse;                    /* device [total_nodes, num_q_heads], natural log; may be NULL */
+  void* workspace;               /* device, >= kdtree_verify_workspace_size bytes; may be NULL if that is 0 */
+  size_t workspace_size;
+  int32_t* error_flags;          /* device int32, optional: KDTREE_DEVICE_ERROR_* bits are OR-ed in */
+  void* stream;                  /* CUstream; NULL = default stream */
+  int num_splits;                /* 0 = chosen from the shape and SM count; > 0 forces it */
+} kdtree_verify_args;
+
+/* Workspace bytes a verify_attention call with these host-known sizes needs. */
+kdtree_status kdtree_verify_workspace_size(kdtree_runtime* rt, const kdtree_verify_spec* spec,
+                                           int batch_size, int total_nodes, int max_kv_len,
+                                           size_t* bytes);
+
+kdtree_status kdtree_verify_attention(kdtree_runtime* rt, const kdtree_verify_args* args);
+
+/* Compiles (or loads from the cache) every kernel a spec needs, ahead of time. */
+kdtree_status kdtree_warm(kdtree_runtime* rt, const kdtree_verify_spec* spec);
+
+/* ---------------------------------------------------------------- tree operations */
+
+/* Tree ops use the padded per-request layout: request b's nodes are rows
+ * [b * max_tree_nodes, b * max_tree_nodes + node_counts[b]); rows past the count
+ * are written as -1 (ids) / 0 (mask words). */
+typedef struct kdtree_tree_build_args {
+  int batch_size;
+  int depth;          /* D: drafter depth, 1..16 */
+  int top_k;          /* K: candidates per depth, 1..64 */
+  int budget;         /* draft nodes to select, 1..max_tree_nodes-1 */
+  int max_tree_nodes; /* W: 16, 32, 64, 128 */
+  const int32_t* draft_tokens;   /* device [B, D, K] */
+  const float* draft_logprobs;   /* device [B, D, K], descending along K */
+  const int32_t* root_tokens;    /* device [B] */
+  const int32_t* prefix_lens;    /* device [B]: position of the root */
+  int32_t* tokens;               /* device [B, W] */
+  int32_t* parents;              /* device [B, W], root -1 */
+  int32_t* depths;               /* device [B, W], root 0 */
+  int32_t* positions;            /* device [B, W] = prefix_len + depth */
+  uint64_t* tree_mask;           /* device [B, W, ceil(W/64)] */
+  int32_t* first_child;          /* device [B, W], -1 = none */
+  int32_t* next_sibling;         /* device [B, W], -1 = none */
+  int32_t* node_counts;          /* device [B]: 1 + selected draft nodes */
+  float* scores;                 /* device [B, W] path log-prob, optional (NULL) */
+  void* stream;
+} kdtree_tree_build_args;
+
+kdtree_status kdtree_tree_build(kdtree_runtime* rt, const kdtree_tree_build_args* args);
+
+typedef struct kdtree_tree_accept_args {
+  int batch_size;
+  int max_tree_nodes;
+  const int32_t* tokens;         /* device [B, W] (tree_build layout) */
+  const int32_t* parents;        /* device [B, W] */
+  const int32_t* node_counts;    /* device [B] */
+  const int32_t* target_tokens;  /* device: [B, W] padded, or packed [total_nodes] when node_indptr != NULL */
+  const int32_t* node_indptr;    /* device [B + 1] or NULL */
+  int32_t* accepted_path;        /* device [B, W]: node ids, root first, -1 padded */
+  int32_t* accept_lens;          /* device [B]: accepted draft tokens (path length - 1) */
+  int32_t* bonus_tokens;         /* device [B]: target token at the last accepted node */
+  int32_t* error_flags;          /* optional device int32 */
+  void* stream;
+} kdtree_tree_accept_args;
+
+kdtree_status kdtree_tree_accept(kdtree_runtime* rt, const kdtree_tree_accept_args* args);
+
+typedef struct kdtree_sample_args {
+  int num_rows;
+  int vocab_size;
+  kdtree_dtype logits_dtype;     /* BF16 or F32 */
+  const void* logits;            /* device [num_rows, row_stride] */
+  int64_t row_stride;            /* elements; 0 = vocab_size */
+  float temperature;             /* <= 0: greedy argmax (lowest index wins ties) */
+  uint64_t seed;
+  const int64_t* row_offsets;    /* device [num_rows] RNG offsets, or NULL = row index */
+  int32_t* out_tokens;           /* device [num_rows] */
+  void* stream;
+} kdtree_sample_args;
+
+kdtree_status kdtree_sample_tokens(kdtree_runtime* rt, const kdtree_sample_args* args);
+
+typedef struct kdtree_kv_compact_args {
+  int num_layers;
+  int batch_size;
+  int max_tree_nodes;
+  int page_size;
+  int num_pages;
+  int row_elems_k;               /* elements per token row of a K (or MLA) cache: num_kv_heads * head_dim */
+  int row_elems_v;               /* elements per token row of a V cache; 0 for MLA */
+  kdtree_dtype dtype;            /* BF16 or F16 */
+  const uint64_t* k_caches;      /* device [num_layers] device pointers to [num_pages, page_size, row] */
+  const uint64_t* v_caches;      /* device [num_layers] or NULL (MLA) */
+  const int32_t* page_table;     /* device [B, max_pages_per_req] */
+  int max_pages_per_req;
+  const int32_t* kv_lens;        /* device [B]: before compaction (prefix + n_b) */
+  const int32_t* node_counts;    /* device [B]: n_b */
+  const int32_t* accepted_path;  /* device [B, W]: root first */
+  const int32_t* accept_lens;    /* device [B]: path length - 1 */
+  int32_t* error_flags;          /* optional device int32 */
+  void* stream;
+} kdtree_kv_compact_args;
+
+kdtree_status kdtree_kv_compact(kdtree_runtime* rt, const kdtree_kv_compact_args* args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KDTREE_H */

@@ -1,0 +1,43 @@
+// float64 CPU reference of verify_attention: the judge of the GPU kernel.
+// Inputs are host arrays in exactly the device layouts of kdtree_verify_args.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kdtree/kdtree.h"
+
+namespace kdtree::ref {
+
+struct VerifyHostInputs {
+  // head dims, head counts, page size, W and dtype (bf16/f16). Any positive
+  // dims are accepted here: the reference does not restrict to the generated grid.
+  kdtree_verify_spec spec{};
+  int batch_size = 0;
+  int total_nodes = 0;
+  int num_pages = 0;
+  int max_pages_per_req = 0;
+  const uint16_t* q = nullptr;            // [total_nodes, Hq, Dqk]
+  const int32_t* node_indptr = nullptr;   // [batch_size + 1]
+  const uint16_t* k_cache = nullptr;      // [num_pages, page_size, Hkv, Dqk]
+  const uint16_t* v_cache = nullptr;      // [num_pages, page_size, Hkv, Dv]; NULL = MLA (V = k row[0:Dv])
+  const int32_t* page_table = nullptr;    // [batch_size, max_pages_per_req]
+  const int32_t* kv_lens = nullptr;       // [batch_size]
+  const uint64_t* tree_mask = nullptr;    // [total_nodes, ceil(W / 64)]
+  double sm_scale = 1.0;
+};
+
+struct VerifyReference {
+  std::vector<double> out;  // [total_nodes, Hq, Dv]
+  std::vector<double> lse;  // [total_nodes, Hq], natural log; -inf for a row that sees nothing
+};
+
+// For request b, node i (row node_indptr[b] + i), query head h (KV head
+// h / (Hq / Hkv)): token t < prefix = kv_len - n_b is always visible; token
+// t >= prefix is visible iff bit (t - prefix) of the node's mask is set.
+// out = softmax(sm_scale * q.k) . v over the visible tokens, lse = log sum exp.
+// Throws std::invalid_argument on malformed input (node count outside 1..W,
+// kv_len < n_b, page id out of range, head counts that do not divide, ...).
+// threads: 0 = one per hardware thread; rows are independent.
+VerifyReference verify_attention(const VerifyHostInputs& in, int threads = 0);
+
+}  // namespace kdtree::ref

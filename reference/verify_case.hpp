@@ -1,0 +1,103 @@
+// Random verify_attention inputs for tests, examples and benchmarks: random
+// trees (uneven node counts), tree masks from the parents, uneven prefixes,
+// scattered pages, and a comparison of a result against the reference.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kdtree/kdtree.h"
+#include "reference/verify_attention.hpp"
+
+namespace kdtree::ref {
+
+enum class ValueDist { uniform, normal };  // uniform [-1, 1] or N(0, 1)
+
+// What cache rows that no request reads hold: the tails of last pages, the
+// unused pages. NaN catches a kernel that lets a masked or foreign row leak
+// into the result (0 * NaN is NaN), as stale memory can in a real server.
+enum class UnusedFill { nan, random, zero };
+
+struct VerifyCaseOptions {
+  int min_prefix = 0;      // prefix_len = kv_len - n_b, drawn uniformly in [min, max]
+  int max_prefix = 256;
+  int min_nodes = 1;       // n_b drawn uniformly in [min_nodes, max_nodes]
+  int max_nodes = 0;       // 0 = W
+  // Request 0 gets max_nodes and max_prefix; the last request (B >= 2) gets
+  // min_nodes; request 1 (B >= 3) gets min_prefix.
+  bool extremes = true;
+  bool scatter_pages = true;  // a random permutation of the physical pages
+  int extra_pages = 5;        // unused physical pages: num_pages > pages needed
+  int table_slack = 1;        // page-table columns past the longest request, filled with -1
+  int max_kv_len_slack = 0;   // args.max_kv_len = longest kv_len + this
+  ValueDist dist = ValueDist::uniform;
+  float q_scale = 1.0f;       // multiplies q: > 1 sharpens the softmax
+  float sm_scale = 0.0f;      // 0 = 1 / sqrt(head_dim_qk)
+  UnusedFill unused = UnusedFill::nan;
+  std::vector<int> prefix_lens;  // per request; overrides the random draw when not empty
+  std::vector<int> node_counts;  // per request; overrides the random draw when not empty
+};
+
+struct VerifyCase {
+  kdtree_verify_spec spec{};  // includes num_q_heads and num_kv_heads
+  bool mla = false;           // v_cache is empty; V = first head_dim_v dims of the K row
+  int batch_size = 0;
+  int total_nodes = 0;
+  int max_kv_len = 0;
+  int num_pages = 0;
+  int max_pages_per_req = 0;
+  int mask_words = 0;
+  float sm_scale = 0.0f;
+  uint64_t seed = 0;
+
+  std::vector<uint16_t> q;          // [total_nodes, Hq, Dqk]
+  std::vector<uint16_t> k_cache;    // [num_pages, page_size, Hkv, Dqk]
+  std::vector<uint16_t> v_cache;    // [num_pages, page_size, Hkv, Dv]; empty for MLA
+  std::vector<int32_t> page_table;  // [batch_size, max_pages_per_req], -1 past each request's pages
+  std::vector<int32_t> kv_lens;     // [batch_size]
+  std::vector<int32_t> node_indptr; // [batch_size + 1]
+  std::vector<uint64_t> tree_mask;  // [total_nodes, mask_words]
+  std::vector<int32_t> parents;     // [total_nodes]: request-local parent index, root -1
+  std::vector<int> prefix_lens;     // [batch_size]
+  std::vector<int> node_counts;     // [batch_size]
+
+  // "mla576/512" or "gqa128"
+  std::string head_name() const;
+  // "verify_attention[mla576/512,W=64,page=64,bf16,Hq=16,B=3]" (GQA adds Hkv);
+  // `extra` is appended inside the brackets, e.g. "splits=3".
+  std::string label(const std::string& extra = "") const;
+  // Views of the host arrays for the reference.
+  VerifyHostInputs host_inputs() const;
+  size_t out_elems() const { return size_t(total_nodes) * spec.num_q_heads * spec.head_dim_v; }
+  size_t lse_elems() const { return size_t(total_nodes) * spec.num_q_heads; }
+};
+
+// spec: head dims, head counts, page size, W, dtype. MLA when v is not a separate
+// cache, i.e. head_dim_qk == 576 (or any head_dim_v < head_dim_qk). Deterministic in seed.
+VerifyCase build_verify_case(const kdtree_verify_spec& spec, int batch_size, uint64_t seed,
+                             const VerifyCaseOptions& options = {});
+
+struct VerifyComparison {
+  std::vector<double> rel_err;  // per request: ||out - ref|| / ||ref|| (inf if it holds a non-finite value)
+  double worst_rel = 0.0;
+  int worst_request = -1;
+  double max_abs = 0.0;         // over finite elements
+  double max_lse_abs = 0.0;     // 0 when no lse was given
+  size_t nan_out = 0;           // non-finite output elements (NaN: e.g. poison left unwritten)
+  size_t nan_lse = 0;
+  bool ok(double rel_tol, double lse_tol) const {
+    return nan_out == 0 && nan_lse == 0 && worst_rel < rel_tol && max_lse_abs < lse_tol;
+  }
+  // "worst rel 1.2e-03 (request 2), max abs 3.4e-04, lse 1.0e-05, rel per request [..]"
+  std::string summary() const;
+};
+
+// out: the kernel's [total_nodes, Hq, Dv] 16-bit output; lse: [total_nodes, Hq] or NULL.
+VerifyComparison compare_verify(const VerifyCase& c, const VerifyReference& ref,
+                                const std::vector<uint16_t>& out, const float* lse = nullptr);
+
+// True when every output element of request b is NaN (and every lse, when given).
+bool request_all_nan(const VerifyCase& c, int b, const std::vector<uint16_t>& out,
+                     const float* lse = nullptr);
+
+}  // namespace kdtree::ref

@@ -1,0 +1,102 @@
+// kdtree_kv_compact: host validation (before any device use) and the launch:
+// grid (column chunks of the K and V rows, requests, layers). Paths, node counts
+// and page ids live on the device and are checked there (error_flags).
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "codegen/kv_compact.hpp"
+#include "runtime/c_api.hpp"
+#include "runtime/tree_ops.hpp"
+#include "kv_compact_params.h"
+
+namespace kdtree {
+namespace {
+
+void require_buffer(const void* p, const char* name, size_t alignment) {
+  require(p != nullptr, fmt::format("{} is NULL", name));
+  require(reinterpret_cast<uintptr_t>(p) % alignment == 0,
+          fmt::format("{} must be {}-byte aligned", name, alignment));
+}
+
+// Rows are copied as 16-byte vectors.
+void require_row(int elems, const char* name) {
+  require(elems % 8 == 0,
+          fmt::format("{} = {} must be a multiple of 8 (rows are copied as 16-byte vectors)", name, elems));
+}
+
+constexpr int kMaxGridYZ = 65535;
+
+}  // namespace
+
+void kv_compact(Runtime& rt, const kdtree_kv_compact_args& a) {
+  codegen::KvCompactSpec spec;
+  spec.page_size = a.page_size;
+  spec.max_tree_nodes = a.max_tree_nodes;
+  codegen::validate(spec);
+  if (a.dtype != KDTREE_DTYPE_BF16 && a.dtype != KDTREE_DTYPE_F16) {
+    fail(KDTREE_ERROR_UNSUPPORTED,
+         fmt::format("kv_compact: cache dtype {} is not supported: use BF16 or F16", static_cast<int>(a.dtype)));
+  }
+  require(a.num_layers >= 1 && a.num_layers <= kMaxGridYZ,
+          fmt::format("num_layers = {} must be in [1, {}]", a.num_layers, kMaxGridYZ));
+  require(a.batch_size >= 1 && a.batch_size <= kMaxGridYZ,
+          fmt::format("batch_size = {} must be in [1, {}]", a.batch_size, kMaxGridYZ));
+  require(a.num_pages >= 1, fmt::format("num_pages = {} must be >= 1", a.num_pages));
+  require(a.max_pages_per_req >= 1, fmt::format("max_pages_per_req = {} must be >= 1", a.max_pages_per_req));
+  require(a.row_elems_k >= 1, fmt::format("row_elems_k = {} must be >= 1", a.row_elems_k));
+  require_row(a.row_elems_k, "row_elems_k");
+  require(a.row_elems_v >= 0, fmt::format("row_elems_v = {} must be >= 0 (0 for MLA)", a.row_elems_v));
+  require_row(a.row_elems_v, "row_elems_v");
+  require_buffer(a.k_caches, "k_caches", 8);
+  if (a.row_elems_v == 0) {
+    require(a.v_caches == nullptr, "v_caches must be NULL when row_elems_v is 0 (MLA: one cache)");
+  } else {
+    require_buffer(a.v_caches, "v_caches (NULL only with row_elems_v = 0, MLA)", 8);
+  }
+  require_buffer(a.page_table, "page_table", 4);
+  require_buffer(a.kv_lens, "kv_lens", 4);
+  require_buffer(a.node_counts, "node_counts", 4);
+  require_buffer(a.accepted_path, "accepted_path", 4);
+  require_buffer(a.accept_lens, "accept_lens", 4);
+  if (a.error_flags) require_buffer(a.error_flags, "error_flags", 4);
+
+  const int chunk = codegen::kKvCompactChunkVecs;
+  const int row_vecs_k = a.row_elems_k / 8, row_vecs_v = a.row_elems_v / 8;
+  const int chunks_k = (row_vecs_k + chunk - 1) / chunk, chunks_v = (row_vecs_v + chunk - 1) / chunk;
+
+  Module& module = rt.module(spec.fast_key(), [&] { return codegen::generate_kv_compact(spec, rt.arch()); });
+  CUfunction fn = module.function("kdtree_kv_compact", 0);
+
+  kdtree_kv_compact_params p{};
+  p.k_caches = reinterpret_cast<const unsigned long long*>(a.k_caches);
+  p.v_caches = reinterpret_cast<const unsigned long long*>(a.v_caches);
+  p.page_table = a.page_table;
+  p.kv_lens = a.kv_lens;
+  p.node_counts = a.node_counts;
+  p.accepted_path = a.accepted_path;
+  p.accept_lens = a.accept_lens;
+  p.error_flags = a.error_flags;
+  p.num_pages = a.num_pages;
+  p.max_pages_per_req = a.max_pages_per_req;
+  p.row_vecs_k = row_vecs_k;
+  p.row_vecs_v = row_vecs_v;
+  p.chunks_k = chunks_k;
+  void* args[] = {&p};
+
+  LaunchDims dims;
+  dims.grid_x = static_cast<unsigned>(chunks_k + chunks_v);
+  dims.grid_y = static_cast<unsigned>(a.batch_size);
+  dims.grid_z = static_cast<unsigned>(a.num_layers);
+  dims.block_x = codegen::kKvCompactThreads;
+  rt.launch(fn, dims, args, static_cast<CUstream>(a.stream), "kv_compact");
+}
+
+}  // namespace kdtree
+
+extern "C" kdtree_status kdtree_kv_compact(kdtree_runtime* rt, const kdtree_kv_compact_args* args) {
+  return kdtree::guarded("kdtree_kv_compact", [&] {
+    kdtree::require(args != nullptr, "args is NULL");
+    kdtree::kv_compact(kdtree::unwrap(rt), *args);
+  });
+}

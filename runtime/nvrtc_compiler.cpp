@@ -1,0 +1,76 @@
+#include "runtime/nvrtc_compiler.hpp"
+
+#include <nvrtc.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "runtime/error.hpp"
+
+namespace kdtree {
+namespace {
+
+void check_nvrtc(nvrtcResult r, const char* what) {
+  if (r != NVRTC_SUCCESS) fail(KDTREE_ERROR_COMPILE, fmt::format("{}: {}", what, nvrtcGetErrorString(r)));
+}
+
+std::string write_failed_source(const codegen::KernelSource& source, const codegen::Arch& arch) {
+  std::error_code ec;
+  auto dir = std::filesystem::temp_directory_path(ec);
+  if (ec) dir = "/tmp";
+  auto path = dir / fmt::format("kdtree-failed-{}-{}.cu", source.file_stem, arch.name());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << source.source;
+  return out ? path.string() : std::string("(could not write the source to ") + path.string() + ")";
+}
+
+}  // namespace
+
+std::vector<std::string> nvrtc_options(const codegen::KernelSource& source, const codegen::Arch& arch) {
+  std::vector<std::string> options = {
+      "--gpu-architecture=" + arch.name(),
+      "-std=c++17",
+      "--ptxas-options=-v",  // the resource report: registers, shared memory, spills
+  };
+  options.insert(options.end(), source.options.begin(), source.options.end());
+  return options;
+}
+
+NvrtcOutput nvrtc_compile(const codegen::KernelSource& source, const codegen::Arch& arch) {
+  nvrtcProgram program = nullptr;
+  check_nvrtc(nvrtcCreateProgram(&program, source.source.c_str(), (source.file_stem + ".cu").c_str(), 0,
+                                 nullptr, nullptr),
+              "nvrtcCreateProgram");
+  struct Destroy {
+    nvrtcProgram* p;
+    ~Destroy() { nvrtcDestroyProgram(p); }
+  } destroy{&program};
+
+  std::vector<std::string> options = nvrtc_options(source, arch);
+  std::vector<const char*> argv;
+  for (const auto& o : options) argv.push_back(o.c_str());
+  nvrtcResult compiled = nvrtcCompileProgram(program, static_cast<int>(argv.size()), argv.data());
+
+  NvrtcOutput out;
+  size_t log_size = 0;
+  nvrtcGetProgramLogSize(program, &log_size);
+  out.log.resize(log_size);
+  if (log_size > 0) nvrtcGetProgramLog(program, out.log.data());
+  while (!out.log.empty() && (out.log.back() == '\0' || out.log.back() == '\n')) out.log.pop_back();
+
+  if (compiled != NVRTC_SUCCESS) {
+    std::string path = write_failed_source(source, arch);
+    fail(KDTREE_ERROR_COMPILE,
+         fmt::format("NVRTC failed to compile {} for {}: {}\noptions: {}\nsource: {}\nlog:\n{}", source.label,
+                     arch.name(), nvrtcGetErrorString(compiled), fmt::join(options, " "), path, out.log));
+  }
+  size_t cubin_size = 0;
+  check_nvrtc(nvrtcGetCUBINSize(program, &cubin_size), "nvrtcGetCUBINSize");
+  out.cubin.resize(cubin_size);
+  check_nvrtc(nvrtcGetCUBIN(program, out.cubin.data()), "nvrtcGetCUBIN");
+  return out;
+}
+
+}  // namespace kdtree

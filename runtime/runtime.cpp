@@ -1,0 +1,222 @@
+#include "runtime/runtime.hpp"
+
+#include <nvrtc.h>
+
+#include <cstring>
+#include <regex>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "codegen/generator_version.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/error.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+
+namespace kdtree {
+namespace {
+
+// Cache payload: "KDMD" | u32 log bytes | log | cubin. The log keeps the ptxas
+// resource report with the cubin, so a reused entry still reports spills.
+constexpr char kPayloadMagic[4] = {'K', 'D', 'M', 'D'};
+
+std::vector<char> pack(const NvrtcOutput& out) {
+  std::vector<char> payload(8 + out.log.size() + out.cubin.size());
+  uint32_t log_bytes = static_cast<uint32_t>(out.log.size());
+  std::memcpy(payload.data(), kPayloadMagic, 4);
+  std::memcpy(payload.data() + 4, &log_bytes, 4);
+  std::memcpy(payload.data() + 8, out.log.data(), out.log.size());
+  std::memcpy(payload.data() + 8 + out.log.size(), out.cubin.data(), out.cubin.size());
+  return payload;
+}
+
+void unpack(const std::vector<char>& payload, CompiledModule* m) {
+  uint32_t log_bytes = 0;
+  if (payload.size() < 8 || std::memcmp(payload.data(), kPayloadMagic, 4) != 0 ||
+      (std::memcpy(&log_bytes, payload.data() + 4, 4), payload.size() < 8 + size_t(log_bytes))) {
+    fail(KDTREE_ERROR_CACHE, fmt::format("cache payload of {} is malformed", m->label));
+  }
+  m->ptxas_log.assign(payload.data() + 8, log_bytes);
+  m->cubin.assign(payload.begin() + 8 + log_bytes, payload.end());
+}
+
+int attribute(CUdevice device, CUdevice_attribute a, const char* what) {
+  int value = 0;
+  driver::check(driver::api().cuDeviceGetAttribute(&value, a, device), what);
+  return value;
+}
+
+}  // namespace
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  nvrtcVersion(&major, &minor);
+  return fmt::format("{}.{}", major, minor);
+}
+
+std::map<std::string, ResourceUsage> parse_ptxas_log(const std::string& log) {
+  // ptxas info    : Compiling entry function 'kdtree_x' for 'sm_90'
+  // ptxas info    : Function properties for kdtree_x
+  //     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+  // ptxas info    : Used 128 registers, used 1 barriers, 1024 bytes smem, 400 bytes cmem[0]
+  std::map<std::string, ResourceUsage> usage;
+  static const std::regex entry_re(R"(Compiling entry function '([^']+)')");
+  static const std::regex props_re(R"(Function properties for ([A-Za-z_0-9]+))");
+  static const std::regex frame_re(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
+  static const std::regex regs_re(R"(Used (\d+) registers)");
+  static const std::regex smem_re(R"((\d+) bytes smem)");
+  std::istringstream in(log);
+  std::string line, current;
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (std::regex_search(line, m, entry_re) || std::regex_search(line, m, props_re)) {
+      current = m[1];
+      usage[current];
+      continue;
+    }
+    if (current.empty()) continue;
+    if (std::regex_search(line, m, frame_re)) {
+      usage[current].stack_bytes = std::stoi(m[1]);
+      usage[current].spill_stores = std::stoi(m[2]);
+      usage[current].spill_loads = std::stoi(m[3]);
+    }
+    if (std::regex_search(line, m, regs_re)) usage[current].registers = std::stoi(m[1]);
+    if (std::regex_search(line, m, smem_re)) usage[current].static_smem = std::stoi(m[1]);
+  }
+  return usage;
+}
+
+Runtime::Runtime(int device, const std::string& cache_dir) : device_(device) {
+  require(device >= 0, fmt::format("device must be >= 0 (got {})", device));
+  cache_ = std::make_unique<cache::DiskCache>(cache_dir.empty() ? cache::DiskCache::default_dir()
+                                                                : std::filesystem::path(cache_dir));
+}
+
+std::unique_ptr<Runtime> Runtime::offline(int sm, const std::string& cache_dir) {
+  std::unique_ptr<Runtime> rt(new Runtime());
+  rt->arch_ = codegen::arch_from_sm(sm);
+  rt->arch_known_ = true;
+  rt->cache_ = std::make_unique<cache::DiskCache>(cache_dir.empty() ? cache::DiskCache::default_dir()
+                                                                    : std::filesystem::path(cache_dir));
+  return rt;
+}
+
+Runtime::~Runtime() {
+  if (device_ < 0 || !context_) return;
+  const auto& api = driver::api();
+  for (auto& [key, module] : modules_) {
+    if (module->module_) api.cuModuleUnload(module->module_);
+  }
+  api.cuDevicePrimaryCtxRelease(cu_device_);
+}
+
+void Runtime::ensure_device() {
+  if (device_ < 0) {
+    fail(KDTREE_ERROR_NO_DEVICE, fmt::format("this runtime compiles for {} only and has no device", arch_.name()));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (context_) return;
+  const auto& api = driver::api();
+  int count = 0;
+  driver::check(api.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  if (device_ >= count) {
+    fail(KDTREE_ERROR_NO_DEVICE, fmt::format("CUDA device {} does not exist ({} device(s) present)", device_, count));
+  }
+  driver::check(api.cuDeviceGet(&cu_device_, device_), "cuDeviceGet");
+  int major = attribute(cu_device_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "compute capability");
+  int minor = attribute(cu_device_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "compute capability");
+  codegen::Arch arch = codegen::arch_from_sm(major * 10 + minor);
+  arch.max_smem_per_block =
+      attribute(cu_device_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "shared memory per block");
+  arch.max_smem_per_sm =
+      attribute(cu_device_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, "shared memory per SM");
+  arch.num_sms = attribute(cu_device_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "multiprocessor count");
+  CUcontext ctx = nullptr;
+  driver::check(api.cuDevicePrimaryCtxRetain(&ctx, cu_device_), "cuDevicePrimaryCtxRetain");
+  arch_ = arch;
+  arch_known_ = true;
+  context_ = ctx;
+}
+
+const codegen::Arch& Runtime::arch() {
+  if (!arch_known_) ensure_device();
+  return arch_;
+}
+
+void Runtime::make_current() {
+  ensure_device();
+  const auto& api = driver::api();
+  CUcontext current = nullptr;
+  api.cuCtxGetCurrent(&current);
+  if (current != context_) driver::check(api.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+}
+
+std::shared_ptr<const CompiledModule> Runtime::compile(const codegen::KernelSource& source) {
+  const codegen::Arch& target = arch();
+  std::vector<std::string> options = nvrtc_options(source, target);
+  std::string key_material = fmt::format("kdtree generator {}\nnvrtc {}\narch {}\noptions {}\n{}",
+                                         KDTREE_GENERATOR_VERSION, nvrtc_version(), target.name(),
+                                         fmt::join(options, " "), source.source);
+  auto module = std::make_shared<CompiledModule>();
+  module->label = source.label;
+  std::string readable = fmt::format("{}-{}", source.file_stem, target.name());
+  std::vector<char> payload = cache_->get_or_build(
+      readable, key_material, [&] { return pack(nvrtc_compile(source, target)); }, &module->outcome);
+  unpack(payload, module.get());
+  module->usage = parse_ptxas_log(module->ptxas_log);
+  return module;
+}
+
+Module& Runtime::module(const std::string& fast_key, const std::function<codegen::KernelSource()>& make) {
+  std::shared_ptr<std::mutex> key_lock;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = modules_.find(fast_key);
+    if (it != modules_.end()) return *it->second;
+    auto& slot = module_locks_[fast_key];
+    if (!slot) slot = std::make_shared<std::mutex>();
+    key_lock = slot;
+  }
+  // One thread compiles and loads a key; others asking for it wait here.
+  std::lock_guard<std::mutex> building(*key_lock);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = modules_.find(fast_key);
+    if (it != modules_.end()) return *it->second;
+  }
+  make_current();
+  auto loaded = std::make_unique<Module>();
+  loaded->compiled_ = compile(make());
+  driver::check(driver::api().cuModuleLoadData(&loaded->module_, loaded->compiled_->cubin.data()),
+                ("cuModuleLoadData(" + loaded->compiled_->label + ")").c_str());
+  std::lock_guard<std::mutex> lock(mutex_);
+  return *(modules_[fast_key] = std::move(loaded));
+}
+
+CUfunction Module::function(const std::string& entry, int dynamic_smem) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = functions_.find(entry);
+  if (it == functions_.end()) {
+    CUfunction fn = nullptr;
+    driver::check(driver::api().cuModuleGetFunction(&fn, module_, entry.c_str()),
+                  ("cuModuleGetFunction(" + entry + ")").c_str());
+    it = functions_.emplace(entry, std::make_pair(fn, 0)).first;
+  }
+  if (dynamic_smem > it->second.second) {
+    driver::check(driver::api().cuFuncSetAttribute(it->second.first,
+                                                   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_smem),
+                  ("raising the shared memory limit of " + entry).c_str());
+    it->second.second = dynamic_smem;
+  }
+  return it->second.first;
+}
+
+void Runtime::launch(CUfunction fn, const LaunchDims& d, void** args, CUstream stream, const char* what) {
+  make_current();
+  if (d.grid_x == 0 || d.grid_y == 0 || d.grid_z == 0) return;  // nothing to do
+  driver::check(driver::api().cuLaunchKernel(fn, d.grid_x, d.grid_y, d.grid_z, d.block_x, d.block_y, d.block_z,
+                                             d.dynamic_smem, stream, args, nullptr),
+                what);
+}
+
+}  // namespace kdtree

@@ -1,0 +1,105 @@
+// The runtime: owns the disk cache, compiles kernels through NVRTC, loads them
+// on its device and launches them. One per device; every method is thread-safe.
+#pragma once
+#include <cuda.h>
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cache/disk_cache.hpp"
+#include "codegen/arch.hpp"
+#include "codegen/kernel_source.hpp"
+
+namespace kdtree {
+
+// What ptxas reported for one kernel (parsed from the NVRTC log, -Xptxas -v).
+struct ResourceUsage {
+  int registers = -1;
+  int static_smem = 0;   // bytes
+  int stack_bytes = 0;
+  int spill_stores = 0;  // bytes
+  int spill_loads = 0;   // bytes
+};
+
+struct CompiledModule {
+  std::string label;
+  std::vector<char> cubin;
+  std::string ptxas_log;
+  std::map<std::string, ResourceUsage> usage;  // by entry point
+  cache::Outcome outcome = cache::Outcome::built;
+};
+
+// A loaded module on the runtime's device.
+class Module {
+ public:
+  // The entry point's function, with its dynamic shared memory limit raised to
+  // at least `dynamic_smem` bytes (set once per function).
+  CUfunction function(const std::string& entry, int dynamic_smem = 0);
+  const CompiledModule& compiled() const { return *compiled_; }
+
+ private:
+  friend class Runtime;
+  CUmodule module_ = nullptr;
+  std::shared_ptr<const CompiledModule> compiled_;
+  std::mutex mutex_;
+  std::map<std::string, std::pair<CUfunction, int>> functions_;
+};
+
+struct LaunchDims {
+  unsigned grid_x = 1, grid_y = 1, grid_z = 1;
+  unsigned block_x = 1, block_y = 1, block_z = 1;
+  unsigned dynamic_smem = 0;
+};
+
+class Runtime {
+ public:
+  // Bound to CUDA device `device`; the driver is loaded at first device use.
+  Runtime(int device, const std::string& cache_dir);
+  // Compile-only runtime for an arch (no device, no driver).
+  static std::unique_ptr<Runtime> offline(int sm, const std::string& cache_dir);
+  ~Runtime();
+
+  bool has_device() const { return device_ >= 0; }
+  // Target arch and limits; for a device runtime this queries the device.
+  const codegen::Arch& arch();
+  cache::DiskCache& cache() { return *cache_; }
+
+  // Compiles `source` for arch() or loads it from the cache. No device needed.
+  std::shared_ptr<const CompiledModule> compile(const codegen::KernelSource& source);
+
+  // The loaded module for `fast_key` (a cheap string naming the op and its
+  // compile-time shape); `make` renders the source only on the first request.
+  Module& module(const std::string& fast_key, const std::function<codegen::KernelSource()>& make);
+
+  // Launches on `stream` (no host synchronisation). Throws naming `what`.
+  void launch(CUfunction fn, const LaunchDims& dims, void** args, CUstream stream, const char* what);
+
+  // Makes the runtime's context current on the calling thread (loads the driver).
+  void make_current();
+
+ private:
+  Runtime() = default;
+  void ensure_device();
+
+  int device_ = -1;
+  std::unique_ptr<cache::DiskCache> cache_;
+  codegen::Arch arch_;
+  std::atomic<bool> arch_known_{false};
+  CUdevice cu_device_ = 0;
+  CUcontext context_ = nullptr;
+  std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<Module>> modules_;
+  std::map<std::string, std::shared_ptr<std::mutex>> module_locks_;
+};
+
+// NVRTC version as "major.minor".
+std::string nvrtc_version();
+// Parses a ptxas -v log into per-kernel usage.
+std::map<std::string, ResourceUsage> parse_ptxas_log(const std::string& log);
+
+}  // namespace kdtree

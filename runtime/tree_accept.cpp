@@ -1,0 +1,67 @@
+// kdtree_tree_accept: host validation (before any device use) and the launch:
+// one warp per request. Tree shape and node counts live on the device and are
+// checked there (KDTREE_DEVICE_ERROR_NODE_COUNT / _TREE in error_flags).
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "codegen/tree_accept.hpp"
+#include "runtime/c_api.hpp"
+#include "runtime/tree_ops.hpp"
+#include "tree_accept_params.h"
+
+namespace kdtree {
+namespace {
+
+void require_buffer(const void* p, const char* name) {
+  require(p != nullptr, fmt::format("{} is NULL", name));
+  require(reinterpret_cast<uintptr_t>(p) % 4 == 0, fmt::format("{} must be 4-byte aligned", name));
+}
+
+}  // namespace
+
+void tree_accept(Runtime& rt, const kdtree_tree_accept_args& a) {
+  codegen::TreeAcceptSpec spec;
+  spec.max_tree_nodes = a.max_tree_nodes;
+  codegen::validate(spec);
+  require(a.batch_size >= 1, fmt::format("batch_size = {} must be >= 1", a.batch_size));
+  require_buffer(a.tokens, "tokens");
+  require_buffer(a.parents, "parents");
+  require_buffer(a.node_counts, "node_counts");
+  require_buffer(a.target_tokens, "target_tokens");
+  if (a.node_indptr) require_buffer(a.node_indptr, "node_indptr");
+  require_buffer(a.accepted_path, "accepted_path");
+  require_buffer(a.accept_lens, "accept_lens");
+  require_buffer(a.bonus_tokens, "bonus_tokens");
+  if (a.error_flags) require_buffer(a.error_flags, "error_flags");
+
+  Module& module = rt.module(spec.fast_key(), [&] { return codegen::generate_tree_accept(spec, rt.arch()); });
+  CUfunction fn = module.function("kdtree_tree_accept", 0);
+
+  kdtree_tree_accept_params p{};
+  p.tokens = a.tokens;
+  p.parents = a.parents;
+  p.node_counts = a.node_counts;
+  p.target_tokens = a.target_tokens;
+  p.node_indptr = a.node_indptr;
+  p.accepted_path = a.accepted_path;
+  p.accept_lens = a.accept_lens;
+  p.bonus_tokens = a.bonus_tokens;
+  p.error_flags = a.error_flags;
+  p.batch_size = a.batch_size;
+  void* args[] = {&p};
+
+  LaunchDims dims;
+  dims.grid_x = static_cast<unsigned>(a.batch_size);
+  dims.block_x = 32;
+  rt.launch(fn, dims, args, static_cast<CUstream>(a.stream), "tree_accept");
+}
+
+}  // namespace kdtree
+
+extern "C" kdtree_status kdtree_tree_accept(kdtree_runtime* rt, const kdtree_tree_accept_args* args) {
+  return kdtree::guarded("kdtree_tree_accept", [&] {
+    kdtree::require(args != nullptr, "args is NULL");
+    kdtree::tree_accept(kdtree::unwrap(rt), *args);
+  });
+}

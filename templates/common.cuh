@@ -1,0 +1,90 @@
+// Device prelude shared by every generated kernel. No CUDA headers: NVRTC
+// compiles these sources with nothing on its include path, so 16-bit values are
+// plain integers and conversions and matrix instructions are inline PTX.
+#ifndef KDTREE_COMMON_CUH
+#define KDTREE_COMMON_CUH
+
+typedef unsigned int kd_u32;
+typedef unsigned long long kd_u64;
+typedef unsigned short kd_u16;
+
+#define KD_INF __int_as_float(0x7f800000)
+#define KD_NAN __int_as_float(0x7fffffff)
+
+static __device__ __forceinline__ kd_u32 kd_smem_addr(const void* p) {
+  kd_u32 r;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+  return r;
+}
+
+// 16-byte async copy global -> shared; src_bytes 0 zero-fills (out-of-range rows).
+static __device__ __forceinline__ void kd_cp_async16(kd_u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+static __device__ __forceinline__ void kd_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+static __device__ __forceinline__ void kd_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+static __device__ __forceinline__ void kd_ldmatrix_x4(kd_u32 (&r)[4], kd_u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+static __device__ __forceinline__ void kd_ldmatrix_x2(kd_u32 (&r)[2], kd_u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+static __device__ __forceinline__ void kd_ldmatrix_x4_trans(kd_u32 (&r)[4], kd_u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// D += A(16x16, row) * B(16x8, col), fp32 accumulate. BF16 selects the input type.
+template <bool BF16>
+static __device__ __forceinline__ void kd_mma16816(float (&d)[4], const kd_u32 (&a)[4], kd_u32 b0, kd_u32 b1) {
+  if (BF16) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats -> packed 16-bit pair (lo in the low half), round to nearest even.
+template <bool BF16>
+static __device__ __forceinline__ kd_u32 kd_pack2(float lo, float hi) {
+  kd_u32 r;
+  if (BF16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  }
+  return r;
+}
+
+template <bool BF16>
+static __device__ __forceinline__ float kd_to_float(kd_u16 h) {
+  if (BF16) return __int_as_float(int(kd_u32(h) << 16));
+  float f;
+  asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(h));
+  return f;
+}
+
+static __device__ __forceinline__ float kd_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+static __device__ __forceinline__ float kd_log2(float x) {
+  float y;
+  asm("lg2.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+#endif  // KDTREE_COMMON_CUH

@@ -1,0 +1,432 @@
+// verify_attention: tree attention over a paged KV cache, flash style on tensor
+// cores (mma.sync m16n8k16 + ldmatrix + cp.async: sm_80 and newer, sm_120 too).
+//
+// One CTA owns BLOCK_M rows of one (request, kv head): row r is tree node r / GROUP,
+// query head r % GROUP, so every node and every head sharing the KV head reads
+// each KV tile once. KV tiles of BLOCK_N tokens stream through a STAGES-deep
+// cp.async pipeline. Warps form WARPS_M x WARPS_N: a warp row owns 16 rows; the
+// WARPS_N warps of a row split the tile's columns for S = Q K^T and the V columns
+// for O += P V, exchanging the row max and P through shared memory (with one
+// column warp, P stays in registers). Split-KV: blockIdx.z takes split_tokens
+// tokens and writes fp32 partials that kdtree_verify_combine merges by LSE.
+
+constexpr int HEAD_DIM = ${HEAD_DIM_QK};
+constexpr int HEAD_DIM_V = ${HEAD_DIM_V};
+constexpr int PAGE_SIZE = ${PAGE_SIZE};
+constexpr int MAX_TREE_NODES = ${MAX_TREE_NODES};
+constexpr bool IS_MLA = ${IS_MLA};  // V = the first HEAD_DIM_V dims of the K row
+constexpr bool IS_BF16 = ${IS_BF16};
+constexpr int BLOCK_M = ${BLOCK_M};
+constexpr int BLOCK_N = ${BLOCK_N};
+constexpr int WARPS_M = ${WARPS_M};
+constexpr int WARPS_N = ${WARPS_N};
+constexpr int STAGES = ${STAGES};
+
+constexpr int MASK_WORDS = (MAX_TREE_NODES + 63) / 64;
+constexpr int THREADS = WARPS_M * WARPS_N * 32;
+constexpr int QK_CHUNKS = HEAD_DIM / 8;     // 16-byte chunks per Q/K row
+constexpr int V_CHUNKS = HEAD_DIM_V / 8;
+constexpr int P_CHUNKS = BLOCK_N / 8;
+constexpr int S_TILES = BLOCK_N / WARPS_N / 8;      // n8 tiles of S per warp
+constexpr int O_TILES = HEAD_DIM_V / WARPS_N / 8;   // n8 tiles of O per warp
+constexpr int V_COLS = HEAD_DIM_V / WARPS_N;
+constexpr int K_TILE_ELEMS = BLOCK_N * HEAD_DIM;
+constexpr int V_TILE_ELEMS = IS_MLA ? 0 : BLOCK_N * HEAD_DIM_V;
+static_assert(BLOCK_M == WARPS_M * 16, "a warp row owns 16 rows");
+static_assert(S_TILES >= 1 && O_TILES % 2 == 0, "tile split");
+static_assert(IS_MLA || HEAD_DIM_V == HEAD_DIM, "GQA: V rows as wide as K rows");
+static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM_V % 16 == 0, "head dims are multiples of 16");
+
+// Shared memory (dynamic): Q | K stages | V stages (GQA) | P (WARPS_N > 1) | row exchange.
+// Rows are XOR-swizzled in 16-byte chunks so ldmatrix reads are free of bank conflicts.
+template <int CHUNKS>
+static __device__ __forceinline__ int swizzle(int row, int chunk) {
+  return row * CHUNKS + (CHUNKS >= 8 ? (chunk ^ (row & 7)) : chunk);
+}
+
+// Bit j of a row's mask words; the word is picked with compile-time indices so
+// the words stay in registers.
+static __device__ __forceinline__ bool mask_bit(const kd_u64 (&words)[MASK_WORDS], int j) {
+  kd_u64 w = words[0];
+#pragma unroll
+  for (int i = 1; i < MASK_WORDS; ++i) w = (j >> 6) == i ? words[i] : w;
+  return (w >> (j & 63)) & 1ull;
+}
+
+struct Request {
+  int node_base;  // first node of the request in the packed node arrays
+  int n_nodes;
+  int kv_len;
+  int prefix;     // kv_len - n_nodes: the tree starts here
+  bool valid;
+};
+
+static __device__ __forceinline__ Request load_request(const kdtree_verify_params& p, int b) {
+  Request r;
+  r.node_base = p.node_indptr[b];
+  r.n_nodes = p.node_indptr[b + 1] - r.node_base;
+  r.kv_len = p.kv_lens[b];
+  r.prefix = r.kv_len - r.n_nodes;
+  r.valid = true;
+  int flag = 0;
+  if (r.n_nodes < 1 || r.n_nodes > MAX_TREE_NODES || r.prefix < 0 || r.node_base < 0 ||
+      r.node_base + r.n_nodes > p.total_nodes) {
+    flag |= 1;  // KDTREE_DEVICE_ERROR_NODE_COUNT
+  }
+  if (r.kv_len > p.max_kv_len || (r.kv_len + PAGE_SIZE - 1) / PAGE_SIZE > p.max_pages_per_req) {
+    flag |= 2;  // KDTREE_DEVICE_ERROR_KV_LEN
+  }
+  if (flag) {
+    r.valid = false;
+    if (p.error_flags && threadIdx.x == 0) atomicOr(p.error_flags, flag);
+  }
+  return r;
+}
+
+// Issues the cp.async copies of one KV tile (tokens t0 .. t0 + BLOCK_N) into a stage.
+// Tokens at or past t_end are zero-filled: masked scores give P = 0, and 0 * 0 stays 0.
+static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& p, int b, int kv_head, int t0,
+                                                    int t_end, kd_u16* sk, kd_u16* sv, bool& bad_page) {
+  const int* pages = p.page_table + (long long)b * p.max_pages_per_req;
+  const kd_u16* kc = (const kd_u16*)p.k_cache;
+  const kd_u16* vc = (const kd_u16*)p.v_cache;
+  for (int i = threadIdx.x; i < BLOCK_N * QK_CHUNKS; i += THREADS) {
+    int row = i / QK_CHUNKS, chunk = i % QK_CHUNKS;
+    int t = t0 + row;
+    long long slot = 0;
+    bool ok = t < t_end;
+    if (ok) {
+      int page = pages[t / PAGE_SIZE];
+      if (page < 0 || page >= p.num_pages) {
+        bad_page = true;
+        ok = false;
+      } else {
+        slot = (long long)page * PAGE_SIZE + t % PAGE_SIZE;
+      }
+    }
+    const kd_u16* src = kc + (slot * p.num_kv_heads + kv_head) * HEAD_DIM + chunk * 8;
+    kd_cp_async16(kd_smem_addr(sk + swizzle<QK_CHUNKS>(row, chunk) * 8), src, ok ? 16 : 0);
+    if (!IS_MLA && chunk < V_CHUNKS) {
+      const kd_u16* vsrc = vc + (slot * p.num_kv_heads + kv_head) * HEAD_DIM_V + chunk * 8;
+      kd_cp_async16(kd_smem_addr(sv + swizzle<V_CHUNKS>(row, chunk) * 8), vsrc, ok ? 16 : 0);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  kd_u16* sq = (kd_u16*)smem_raw;
+  kd_u16* sk = sq + BLOCK_M * HEAD_DIM;
+  kd_u16* sv = sk + STAGES * K_TILE_ELEMS;
+  kd_u16* sp = sv + STAGES * V_TILE_ELEMS;
+  float* sred = (float*)(sp + (WARPS_N > 1 ? BLOCK_M * BLOCK_N : 0));  // [WARPS_N][BLOCK_M]
+
+  const int m_tile = blockIdx.x;
+  const int b = blockIdx.y / p.num_kv_heads;
+  const int kv_head = blockIdx.y % p.num_kv_heads;
+  const int split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm = warp / WARPS_N, wn = warp % WARPS_N;
+
+  const Request req = load_request(p, b);
+  const int rows_total = (req.valid ? req.n_nodes : min(max(req.n_nodes, 0), MAX_TREE_NODES)) * p.group;
+  const int row0 = m_tile * BLOCK_M;
+  if (row0 >= rows_total) return;
+  const int t_begin = split * p.split_tokens;
+  const int t_end = req.valid ? min(req.kv_len, t_begin + p.split_tokens) : t_begin + 1;
+  if (t_begin >= t_end) return;  // the combine kernel skips splits past kv_len
+
+  // ---- Q tile: rows past the request's rows are zero-filled (their results are dropped)
+  {
+    const kd_u16* q = (const kd_u16*)p.q;
+    for (int i = threadIdx.x; i < BLOCK_M * QK_CHUNKS; i += THREADS) {
+      int r = i / QK_CHUNKS, chunk = i % QK_CHUNKS;
+      int gr = row0 + r;
+      bool ok = gr < rows_total && req.valid;
+      long long qrow = ok ? (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group +
+                                gr % p.group
+                          : 0;
+      kd_cp_async16(kd_smem_addr(sq + swizzle<QK_CHUNKS>(r, chunk) * 8), q + qrow * HEAD_DIM + chunk * 8,
+                    ok ? 16 : 0);
+    }
+  }
+
+  // ---- tree mask words of this thread's two rows (lane / 4 and lane / 4 + 8 of the warp's 16)
+  kd_u64 mask[2][MASK_WORDS];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int gr = row0 + wm * 16 + lane / 4 + h * 8;
+    bool ok = gr < rows_total && req.valid;
+    int node = ok ? req.node_base + gr / p.group : 0;
+#pragma unroll
+    for (int w = 0; w < MASK_WORDS; ++w) mask[h][w] = ok ? p.tree_mask[(long long)node * MASK_WORDS + w] : 0ull;
+  }
+
+  bool bad_page = false;
+  const int n_tiles = req.valid ? (t_end - t_begin + BLOCK_N - 1) / BLOCK_N : 0;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < n_tiles)
+      load_kv_tile(p, b, kv_head, t_begin + s * BLOCK_N, t_end, sk + s * K_TILE_ELEMS, sv + s * V_TILE_ELEMS,
+                   bad_page);
+    kd_cp_async_commit();  // the Q copies ride in the first group
+  }
+
+  float o[O_TILES][4];
+#pragma unroll
+  for (int j = 0; j < O_TILES; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m_run[2] = {-KD_INF, -KD_INF};  // running row max (log2 domain, scaled)
+  float l_run[2] = {0.f, 0.f};          // this thread's share of the row sum
+
+  const int q_row = wm * 16 + (lane & 15);
+  const int s_col0 = wn * (BLOCK_N / WARPS_N);
+
+  for (int it = 0; it < n_tiles; ++it) {
+    kd_cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    {
+      int next = it + STAGES - 1;
+      if (next < n_tiles) {
+        int st = next % STAGES;
+        load_kv_tile(p, b, kv_head, t_begin + next * BLOCK_N, t_end, sk + st * K_TILE_ELEMS,
+                     sv + st * V_TILE_ELEMS, bad_page);
+      }
+      kd_cp_async_commit();
+    }
+    const int stage = it % STAGES;
+    const kd_u16* tk = sk + stage * K_TILE_ELEMS;
+    const kd_u16* tv = IS_MLA ? tk : sv + stage * V_TILE_ELEMS;
+    const int t0 = t_begin + it * BLOCK_N;
+
+    // ---- S = Q K^T for this warp's 16 rows x BLOCK_N / WARPS_N columns
+    float s[S_TILES][4];
+#pragma unroll
+    for (int j = 0; j < S_TILES; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll 4
+    for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+      kd_u32 a[4];
+      kd_ldmatrix_x4(a, kd_smem_addr(sq + swizzle<QK_CHUNKS>(q_row, kk * 2 + (lane >> 4)) * 8));
+#pragma unroll
+      for (int j = 0; j + 1 < S_TILES; j += 2) {
+        kd_u32 bf[4];
+        int krow = s_col0 + j * 8 + (lane & 7) + ((lane >> 4) << 3);
+        kd_ldmatrix_x4(bf, kd_smem_addr(tk + swizzle<QK_CHUNKS>(krow, kk * 2 + ((lane >> 3) & 1)) * 8));
+        kd_mma16816<IS_BF16>(s[j], a, bf[0], bf[1]);
+        kd_mma16816<IS_BF16>(s[j + 1], a, bf[2], bf[3]);
+      }
+      if (S_TILES % 2) {
+        kd_u32 bf[2];
+        int krow = s_col0 + (S_TILES - 1) * 8 + (lane & 7);
+        kd_ldmatrix_x2(bf, kd_smem_addr(tk + swizzle<QK_CHUNKS>(krow, kk * 2 + ((lane >> 3) & 1)) * 8));
+        kd_mma16816<IS_BF16>(s[S_TILES - 1], a, bf[0], bf[1]);
+      }
+    }
+
+    // ---- scale, mask (prefix visible; tree tokens by the mask bits; past t_end hidden)
+    const bool edge = t0 + BLOCK_N > req.prefix || t0 + BLOCK_N > t_end;
+    float mx[2] = {-KD_INF, -KD_INF};
+#pragma unroll
+    for (int j = 0; j < S_TILES; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float v = s[j][e] * p.scale_log2;
+        if (edge) {
+          int t = t0 + s_col0 + j * 8 + (lane & 3) * 2 + (e & 1);
+          int tree = t - req.prefix;
+          bool visible = t < t_end && (tree < 0 || mask_bit(mask[e >> 1], tree));
+          v = visible ? v : -KD_INF;
+        }
+        s[j][e] = v;
+        mx[e >> 1] = fmaxf(mx[e >> 1], v);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    }
+    if (WARPS_N > 1) {
+      if ((lane & 3) == 0) {
+        sred[wn * BLOCK_M + wm * 16 + lane / 4] = mx[0];
+        sred[wn * BLOCK_M + wm * 16 + lane / 4 + 8] = mx[1];
+      }
+      __syncthreads();
+#pragma unroll
+      for (int w = 0; w < WARPS_N; ++w) {
+        mx[0] = fmaxf(mx[0], sred[w * BLOCK_M + wm * 16 + lane / 4]);
+        mx[1] = fmaxf(mx[1], sred[w * BLOCK_M + wm * 16 + lane / 4 + 8]);
+      }
+    }
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float m_new = fmaxf(m_run[h], mx[h]);
+      m_use[h] = m_new == -KD_INF ? 0.f : m_new;  // a fully masked row stays at zero
+      alpha[h] = kd_exp2(m_run[h] - m_use[h]);
+      m_run[h] = m_new;
+      l_run[h] *= alpha[h];
+    }
+#pragma unroll
+    for (int j = 0; j < S_TILES; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[j][e] = kd_exp2(s[j][e] - m_use[e >> 1]);
+        l_run[e >> 1] += s[j][e];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < O_TILES; ++j) {
+      o[j][0] *= alpha[0];
+      o[j][1] *= alpha[0];
+      o[j][2] *= alpha[1];
+      o[j][3] *= alpha[1];
+    }
+
+    // ---- O += P V
+    if (WARPS_N == 1) {
+      // P straight from the S accumulators: the C layout of two n8 tiles is the A layout of one k16 step.
+#pragma unroll
+      for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+        kd_u32 a[4];
+        a[0] = kd_pack2<IS_BF16>(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = kd_pack2<IS_BF16>(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = kd_pack2<IS_BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = kd_pack2<IS_BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int j = 0; j < O_TILES; j += 2) {
+          kd_u32 bf[4];
+          int vrow = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+          int vchunk = (wn * V_COLS + j * 8) / 8 + (lane >> 4);
+          kd_ldmatrix_x4_trans(bf, kd_smem_addr(tv + (IS_MLA ? swizzle<QK_CHUNKS>(vrow, vchunk)
+                                                              : swizzle<V_CHUNKS>(vrow, vchunk)) * 8));
+          kd_mma16816<IS_BF16>(o[j], a, bf[0], bf[1]);
+          kd_mma16816<IS_BF16>(o[j + 1], a, bf[2], bf[3]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < S_TILES; ++j) {
+        int col = s_col0 + j * 8 + (lane & 3) * 2;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          int row = wm * 16 + lane / 4 + h * 8;
+          kd_u32* dst = (kd_u32*)(sp + swizzle<P_CHUNKS>(row, col / 8) * 8 + col % 8);
+          *dst = kd_pack2<IS_BF16>(s[j][2 * h], s[j][2 * h + 1]);
+        }
+      }
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+        kd_u32 a[4];
+        kd_ldmatrix_x4(a, kd_smem_addr(sp + swizzle<P_CHUNKS>(q_row, kk * 2 + (lane >> 4)) * 8));
+#pragma unroll
+        for (int j = 0; j < O_TILES; j += 2) {
+          kd_u32 bf[4];
+          int vrow = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+          int vchunk = (wn * V_COLS + j * 8) / 8 + (lane >> 4);
+          kd_ldmatrix_x4_trans(bf, kd_smem_addr(tv + (IS_MLA ? swizzle<QK_CHUNKS>(vrow, vchunk)
+                                                              : swizzle<V_CHUNKS>(vrow, vchunk)) * 8));
+          kd_mma16816<IS_BF16>(o[j], a, bf[0], bf[1]);
+          kd_mma16816<IS_BF16>(o[j + 1], a, bf[2], bf[3]);
+        }
+      }
+    }
+  }
+  kd_cp_async_wait<0>();
+
+  // ---- row sums: the quad, then the warps of the row
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+  }
+  if (WARPS_N > 1) {
+    __syncthreads();
+    if ((lane & 3) == 0) {
+      sred[wn * BLOCK_M + wm * 16 + lane / 4] = l_run[0];
+      sred[wn * BLOCK_M + wm * 16 + lane / 4 + 8] = l_run[1];
+    }
+    __syncthreads();
+    l_run[0] = l_run[1] = 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS_N; ++w) {
+      l_run[0] += sred[w * BLOCK_M + wm * 16 + lane / 4];
+      l_run[1] += sred[w * BLOCK_M + wm * 16 + lane / 4 + 8];
+    }
+  }
+  // A bad page or request poisons its rows with NaN (the flag says why).
+  bool poisoned = !req.valid || __syncthreads_or(bad_page);
+  if (bad_page && p.error_flags) atomicOr(p.error_flags, 4);  // KDTREE_DEVICE_ERROR_PAGE_INDEX
+
+  const bool partial = p.num_splits > 1;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int gr = row0 + wm * 16 + lane / 4 + h * 8;
+    if (gr >= rows_total) continue;
+    long long orow = (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group + gr % p.group;
+    float inv = l_run[h] > 0.f ? 1.f / l_run[h] : 0.f;
+    if (poisoned) inv = KD_NAN;
+    // log2-domain LSE of this row (over this split); -inf when nothing was visible.
+    float lse2 = l_run[h] > 0.f ? m_run[h] + kd_log2(l_run[h]) : -KD_INF;
+    if (poisoned) lse2 = KD_NAN;
+    if (partial) {
+      float* po = p.partial_o + ((long long)split * p.total_nodes * p.num_q_heads + orow) * HEAD_DIM_V;
+#pragma unroll
+      for (int j = 0; j < O_TILES; ++j) {
+        int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
+        *(float2*)(po + col) = make_float2(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+      }
+      if (wn == 0 && (lane & 3) == 0) p.partial_lse[(long long)split * p.total_nodes * p.num_q_heads + orow] = lse2;
+    } else {
+      if (l_run[h] == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
+      kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V;
+#pragma unroll
+      for (int j = 0; j < O_TILES; ++j) {
+        int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
+        *(kd_u32*)(out + col) = kd_pack2<IS_BF16>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+      }
+      if (p.lse && wn == 0 && (lane & 3) == 0) p.lse[orow] = lse2 * 0.69314718055994531f;
+    }
+  }
+}
+
+// Merges the split partials of each (node, head) row by their LSE. One warp per row.
+extern "C" __global__ void __launch_bounds__(128) kdtree_verify_combine(const kdtree_verify_params p) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const long long row = (long long)blockIdx.x * 4 + warp;
+  const long long rows = (long long)p.total_nodes * p.num_q_heads;
+  if (row >= rows) return;
+  const int node = (int)(row / p.num_q_heads);
+  // The request that owns this node: binary search of node_indptr.
+  int lo = 0, hi = p.batch_size - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (p.node_indptr[mid] <= node) lo = mid; else hi = mid - 1;
+  }
+  const int kv_len = min(max(p.kv_lens[lo], 1), p.max_kv_len);
+  const int splits = min(p.num_splits, (kv_len + p.split_tokens - 1) / p.split_tokens);
+  const long long stride = rows;
+  float m = -KD_INF;
+  bool nan = false;
+  for (int s = 0; s < splits; ++s) {
+    float v = p.partial_lse[s * stride + row];
+    nan |= v != v;
+    m = fmaxf(m, v);
+  }
+  float m_use = m == -KD_INF ? 0.f : m;
+  float wsum = 0.f;
+  for (int s = 0; s < splits; ++s) wsum += kd_exp2(p.partial_lse[s * stride + row] - m_use);
+  const float inv = nan ? KD_NAN : (wsum > 0.f ? 1.f / wsum : KD_NAN);
+  kd_u16* out = (kd_u16*)p.out + row * HEAD_DIM_V;
+  for (int c = lane * 2; c < HEAD_DIM_V; c += 64) {
+    float a0 = 0.f, a1 = 0.f;
+    for (int s = 0; s < splits; ++s) {
+      float w = kd_exp2(p.partial_lse[s * stride + row] - m_use);
+      float2 v = *(const float2*)(p.partial_o + (s * stride + row) * HEAD_DIM_V + c);
+      a0 += w * v.x;
+      a1 += w * v.y;
+    }
+    *(kd_u32*)(out + c) = kd_pack2<IS_BF16>(a0 * inv, a1 * inv);
+  }
+  if (p.lse && lane == 0) p.lse[row] = nan ? KD_NAN : (m_use + kd_log2(wsum)) * 0.69314718055994531f;
+}

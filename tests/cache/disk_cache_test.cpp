@@ -1,0 +1,632 @@
+#include "cache/disk_cache.hpp"
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "runtime/error.hpp"
+
+namespace fs = std::filesystem;
+using kdtree::cache::DiskCache;
+using kdtree::cache::EntryInfo;
+using kdtree::cache::Outcome;
+
+namespace {
+
+// A fresh directory from mkdtemp, removed with everything in it.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "kdtree-cache-test-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path, ec);
+  }
+};
+
+// Redirects fd 2 into a temporary file until text() is called.
+class StderrCapture {
+ public:
+  StderrCapture() {
+    std::fflush(stderr);
+    file_ = std::tmpfile();
+    saved_ = ::dup(2);
+    ::dup2(::fileno(file_), 2);
+  }
+  ~StderrCapture() { restore(); }
+  std::string text() {
+    restore();
+    std::string out;
+    std::rewind(file_);
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, file_)) > 0;) out.append(buf, n);
+    return out;
+  }
+
+ private:
+  void restore() {
+    if (saved_ < 0) return;
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  std::FILE* file_ = nullptr;
+  int saved_ = -1;
+};
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+std::vector<char> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_file(const fs::path& p, const std::string& content) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << content;
+}
+
+// The *.kdc files in dir.
+std::vector<fs::path> entries(const fs::path& dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".kdc") out.push_back(e.path());
+  }
+  return out;
+}
+
+std::size_t file_count(const fs::path& dir) {
+  return std::size_t(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
+}
+
+// A build function that counts its calls.
+struct Builder {
+  std::string payload;
+  std::atomic<int> calls{0};
+  std::function<std::vector<char>()> fn() {
+    return [this] {
+      ++calls;
+      return bytes(payload);
+    };
+  }
+};
+
+// Sets (or unsets, for nullopt) an environment variable for one scope.
+class EnvVar {
+ public:
+  EnvVar(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) ::setenv(name, value->c_str(), 1);
+    else ::unsetenv(name);
+  }
+  ~EnvVar() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+}  // namespace
+
+TEST_CASE("disk cache: miss builds, then memory hit; a new cache on the dir gets a disk hit") {
+  TempDir tmp;
+  Builder b{"cubin bytes \x01\x02"};
+  Outcome how{};
+  {
+    DiskCache cache(tmp.path);
+    CHECK_FALSE(cache.memory_only());
+    CHECK(cache.get_or_build("op_w64", "key material", b.fn(), &how) == bytes(b.payload));
+    CHECK(how == Outcome::built);
+    CHECK(cache.get_or_build("op_w64", "key material", b.fn(), &how) == bytes(b.payload));
+    CHECK(how == Outcome::memory_hit);
+    CHECK(b.calls == 1);
+  }
+  const auto files = entries(tmp.path);
+  REQUIRE(files.size() == 1);
+  const std::string hash16 = DiskCache::sha256_hex("key material").substr(0, 16);
+  CHECK(files[0].filename() == "op_w64-" + hash16 + ".kdc");
+  CHECK(file_count(tmp.path) == 1);  // no lock or temp file left behind
+
+  DiskCache again(tmp.path);
+  CHECK(again.get_or_build("op_w64", "key material", b.fn(), &how) == bytes(b.payload));
+  CHECK(how == Outcome::disk_hit);
+  CHECK(again.get_or_build("op_w64", "key material", b.fn(), &how) == bytes(b.payload));
+  CHECK(how == Outcome::memory_hit);
+  CHECK(b.calls == 1);
+
+  // An empty payload round-trips too.
+  Builder empty{""};
+  CHECK(again.get_or_build("empty", "nothing", empty.fn(), &how).empty());
+  CHECK(DiskCache(tmp.path).get_or_build("empty", "nothing", empty.fn(), &how).empty());
+  CHECK(how == Outcome::disk_hit);
+  CHECK(empty.calls == 1);
+}
+
+TEST_CASE("disk cache: different key material gives different entries") {
+  TempDir tmp;
+  DiskCache cache(tmp.path);
+  Builder a{"payload A"}, b{"payload B"};
+  CHECK(cache.get_or_build("op", "source A", a.fn()) == bytes("payload A"));
+  CHECK(cache.get_or_build("op", "source B", b.fn()) == bytes("payload B"));
+  CHECK(entries(tmp.path).size() == 2);
+  CHECK(a.calls == 1);
+  CHECK(b.calls == 1);
+
+  Outcome how{};
+  DiskCache fresh(tmp.path);
+  CHECK(fresh.get_or_build("op", "source A", a.fn(), &how) == bytes("payload A"));
+  CHECK(how == Outcome::disk_hit);
+  CHECK(fresh.get_or_build("op", "source B", b.fn(), &how) == bytes("payload B"));
+  CHECK(how == Outcome::disk_hit);
+  CHECK(DiskCache::sha256_hex("source A") != DiskCache::sha256_hex("source B"));
+}
+
+TEST_CASE("disk cache: a corrupt entry is never returned; it is rebuilt and replaced") {
+  constexpr std::size_t kHeader = 80;  // magic 4, version 4, size 8, payload sha 32, key sha 32
+  struct Corruption {
+    const char* name;
+    const char* problem;  // expected in list()'s problem; nullptr: list() cannot tell
+    std::function<std::string(std::string)> apply;
+  };
+  const Corruption corruptions[] = {
+      {"flipped payload byte", "checksum",
+       [](std::string s) { s[kHeader + 3] ^= 0x40; return s; }},
+      {"truncated payload", "truncated", [](std::string s) { return s.substr(0, s.size() - 5); }},
+      {"truncated header", "truncated header", [](std::string s) { return s.substr(0, 40); }},
+      {"empty file", "truncated header", [](std::string) { return std::string(); }},
+      {"bad magic", "magic", [](std::string s) { s[0] = 'X'; return s; }},
+      {"bad version", "version", [](std::string s) { s[4] = 9; return s; }},
+      {"trailing bytes", "payload size", [](std::string s) { return s + "junk"; }},
+      {"flipped checksum byte", "checksum", [](std::string s) { s[20] ^= 1; return s; }},
+      {"wrong key (in the file name's prefix)", "key", [](std::string s) { s[50] ^= 1; return s; }},
+      // Past the 16 hex digits in the name only the full key, known to get_or_build, shows it.
+      {"wrong key (past the prefix)", nullptr, [](std::string s) { s[70] ^= 1; return s; }},
+  };
+  for (const auto& c : corruptions) {
+    INFO("corruption[" << c.name << "]");
+    TempDir tmp;
+    Builder b{"the genuine payload, long enough to corrupt"};
+    DiskCache(tmp.path).get_or_build("op", "key", b.fn());
+    auto files = entries(tmp.path);
+    REQUIRE(files.size() == 1);
+    const fs::path entry = files[0];
+    write_file(entry, c.apply(read_file(entry)));
+
+    auto listed = DiskCache(tmp.path).list();
+    REQUIRE(listed.size() == 1);
+    if (c.problem) {
+      CHECK_FALSE(listed[0].valid);
+      CHECK(listed[0].problem.find(c.problem) != std::string::npos);
+    }
+
+    Outcome how{};
+    DiskCache cache(tmp.path);
+    CHECK(cache.get_or_build("op", "key", b.fn(), &how) == bytes(b.payload));
+    CHECK(how == Outcome::built);
+    CHECK(b.calls == 2);
+    listed = cache.list();
+    REQUIRE(listed.size() == 1);
+    CHECK(listed[0].valid);
+    CHECK(listed[0].problem.empty());
+    CHECK(DiskCache(tmp.path).get_or_build("op", "key", b.fn(), &how) == bytes(b.payload));
+    CHECK(how == Outcome::disk_hit);
+  }
+}
+
+TEST_CASE("disk cache: another key's entry under this key's file name is rebuilt") {
+  {
+    TempDir tmp;
+    Builder mine{"mine"}, theirs{"theirs"};
+    DiskCache(tmp.path).get_or_build("op", "my key", mine.fn());
+    DiskCache(tmp.path).get_or_build("op", "their key", theirs.fn());
+    const fs::path my_entry = tmp.path / ("op-" + DiskCache::sha256_hex("my key").substr(0, 16) + ".kdc");
+    const fs::path their_entry =
+        tmp.path / ("op-" + DiskCache::sha256_hex("their key").substr(0, 16) + ".kdc");
+    fs::copy_file(their_entry, my_entry, fs::copy_options::overwrite_existing);
+    Outcome how{};
+    CHECK(DiskCache(tmp.path).get_or_build("op", "my key", mine.fn(), &how) == bytes("mine"));
+    CHECK(how == Outcome::built);
+    CHECK(mine.calls == 2);
+  }
+}
+
+TEST_CASE("disk cache: processes racing on one key compile it once") {
+  constexpr int kChildren = 4;
+  TempDir work;
+  const fs::path dir = work.path / "cache";
+  const fs::path counter = work.path / "builds.txt";
+  int gate[2];
+  REQUIRE(::pipe(gate) == 0);
+  std::vector<pid_t> children;
+  for (int i = 0; i < kChildren; ++i) {
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      // Child: wait at the gate so all start together; exit status says how it went.
+      ::close(gate[1]);
+      char c;
+      while (::read(gate[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      const std::string err_path = (work.path / ("stderr-" + std::to_string(i))).string();
+      int err_fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (err_fd >= 0) ::dup2(err_fd, 2);
+      int status = 0;
+      try {
+        DiskCache cache(dir);
+        const auto payload = cache.get_or_build("race", "one key", [&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          const std::string line = std::to_string(::getpid()) + "\n";
+          int fd = ::open(counter.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+          if (fd < 0 || ::write(fd, line.data(), line.size()) != ssize_t(line.size())) std::_Exit(4);
+          ::close(fd);
+          return bytes("built by " + line);
+        });
+        std::ofstream out(work.path / ("result-" + std::to_string(i)), std::ios::binary);
+        out.write(payload.data(), std::streamsize(payload.size()));
+        out.close();
+        status = (out && !payload.empty() && !cache.memory_only()) ? 0 : 3;
+      } catch (...) {
+        status = 2;
+      }
+      std::_Exit(status);
+    }
+    children.push_back(pid);
+  }
+  ::close(gate[0]);
+  ::close(gate[1]);  // opens the gate
+  for (int i = 0; i < kChildren; ++i) {
+    int status = 0;
+    REQUIRE(::waitpid(children[std::size_t(i)], &status, 0) == children[std::size_t(i)]);
+    INFO("child " << i);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  const std::string builds = read_file(counter);
+  CHECK(count(builds, "\n") == 1);
+  const std::string first = read_file(work.path / "result-0");
+  CHECK(first == "built by " + builds);
+  for (int i = 0; i < kChildren; ++i) {
+    INFO("child " << i);
+    CHECK(read_file(work.path / ("result-" + std::to_string(i))) == first);
+    // A waiting child says so once, naming the lock.
+    const std::string err = read_file(work.path / ("stderr-" + std::to_string(i)));
+    CHECK(count(err, "kdtree: waiting for another process to compile race (lock ") <= 1);
+    CHECK(count(err, "\n") == count(err, "kdtree: waiting"));
+  }
+  CHECK(entries(dir).size() == 1);
+  CHECK(file_count(dir) == 1);  // no lock or temp file left behind
+}
+
+TEST_CASE("disk cache: threads racing on one key build it once") {
+  constexpr int kThreads = 8;
+  TempDir tmp;
+  std::atomic<int> builds{0};
+  auto slow_build = [&] {
+    ++builds;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return bytes("payload");
+  };
+
+  SUBCASE("one cache shared by the threads") {
+    DiskCache cache(tmp.path);
+    std::vector<Outcome> outcomes(kThreads);
+    std::vector<std::vector<char>> results(kThreads);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) {
+      threads.emplace_back([&, i] {
+        results[std::size_t(i)] = cache.get_or_build("op", "key", slow_build, &outcomes[std::size_t(i)]);
+      });
+    }
+    for (auto& t : threads) t.join();
+    CHECK(builds == 1);
+    CHECK(std::count(outcomes.begin(), outcomes.end(), Outcome::built) == 1);
+    CHECK(std::count(outcomes.begin(), outcomes.end(), Outcome::memory_hit) == kThreads - 1);
+    for (const auto& r : results) CHECK(r == bytes("payload"));
+  }
+
+  SUBCASE("a cache per thread (the file lock serialises them)") {
+    std::vector<std::vector<char>> results(kThreads);
+    std::vector<std::thread> threads;
+    StderrCapture err;
+    for (int i = 0; i < kThreads; ++i) {
+      threads.emplace_back([&, i] {
+        DiskCache cache(tmp.path);
+        results[std::size_t(i)] = cache.get_or_build("op", "key", slow_build);
+      });
+    }
+    for (auto& t : threads) t.join();
+    CHECK(builds == 1);
+    for (const auto& r : results) CHECK(r == bytes("payload"));
+    CHECK(count(err.text(), "kdtree: warning") == 0);
+  }
+
+  SUBCASE("different keys build concurrently") {
+    DiskCache cache(tmp.path);
+    std::vector<std::thread> threads;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kThreads; ++i) {
+      threads.emplace_back([&, i] { cache.get_or_build("op" + std::to_string(i), std::to_string(i), slow_build); });
+    }
+    for (auto& t : threads) t.join();
+    CHECK(builds == kThreads);
+    CHECK(entries(tmp.path).size() == std::size_t(kThreads));
+    // Serialised builds would take kThreads * 100 ms.
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(100 * kThreads - 100));
+  }
+}
+
+TEST_CASE("disk cache: an unusable directory degrades to memory with one warning") {
+  TempDir tmp;
+  const std::string warning = "kdtree: warning: cache directory ";
+  auto check_memory_only = [&](const fs::path& dir) {
+    INFO("dir " << dir);
+    StderrCapture err;
+    DiskCache cache(dir);
+    CHECK(cache.memory_only());
+    Builder b{"payload"};
+    Outcome how{};
+    CHECK(cache.get_or_build("op", "key", b.fn(), &how) == bytes("payload"));
+    CHECK(how == Outcome::built);
+    CHECK(cache.get_or_build("op", "key", b.fn(), &how) == bytes("payload"));
+    CHECK(how == Outcome::memory_hit);
+    CHECK(cache.get_or_build("op2", "key2", b.fn(), &how) == bytes("payload"));
+    CHECK(b.calls == 2);
+    const std::string text = err.text();
+    CHECK(count(text, warning) == 1);
+    CHECK(count(text, "\n") == 1);
+    CHECK(text.find(warning + dir.string() + " is not writable (") != std::string::npos);
+    CHECK(text.find("); caching in memory only") != std::string::npos);
+  };
+
+  SUBCASE("parent is a regular file (fails for root too)") {
+    write_file(tmp.path / "file", "x");
+    check_memory_only(tmp.path / "file" / "cache");
+  }
+  SUBCASE("the path is a regular file") {
+    write_file(tmp.path / "file", "x");
+    check_memory_only(tmp.path / "file");
+  }
+  SUBCASE("under /proc (fails for root too)") { check_memory_only("/proc/kdtree-cache-test"); }
+  SUBCASE("an existing directory that takes no files: /proc") { check_memory_only("/proc"); }
+  SUBCASE("chmod 0555 (only when not root)") {
+    if (::geteuid() == 0) return;
+    const fs::path dir = tmp.path / "ro";
+    {
+      Builder b{"prewarmed"};
+      DiskCache(dir).get_or_build("op", "warm key", b.fn());
+    }
+    fs::permissions(dir, fs::perms(0555));
+    check_memory_only(dir);
+    // A read-only cache still serves the entries it holds.
+    Builder b{"other"};
+    Outcome how{};
+    StderrCapture err;
+    CHECK(DiskCache(dir).get_or_build("op", "warm key", b.fn(), &how) == bytes("prewarmed"));
+    CHECK(how == Outcome::disk_hit);
+    fs::permissions(dir, fs::perms(0755));
+  }
+  SUBCASE("empty path: memory only, silently") {
+    StderrCapture err;
+    DiskCache cache("");
+    CHECK(cache.memory_only());
+    Builder b{"payload"};
+    CHECK(cache.get_or_build("op", "key", b.fn()) == bytes("payload"));
+    CHECK(cache.list().empty());
+    CHECK(cache.clear() == 0);
+    CHECK(err.text().empty());
+  }
+  SUBCASE("publishing fails later: degrade once") {
+    const fs::path dir = tmp.path / "cache";
+    DiskCache cache(dir);
+    REQUIRE_FALSE(cache.memory_only());
+    fs::remove_all(dir);
+    write_file(dir, "the cache dir became a file");
+    StderrCapture err;
+    Builder b{"payload"};
+    CHECK(cache.get_or_build("op", "key", b.fn()) == bytes("payload"));
+    CHECK(cache.get_or_build("op2", "key2", b.fn()) == bytes("payload"));
+    CHECK(cache.memory_only());
+    CHECK(b.calls == 2);
+    CHECK(count(err.text(), warning + dir.string() + " is not writable (") == 1);
+  }
+  SUBCASE("the directory is removed later: it is made again") {
+    const fs::path dir = tmp.path / "cache";
+    DiskCache cache(dir);
+    fs::remove_all(dir);
+    Builder b{"payload"};
+    CHECK(cache.get_or_build("op", "key", b.fn()) == bytes("payload"));
+    CHECK_FALSE(cache.memory_only());
+    CHECK(entries(dir).size() == 1);
+  }
+}
+
+TEST_CASE("disk cache: default_dir precedence (empty counts as unset)") {
+  EnvVar home("HOME", "/home/someone");
+  SUBCASE("KDTREE_CACHE_DIR first") {
+    EnvVar a("KDTREE_CACHE_DIR", "/explicit/dir");
+    EnvVar b("XDG_CACHE_HOME", "/xdg");
+    CHECK(DiskCache::default_dir() == fs::path("/explicit/dir"));
+  }
+  SUBCASE("then XDG_CACHE_HOME/kdtree") {
+    EnvVar a("KDTREE_CACHE_DIR", "");
+    EnvVar b("XDG_CACHE_HOME", "/xdg");
+    CHECK(DiskCache::default_dir() == fs::path("/xdg/kdtree"));
+    EnvVar c("KDTREE_CACHE_DIR", std::nullopt);
+    CHECK(DiskCache::default_dir() == fs::path("/xdg/kdtree"));
+  }
+  SUBCASE("then HOME/.cache/kdtree") {
+    EnvVar a("KDTREE_CACHE_DIR", std::nullopt);
+    EnvVar b("XDG_CACHE_HOME", "");
+    CHECK(DiskCache::default_dir() == fs::path("/home/someone/.cache/kdtree"));
+    EnvVar c("XDG_CACHE_HOME", std::nullopt);
+    CHECK(DiskCache::default_dir() == fs::path("/home/someone/.cache/kdtree"));
+  }
+}
+
+TEST_CASE("disk cache: list, verify, clear") {
+  TempDir tmp;
+  DiskCache cache(tmp.path);
+  Builder b{"payload"};
+  cache.get_or_build("alpha_w16", "k1", b.fn());
+  cache.get_or_build("beta-w32", "k2", b.fn());  // a '-' inside the readable name is fine
+  cache.get_or_build("gamma", "k3", b.fn());
+  const fs::path gamma = tmp.path / ("gamma-" + DiskCache::sha256_hex("k3").substr(0, 16) + ".kdc");
+  std::string text = read_file(gamma);
+  text.back() ^= 1;
+  write_file(gamma, text);
+  write_file(tmp.path / "junk.kdc", "not an entry");
+  write_file(tmp.path / "unrelated.txt", "left alone");
+  write_file(tmp.path / "gamma-0123456789abcdef.kdc.lock", "");
+  // A temp file whose writer has exited is stale; one of a live process is not.
+  const pid_t dead = ::fork();
+  REQUIRE(dead >= 0);
+  if (dead == 0) std::_Exit(0);
+  REQUIRE(::waitpid(dead, nullptr, 0) == dead);
+  const std::string stale = "alpha_w16-0000000000000000.kdc.tmp." + std::to_string(dead) + ".1.0";
+  const std::string live = "alpha_w16-0000000000000000.kdc.tmp." + std::to_string(::getpid()) + ".1.0";
+  write_file(tmp.path / stale, "partial");
+  write_file(tmp.path / live, "partial");
+
+  auto listed = cache.list();
+  REQUIRE(listed.size() == 4);  // alpha, beta, gamma, junk: sorted by path
+  CHECK(listed[0].readable == "alpha_w16");
+  CHECK(listed[0].valid);
+  CHECK(listed[0].bytes == 80 + 7);
+  CHECK(listed[1].readable == "beta-w32");
+  CHECK(listed[1].valid);
+  CHECK(listed[2].readable == "gamma");
+  CHECK_FALSE(listed[2].valid);
+  CHECK(listed[2].problem == "payload checksum mismatch");
+  CHECK(listed[3].readable == "junk");
+  CHECK_FALSE(listed[3].valid);
+  CHECK_FALSE(listed[3].problem.empty());
+  CHECK(entries(tmp.path).size() == 4);  // list() changes nothing
+
+  const auto verified = cache.verify();
+  CHECK(verified.size() == 4);
+  CHECK(std::count_if(verified.begin(), verified.end(), [](const EntryInfo& e) { return !e.valid; }) == 2);
+  listed = cache.list();
+  REQUIRE(listed.size() == 2);
+  CHECK(listed[0].valid);
+  CHECK(listed[1].valid);
+
+  // 2 entries + 1 lock + 1 stale temp file.
+  CHECK(cache.clear() == 4);
+  CHECK(cache.list().empty());
+  CHECK(fs::exists(tmp.path / live));
+  CHECK_FALSE(fs::exists(tmp.path / stale));
+  CHECK(fs::exists(tmp.path / "unrelated.txt"));
+}
+
+TEST_CASE("disk cache: a held lock is waited for, with one message, and times out") {
+  TempDir tmp;
+  const std::string readable = "locked_op";
+  const fs::path lock_path =
+      tmp.path / (readable + "-" + DiskCache::sha256_hex("key").substr(0, 16) + ".kdc.lock");
+  // flock conflicts between separate opens even within one process.
+  int held = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
+  REQUIRE(held >= 0);
+  REQUIRE(::flock(held, LOCK_EX) == 0);
+  const std::string waiting =
+      "kdtree: waiting for another process to compile " + readable + " (lock " + lock_path.string() + ")\n";
+  Builder b{"payload"};
+
+  SUBCASE("timeout") {
+    StderrCapture err;
+    DiskCache cache(tmp.path, std::chrono::seconds(0));
+    try {
+      cache.get_or_build(readable, "key", b.fn());
+      FAIL("expected a timeout");
+    } catch (const kdtree::Error& e) {
+      CHECK(e.status() == KDTREE_ERROR_CACHE);
+      CHECK(std::string(e.what()).find(lock_path.string()) != std::string::npos);
+    }
+    CHECK(b.calls == 0);
+    CHECK(err.text() == waiting);
+    ::close(held);
+    // Nothing is stuck: the next call builds.
+    Outcome how{};
+    CHECK(cache.get_or_build(readable, "key", b.fn(), &how) == bytes("payload"));
+    CHECK(how == Outcome::built);
+  }
+
+  SUBCASE("released while waiting") {
+    StderrCapture err;
+    DiskCache cache(tmp.path, std::chrono::seconds(5));
+    std::thread releaser([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ::close(held);
+    });
+    Outcome how{};
+    CHECK(cache.get_or_build(readable, "key", b.fn(), &how) == bytes("payload"));
+    releaser.join();
+    CHECK(how == Outcome::built);
+    CHECK(err.text() == waiting);
+    CHECK(b.calls == 1);
+  }
+}
+
+TEST_CASE("disk cache: a throwing build propagates and leaves no entry and no stuck lock") {
+  TempDir tmp;
+  DiskCache cache(tmp.path, std::chrono::seconds(1));
+  auto failing = []() -> std::vector<char> { throw std::runtime_error("nvrtc said no"); };
+  CHECK_THROWS_WITH_AS(cache.get_or_build("op", "key", failing), "nvrtc said no", std::runtime_error);
+  CHECK(file_count(tmp.path) == 0);  // no entry, lock or temp file
+  CHECK_FALSE(cache.memory_only());
+
+  Builder b{"payload"};
+  Outcome how{};
+  CHECK(cache.get_or_build("op", "key", b.fn(), &how) == bytes("payload"));
+  CHECK(how == Outcome::built);
+  // Another process (here: another cache) is not blocked either.
+  CHECK(DiskCache(tmp.path, std::chrono::seconds(0)).get_or_build("op", "key", b.fn(), &how) ==
+        bytes("payload"));
+  CHECK(how == Outcome::disk_hit);
+  CHECK(b.calls == 1);
+}
+
+TEST_CASE("disk cache: readable names must be file-name safe") {
+  TempDir tmp;
+  DiskCache cache(tmp.path);
+  Builder b{"payload"};
+  const std::string bad_names[] = {"", "a/b", ".hidden", "..", std::string(151, 'x'), std::string("a\0b", 3)};
+  for (const std::string& bad : bad_names) {
+    INFO("readable[" << bad << "]");
+    try {
+      cache.get_or_build(bad, "key", b.fn());
+      FAIL("expected an error");
+    } catch (const kdtree::Error& e) {
+      CHECK(e.status() == KDTREE_ERROR_INVALID_ARGUMENT);
+    }
+  }
+  CHECK(b.calls == 0);
+}

@@ -1,0 +1,98 @@
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "codegen/verify_attention.hpp"
+#include "runtime/error.hpp"
+
+using namespace kdtree::codegen;
+
+namespace {
+kdtree_verify_spec mla_spec() { return {576, 512, 16, 1, 64, 64, KDTREE_DTYPE_BF16}; }
+
+std::string error_of(const kdtree_verify_spec& s, kdtree_status* status = nullptr) {
+  try {
+    validate_verify_spec(s);
+  } catch (const kdtree::Error& e) {
+    if (status) *status = e.status();
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("verify spec validation names the supported values") {
+  CHECK(validate_verify_spec(mla_spec()).label() == "verify_attention[mla576/512,W=64,page=64,bf16]");
+  kdtree_verify_spec s = mla_spec();
+  kdtree_status status = KDTREE_OK;
+  s.head_dim_qk = 96;
+  s.head_dim_v = 96;
+  std::string msg = error_of(s, &status);
+  CHECK(status == KDTREE_ERROR_UNSUPPORTED);
+  CHECK(msg.find("576/512") != std::string::npos);
+  CHECK(msg.find("128/128") != std::string::npos);
+
+  s = mla_spec();
+  s.max_tree_nodes = 48;
+  CHECK(error_of(s).find("16, 32, 64 or 128") != std::string::npos);
+  s = mla_spec();
+  s.page_size = 8;
+  CHECK(error_of(s).find("page_size 8") != std::string::npos);
+  s = mla_spec();
+  s.dtype = KDTREE_DTYPE_F32;
+  CHECK(error_of(s).find("bf16 or f16") != std::string::npos);
+  s = mla_spec();
+  s.num_kv_heads = 2;
+  s.num_q_heads = 16;
+  CHECK(error_of(s, &status).find("num_kv_heads must be 1") != std::string::npos);
+  CHECK(status == KDTREE_ERROR_INVALID_ARGUMENT);
+  s = {128, 128, 12, 8, 16, 32, KDTREE_DTYPE_F16};
+  CHECK(error_of(s).find("not a multiple") != std::string::npos);
+}
+
+TEST_CASE("head and dtype names round-trip") {
+  int qk = 0, v = 0;
+  parse_head_name("gqa256", &qk, &v);
+  CHECK(qk == 256);
+  CHECK(v == 256);
+  parse_head_name("mla576/512", &qk, &v);
+  CHECK(qk == 576);
+  CHECK(v == 512);
+  CHECK_THROWS_AS(parse_head_name("gqa96", &qk, &v), kdtree::Error);
+  CHECK(parse_dtype("f16") == KDTREE_DTYPE_F16);
+  CHECK_THROWS_AS(parse_dtype("fp8"), kdtree::Error);
+}
+
+TEST_CASE("tiles fit each arch's shared memory") {
+  for (int sm : {80, 86, 89, 90, 120}) {
+    Arch arch = arch_from_sm(sm);
+    for (const char* head : {"mla576/512", "gqa64", "gqa128", "gqa256"}) {
+      VerifySpec spec;
+      parse_head_name(head, &spec.head_dim_qk, &spec.head_dim_v);
+      VerifyTiles t = choose_verify_tiles(spec, arch);
+      INFO(spec.label() << " on " << arch.name());
+      CHECK(t.smem_bytes <= arch.max_smem_per_block);
+      CHECK(t.block_m % 16 == 0);
+      CHECK(t.stages >= 2);
+    }
+  }
+  // sm_120 is held to 99 KB per block.
+  CHECK(arch_from_sm(120).max_smem_per_block == 99 * 1024);
+  CHECK_THROWS_AS(arch_from_sm(75), kdtree::Error);
+  CHECK(parse_arch("sm_90").sm == 90);
+  CHECK_THROWS_AS(parse_arch("hopper"), kdtree::Error);
+}
+
+TEST_CASE("generated source is specialised per shape") {
+  VerifySpec a, b;
+  b.page_size = 16;
+  Arch arch = arch_from_sm(120);
+  KernelSource sa = generate_verify_attention(a, arch);
+  KernelSource sb = generate_verify_attention(b, arch);
+  CHECK(sa.source != sb.source);
+  CHECK(sa.file_stem == "verify_attention-mla576x512-W64-p64-bf16");
+  CHECK(sa.source.find("constexpr int PAGE_SIZE = 64;") != std::string::npos);
+  CHECK(sa.source.find("${") == std::string::npos);
+  // sm_90 has room for larger tiles than sm_120.
+  CHECK(generate_verify_attention(a, arch_from_sm(90)).source != sa.source);
+}

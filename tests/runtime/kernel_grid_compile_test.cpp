@@ -1,0 +1,86 @@
+// NVRTC compiles the whole default grid for sm_120 and sm_90 (no GPU needed),
+// and the compiled kernels respect sm_120's limits: <= 99 KB of shared memory
+// per block (static, read from ptxas's report of the compiled kernel, plus the
+// dynamic amount the launch asks for) and no register spills.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "codegen/grid.hpp"
+#include "codegen/verify_attention.hpp"
+#include "runtime/runtime.hpp"
+
+namespace fs = std::filesystem;
+using namespace kdtree;
+
+namespace {
+
+// Dynamic shared memory a kernel is launched with (verify_attention only; the
+// tree operations use static shared memory, which ptxas reports).
+int dynamic_smem(const std::string& label, const codegen::Arch& arch) {
+  if (label.rfind("verify_attention[", 0) != 0) return 0;
+  auto inside = label.substr(17, label.size() - 18);  // mla576/512,W=64,page=64,bf16
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t comma; (comma = inside.find(',', start)) != std::string::npos; start = comma + 1)
+    parts.push_back(inside.substr(start, comma - start));
+  parts.push_back(inside.substr(start));
+  codegen::VerifySpec spec;
+  codegen::parse_head_name(parts[0], &spec.head_dim_qk, &spec.head_dim_v);
+  spec.max_tree_nodes = std::stoi(parts[1].substr(2));
+  spec.page_size = std::stoi(parts[2].substr(5));
+  spec.dtype = codegen::parse_dtype(parts[3]);
+  return codegen::choose_verify_tiles(spec, arch).smem_bytes;
+}
+
+void compile_grid(int sm) {
+  fs::path dir = fs::temp_directory_path() / ("kdtree-grid-test-" + std::to_string(sm) + "-" +
+                                              std::to_string(::getpid()));
+  auto rt = Runtime::offline(sm, dir.string());
+  const codegen::Arch arch = rt->arch();
+  auto items = codegen::enumerate_grid(codegen::GridOptions{}, arch);
+  std::atomic<size_t> next{0};
+  std::mutex report;
+  int compiled = 0;
+  auto worker = [&] {
+    for (size_t i; (i = next++) < items.size();) {
+      std::string failure;
+      std::shared_ptr<const CompiledModule> m;
+      try {
+        m = rt->compile(items[i].make());
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+      std::lock_guard<std::mutex> lock(report);
+      INFO(items[i].label << " for " << arch.name());
+      CHECK_MESSAGE(failure.empty(), failure);
+      if (!m) continue;
+      ++compiled;
+      CHECK(!m->usage.empty());
+      for (const auto& [entry, use] : m->usage) {
+        INFO(entry << ": " << use.registers << " registers, " << use.static_smem << " B static smem, "
+                   << use.spill_stores << " B spill stores");
+        CHECK(use.spill_stores == 0);
+        CHECK(use.spill_loads == 0);
+        if (sm == 120) CHECK(use.static_smem + dynamic_smem(items[i].label, arch) <= 99 * 1024);
+      }
+    }
+  };
+  unsigned threads = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  MESSAGE("compiled " << compiled << " kernels for " << arch.name());
+  CHECK(compiled == static_cast<int>(items.size()));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+
+TEST_CASE("default grid compiles for sm_120 within 99 KB shared memory and without spills") { compile_grid(120); }
+
+TEST_CASE("default grid compiles for sm_90 without spills") { compile_grid(90); }

@@ -1,0 +1,320 @@
+// kdtree_verify_attention rejects bad arguments on the host, through the C ABI,
+// before it needs a driver: these run on CPU-only machines (CI). Pointers are
+// fake (never dereferenced: every call here must fail validation). Message
+// texts belong to the implementation; only the field names are checked.
+#include <doctest/doctest.h>
+
+#include <cctype>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "kdtree/kdtree.h"
+
+namespace {
+
+// True when `field` occurs in `msg` as a whole word (so "q" does not match "num_q_heads").
+bool names(const std::string& msg, const std::string& field) {
+  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t at = msg.find(field); at != std::string::npos; at = msg.find(field, at + 1)) {
+    const bool left = at == 0 || !word_char(msg[at - 1]);
+    const bool right = at + field.size() == msg.size() || !word_char(msg[at + field.size()]);
+    if (left && right) return true;
+  }
+  return false;
+}
+
+const void* fake(uintptr_t slot) { return reinterpret_cast<const void*>(0x7f0000000000ull + slot * 0x100000ull); }
+
+struct Fixture {
+  std::string dir;
+  kdtree_runtime* rt = nullptr;
+  Fixture() {
+    char tmpl[] = "/tmp/kdtree-verify-args-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+    // A device runtime, never bound: creation must not need a driver.
+    REQUIRE(kdtree_runtime_create(0, dir.c_str(), &rt) == KDTREE_OK);
+  }
+  ~Fixture() {
+    kdtree_runtime_destroy(rt);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  Fixture(const Fixture&) = delete;
+  Fixture& operator=(const Fixture&) = delete;
+};
+
+kdtree_verify_spec gqa_spec() {
+  kdtree_verify_spec s{};
+  s.head_dim_qk = 128;
+  s.head_dim_v = 128;
+  s.num_q_heads = 8;
+  s.num_kv_heads = 2;
+  s.page_size = 16;
+  s.max_tree_nodes = 64;
+  s.dtype = KDTREE_DTYPE_BF16;
+  return s;
+}
+
+kdtree_verify_spec mla_spec() {
+  kdtree_verify_spec s{};
+  s.head_dim_qk = 576;
+  s.head_dim_v = 512;
+  s.num_q_heads = 16;
+  s.num_kv_heads = 1;
+  s.page_size = 64;
+  s.max_tree_nodes = 64;
+  s.dtype = KDTREE_DTYPE_BF16;
+  return s;
+}
+
+// Well-formed arguments (with fake device pointers); each test breaks one thing.
+kdtree_verify_args good_args(const kdtree_verify_spec& spec) {
+  kdtree_verify_args a{};
+  a.spec = spec;
+  a.batch_size = 3;
+  a.total_nodes = 70;
+  a.max_kv_len = 3000;
+  a.num_pages = 200;
+  a.q = fake(1);
+  a.node_indptr = static_cast<const int32_t*>(fake(2));
+  a.k_cache = fake(3);
+  a.v_cache = spec.head_dim_qk == 576 ? nullptr : fake(4);
+  a.page_table = static_cast<const int32_t*>(fake(5));
+  a.max_pages_per_req = 64;
+  a.kv_lens = static_cast<const int32_t*>(fake(6));
+  a.tree_mask = static_cast<const uint64_t*>(fake(7));
+  a.sm_scale = 0.0625f;
+  a.out = const_cast<void*>(fake(8));
+  a.lse = static_cast<float*>(const_cast<void*>(fake(9)));
+  a.workspace = const_cast<void*>(fake(10));
+  a.workspace_size = size_t(1) << 34;
+  a.error_flags = nullptr;
+  a.stream = nullptr;
+  a.num_splits = 1;
+  return a;
+}
+
+// Runs the call and checks the status and that the message names every field.
+void expect_rejected(kdtree_runtime* rt, const kdtree_verify_args& a, kdtree_status status,
+                     std::initializer_list<const char*> fields) {
+  const kdtree_status got = kdtree_verify_attention(rt, &a);
+  const std::string msg = kdtree_last_error();
+  INFO("message: " << msg);
+  CHECK(got == status);
+  for (const char* f : fields) {
+    INFO("field: " << f);
+    CHECK(names(msg, f));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("verify_args: unsupported specs are KDTREE_ERROR_UNSUPPORTED and say what is supported") {
+  Fixture fx;
+  SUBCASE("head dim 96") {
+    kdtree_verify_args a = good_args(gqa_spec());
+    a.spec.head_dim_qk = a.spec.head_dim_v = 96;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_UNSUPPORTED, {"head_dim_qk", "64", "128", "256", "576"});
+  }
+  SUBCASE("head_dim_v differs from head_dim_qk for GQA") {
+    kdtree_verify_args a = good_args(gqa_spec());
+    a.spec.head_dim_v = 64;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_UNSUPPORTED, {"head_dim_v"});
+  }
+  SUBCASE("MLA with head_dim_v 256") {
+    kdtree_verify_args a = good_args(mla_spec());
+    a.spec.head_dim_v = 256;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_UNSUPPORTED, {"head_dim_v"});
+  }
+  SUBCASE("W = 48") {
+    kdtree_verify_args a = good_args(gqa_spec());
+    a.spec.max_tree_nodes = 48;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_UNSUPPORTED, {"max_tree_nodes"});
+  }
+  SUBCASE("W = 256") {
+    kdtree_verify_args a = good_args(mla_spec());
+    a.spec.max_tree_nodes = 256;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_UNSUPPORTED, {"max_tree_nodes"});
+  }
+  SUBCASE("page size 8") {
+    kdtree_verify_args a = good_args(gqa_spec());
+    a.spec.page_size = 8;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_UNSUPPORTED, {"page_size"});
+  }
+  SUBCASE("page size 0") {
+    kdtree_verify_args a = good_args(mla_spec());
+    a.spec.page_size = 0;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_UNSUPPORTED, {"page_size"});
+  }
+  SUBCASE("dtype F32") {
+    kdtree_verify_args a = good_args(gqa_spec());
+    a.spec.dtype = KDTREE_DTYPE_F32;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_UNSUPPORTED, {"dtype"});
+  }
+}
+
+TEST_CASE("verify_args: inconsistent head counts are KDTREE_ERROR_INVALID_ARGUMENT") {
+  Fixture fx;
+  SUBCASE("num_q_heads not a multiple of num_kv_heads") {
+    kdtree_verify_args a = good_args(gqa_spec());
+    a.spec.num_q_heads = 6;
+    a.spec.num_kv_heads = 4;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"num_q_heads", "num_kv_heads"});
+  }
+  SUBCASE("num_q_heads 0") {
+    kdtree_verify_args a = good_args(gqa_spec());
+    a.spec.num_q_heads = 0;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"num_q_heads"});
+  }
+  SUBCASE("num_kv_heads 0") {
+    kdtree_verify_args a = good_args(gqa_spec());
+    a.spec.num_kv_heads = 0;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"num_kv_heads"});
+  }
+  SUBCASE("MLA with two KV heads") {
+    kdtree_verify_args a = good_args(mla_spec());
+    a.spec.num_kv_heads = 2;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"num_kv_heads"});
+  }
+}
+
+TEST_CASE("verify_args: v_cache must be NULL for MLA and given for GQA") {
+  Fixture fx;
+  SUBCASE("MLA with a v_cache") {
+    kdtree_verify_args a = good_args(mla_spec());
+    a.v_cache = fake(4);
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"v_cache"});
+  }
+  SUBCASE("GQA without a v_cache") {
+    kdtree_verify_args a = good_args(gqa_spec());
+    a.v_cache = nullptr;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"v_cache"});
+  }
+}
+
+TEST_CASE("verify_args: NULL device pointers are named") {
+  Fixture fx;
+  for (const kdtree_verify_spec& spec : {gqa_spec(), mla_spec()}) {
+    const bool mla = spec.head_dim_qk == 576;
+    INFO(mla ? "mla" : "gqa");
+    {
+      kdtree_verify_args a = good_args(spec);
+      a.q = nullptr;
+      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"q"});
+    }
+    {
+      kdtree_verify_args a = good_args(spec);
+      a.k_cache = nullptr;
+      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"k_cache"});
+    }
+    {
+      kdtree_verify_args a = good_args(spec);
+      a.out = nullptr;
+      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"out"});
+    }
+    {
+      kdtree_verify_args a = good_args(spec);
+      a.page_table = nullptr;
+      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"page_table"});
+    }
+    {
+      kdtree_verify_args a = good_args(spec);
+      a.kv_lens = nullptr;
+      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"kv_lens"});
+    }
+    {
+      kdtree_verify_args a = good_args(spec);
+      a.node_indptr = nullptr;
+      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"node_indptr"});
+    }
+    {
+      kdtree_verify_args a = good_args(spec);
+      a.tree_mask = nullptr;
+      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"tree_mask"});
+    }
+  }
+}
+
+TEST_CASE("verify_args: sizes") {
+  Fixture fx;
+  SUBCASE("batch_size 0") {
+    kdtree_verify_args a = good_args(gqa_spec());
+    a.batch_size = 0;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"batch_size"});
+  }
+  SUBCASE("batch_size -1") {
+    kdtree_verify_args a = good_args(mla_spec());
+    a.batch_size = -1;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"batch_size"});
+  }
+  SUBCASE("total_nodes > batch_size * W") {
+    kdtree_verify_args a = good_args(gqa_spec());
+    a.batch_size = 2;
+    a.total_nodes = 2 * 64 + 1;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"total_nodes"});
+  }
+  SUBCASE("total_nodes 0") {
+    kdtree_verify_args a = good_args(mla_spec());
+    a.total_nodes = 0;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"total_nodes"});
+  }
+  SUBCASE("workspace too small for forced splits") {
+    kdtree_verify_args a = good_args(mla_spec());
+    a.num_splits = 3;
+    a.max_kv_len = 4096;
+    a.workspace = nullptr;
+    a.workspace_size = 0;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"workspace"});
+  }
+  SUBCASE("workspace of 16 bytes for forced splits") {
+    kdtree_verify_args a = good_args(gqa_spec());
+    a.num_splits = 3;
+    a.max_kv_len = 4096;
+    a.workspace_size = 16;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"workspace"});
+  }
+}
+
+TEST_CASE("verify_args: NULL runtime and NULL args") {
+  Fixture fx;
+  kdtree_verify_args a = good_args(gqa_spec());
+  CHECK(kdtree_verify_attention(nullptr, &a) == KDTREE_ERROR_INVALID_ARGUMENT);
+  CHECK(names(kdtree_last_error(), "runtime"));
+  CHECK(kdtree_verify_attention(fx.rt, nullptr) == KDTREE_ERROR_INVALID_ARGUMENT);
+  CHECK(names(kdtree_last_error(), "args"));
+}
+
+TEST_CASE("verify_args: kdtree_verify_workspace_size and kdtree_warm validate the spec too") {
+  Fixture fx;
+  kdtree_verify_spec s = gqa_spec();
+  s.head_dim_qk = s.head_dim_v = 96;
+  size_t bytes = 0;
+  CHECK(kdtree_verify_workspace_size(fx.rt, &s, 2, 10, 100, &bytes) == KDTREE_ERROR_UNSUPPORTED);
+  CHECK(names(kdtree_last_error(), "head_dim_qk"));
+  s = mla_spec();
+  s.page_size = 8;
+  CHECK(kdtree_warm(fx.rt, &s) == KDTREE_ERROR_UNSUPPORTED);
+  CHECK(names(kdtree_last_error(), "page_size"));
+  s = gqa_spec();
+  CHECK(kdtree_verify_workspace_size(fx.rt, &s, 0, 10, 100, &bytes) == KDTREE_ERROR_INVALID_ARGUMENT);
+  CHECK(names(kdtree_last_error(), "batch_size"));
+  CHECK(kdtree_verify_workspace_size(fx.rt, &s, 2, 10, 100, nullptr) == KDTREE_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("verify_args: the last error describes the latest failed call") {
+  // The thread-local message always describes the latest failed call.
+  Fixture fx;
+  kdtree_verify_args a = good_args(gqa_spec());
+  a.spec.page_size = 8;
+  CHECK(kdtree_verify_attention(fx.rt, &a) == KDTREE_ERROR_UNSUPPORTED);
+  CHECK(names(kdtree_last_error(), "page_size"));
+  a = good_args(gqa_spec());
+  a.kv_lens = nullptr;
+  CHECK(kdtree_verify_attention(fx.rt, &a) == KDTREE_ERROR_INVALID_ARGUMENT);
+  const std::string msg = kdtree_last_error();
+  CHECK(names(msg, "kv_lens"));
+  CHECK(!names(msg, "page_size"));
+}
