@@ -112,8 +112,14 @@ Entry read_entry(const fs::path& path, const Digest* key, const std::string& has
   e.state = Entry::State::bad;
   struct stat st {};
   std::vector<char> bytes;
-  bool read_ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-  if (read_ok) {
+  int read_errno = 0;
+  if (::fstat(fd, &st) != 0) {
+    read_errno = errno;
+  } else if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    e.problem = "not a regular file";
+    return e;
+  } else {
     e.dev = st.st_dev;
     e.ino = st.st_ino;
     bytes.resize(std::size_t(st.st_size));
@@ -121,14 +127,14 @@ Entry read_entry(const fs::path& path, const Digest* key, const std::string& has
     while (got < bytes.size()) {
       ssize_t r = ::read(fd, bytes.data() + got, bytes.size() - got);
       if (r < 0 && errno == EINTR) continue;
+      if (r < 0) read_errno = errno;
       if (r <= 0) break;
       got += std::size_t(r);
     }
-    if (got < bytes.size()) bytes.resize(got);  // shrank while reading: the size check catches it
+    bytes.resize(got);  // a file that shrank while read fails the size check below
   }
-  const int read_errno = errno;
   ::close(fd);
-  if (!read_ok) {
+  if (read_errno != 0) {
     e.problem = "cannot read: " + errno_text(read_errno);
     return e;
   }
@@ -212,10 +218,14 @@ class FileLock {
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
   ~FileLock() {
-    if (fd_ >= 0) {
-      if (owns_path_) ::unlink(path_.c_str());
-      ::close(fd_);
+    if (fd_ < 0) return;
+    // Unlink only our own file: clear() may have replaced it with another's.
+    struct stat held {}, at_path {};
+    if (owns_path_ && ::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &at_path) == 0 &&
+        held.st_dev == at_path.st_dev && held.st_ino == at_path.st_ino) {
+      ::unlink(path_.c_str());
     }
+    ::close(fd_);
   }
 
   // Returns 0 with the lock held (or unlockable: file system without flock),

@@ -88,14 +88,12 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
     fail(KDTREE_ERROR_UNSUPPORTED,
          fmt::format("dtype {} is not supported for verify_attention (bf16 or f16)", dtype_name(s.dtype)));
   }
-  require(s.num_q_heads >= 1 && s.num_q_heads <= 1024,
-          fmt::format("num_q_heads {} is out of range (1..1024)", s.num_q_heads));
-  require(s.num_kv_heads >= 1, fmt::format("num_kv_heads {} must be >= 1", s.num_kv_heads));
-  require(s.num_q_heads % s.num_kv_heads == 0,
-          fmt::format("num_q_heads {} is not a multiple of num_kv_heads {}", s.num_q_heads, s.num_kv_heads));
+  require(s.num_q_heads >= 1 && s.num_q_heads <= 1024, "num_q_heads {} is out of range (1..1024)", s.num_q_heads);
+  require(s.num_kv_heads >= 1, "num_kv_heads {} must be >= 1", s.num_kv_heads);
+  require(s.num_q_heads % s.num_kv_heads == 0, "num_q_heads {} is not a multiple of num_kv_heads {}", s.num_q_heads, s.num_kv_heads);
   if (mla) {
-    require(s.num_kv_heads == 1, fmt::format("MLA has one latent KV head: num_kv_heads must be 1 (got {})",
-                                             s.num_kv_heads));
+    require(s.num_kv_heads == 1, "MLA has one latent KV head: num_kv_heads must be 1 (got {})",
+                                             s.num_kv_heads);
   }
   VerifySpec v;
   v.head_dim_qk = s.head_dim_qk;

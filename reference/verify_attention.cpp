@@ -24,6 +24,16 @@ std::vector<float> decode(const uint16_t* data, size_t count, int dtype) {
   return values;
 }
 
+// q . k in float64, with four partial sums (independent add chains run ~4x faster).
+double dot(const float* a, const float* b, int n) {
+  double s[4] = {0.0, 0.0, 0.0, 0.0};
+  int d = 0;
+  for (; d + 4 <= n; d += 4)
+    for (int u = 0; u < 4; ++u) s[u] += double(a[d + u]) * double(b[d + u]);
+  for (; d < n; ++d) s[0] += double(a[d]) * double(b[d]);
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
 void validate(const VerifyHostInputs& in) {
   const kdtree_verify_spec& s = in.spec;
   check(s.dtype == KDTREE_DTYPE_BF16 || s.dtype == KDTREE_DTYPE_F16, "dtype must be bf16 or f16");
@@ -84,54 +94,59 @@ VerifyReference verify_attention(const VerifyHostInputs& in, int threads) {
   for (int b = 0; b < in.batch_size; ++b)
     for (int node = in.node_indptr[b]; node < in.node_indptr[b + 1]; ++node) request_of[node] = b;
 
-  // One output row: (node, head).
-  auto compute_row = [&](int node, int h) {
+  // One task: a node and a KV head, i.e. the `group` query heads that share
+  // that KV head (each K/V row is then read once for all of them).
+  auto compute = [&](int node, int kvh) {
     const int b = request_of[node];
     const int n = in.node_indptr[b + 1] - in.node_indptr[b];
     const int kv_len = in.kv_lens[b];
     const int prefix = kv_len - n;
     const uint64_t* mask = in.tree_mask + size_t(node) * mask_words;
-    const int kvh = h / group;
-    const float* qrow = &q[(size_t(node) * hq + h) * dqk];
 
-    std::vector<int> tokens;
-    std::vector<double> scores;
+    std::vector<size_t> rows;  // cache rows of the visible tokens
     for (int t = 0; t < kv_len; ++t) {
       const bool visible = t < prefix || ((mask[(t - prefix) / 64] >> ((t - prefix) % 64)) & 1u);
-      if (!visible) continue;
-      const float* krow = k_row(cache_row(b, t, kvh));
-      double dot = 0.0;
-      for (int d = 0; d < dqk; ++d) dot += double(qrow[d]) * double(krow[d]);
-      tokens.push_back(t);
-      scores.push_back(in.sm_scale * dot);
+      if (visible) rows.push_back(cache_row(b, t, kvh));
     }
-
-    double* out = &result.out[(size_t(node) * hq + h) * dv];
-    double& lse = result.lse[size_t(node) * hq + h];
-    if (tokens.empty()) {  // cannot happen for a well-formed tree (a node sees itself)
-      lse = -std::numeric_limits<double>::infinity();
+    const int h0 = kvh * group;
+    if (rows.empty()) {  // cannot happen for a well-formed tree (a node sees itself)
+      for (int h = h0; h < h0 + group; ++h)
+        result.lse[size_t(node) * hq + h] = -std::numeric_limits<double>::infinity();
       return;
     }
-    const double max_score = *std::max_element(scores.begin(), scores.end());
-    double sum = 0.0;
-    for (double& sc : scores) {
-      sc = std::exp(sc - max_score);
-      sum += sc;
+    // scores[g][j]: query head h0 + g against visible token j. Token-outer loops
+    // keep each K/V row in cache while the group's heads use it.
+    std::vector<std::vector<double>> scores(group, std::vector<double>(rows.size()));
+    for (size_t j = 0; j < rows.size(); ++j)
+      for (int g = 0; g < group; ++g)
+        scores[g][j] = in.sm_scale * dot(&q[(size_t(node) * hq + h0 + g) * dqk], k_row(rows[j]), dqk);
+    // Softmax per head: scores become probabilities.
+    for (int g = 0; g < group; ++g) {
+      const double max_score = *std::max_element(scores[g].begin(), scores[g].end());
+      double sum = 0.0;
+      for (double& sc : scores[g]) {
+        sc = std::exp(sc - max_score);
+        sum += sc;
+      }
+      for (double& sc : scores[g]) sc /= sum;
+      result.lse[size_t(node) * hq + h0 + g] = max_score + std::log(sum);
     }
-    for (size_t j = 0; j < tokens.size(); ++j) {
-      const double p = scores[j] / sum;
-      const float* vrow = v_row(cache_row(b, tokens[j], kvh));
-      for (int d = 0; d < dv; ++d) out[d] += p * double(vrow[d]);
+    for (size_t j = 0; j < rows.size(); ++j) {
+      const float* vrow = v_row(rows[j]);
+      for (int g = 0; g < group; ++g) {
+        double* out = &result.out[(size_t(node) * hq + h0 + g) * dv];
+        const double p = scores[g][j];
+        for (int d = 0; d < dv; ++d) out[d] += p * double(vrow[d]);
+      }
     }
-    lse = max_score + std::log(sum);
   };
 
-  const long rows = long(in.total_nodes) * hq;
+  const long tasks = long(in.total_nodes) * hkv;
   if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  threads = int(std::min<long>(threads, rows));
+  threads = int(std::min<long>(threads, tasks));
   std::atomic<long> next{0};
   auto worker = [&] {
-    for (long r = next++; r < rows; r = next++) compute_row(int(r / hq), int(r % hq));
+    for (long task = next++; task < tasks; task = next++) compute(int(task / hkv), int(task % hkv));
   };
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(worker);

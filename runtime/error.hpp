@@ -3,6 +3,9 @@
 #pragma once
 #include <stdexcept>
 #include <string>
+#include <utility>
+
+#include <fmt/format.h>
 
 #include "kdtree/kdtree.h"
 
@@ -23,8 +26,16 @@ class Error : public std::runtime_error {
 }
 
 // Throws KDTREE_ERROR_INVALID_ARGUMENT naming the argument when `ok` is false.
+// The formatted form formats only on failure: these checks sit on the launch path.
+inline void require(bool ok, const char* message) {
+  if (!ok) fail(KDTREE_ERROR_INVALID_ARGUMENT, message);
+}
 inline void require(bool ok, const std::string& message) {
   if (!ok) fail(KDTREE_ERROR_INVALID_ARGUMENT, message);
+}
+template <typename T, typename... Rest>
+inline void require(bool ok, fmt::format_string<T, Rest...> format, T&& first, Rest&&... rest) {
+  if (!ok) fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format(format, std::forward<T>(first), std::forward<Rest>(rest)...));
 }
 
 }  // namespace kdtree

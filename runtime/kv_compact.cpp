@@ -14,15 +14,13 @@ namespace kdtree {
 namespace {
 
 void require_buffer(const void* p, const char* name, size_t alignment) {
-  require(p != nullptr, fmt::format("{} is NULL", name));
-  require(reinterpret_cast<uintptr_t>(p) % alignment == 0,
-          fmt::format("{} must be {}-byte aligned", name, alignment));
+  require(p != nullptr, "{} is NULL", name);
+  require(reinterpret_cast<uintptr_t>(p) % alignment == 0, "{} must be {}-byte aligned", name, alignment);
 }
 
 // Rows are copied as 16-byte vectors.
 void require_row(int elems, const char* name) {
-  require(elems % 8 == 0,
-          fmt::format("{} = {} must be a multiple of 8 (rows are copied as 16-byte vectors)", name, elems));
+  require(elems % 8 == 0, "{} = {} must be a multiple of 8 (rows are copied as 16-byte vectors)", name, elems);
 }
 
 constexpr int kMaxGridYZ = 65535;
@@ -38,21 +36,21 @@ void kv_compact(Runtime& rt, const kdtree_kv_compact_args& a) {
     fail(KDTREE_ERROR_UNSUPPORTED,
          fmt::format("kv_compact: cache dtype {} is not supported: use BF16 or F16", static_cast<int>(a.dtype)));
   }
-  require(a.num_layers >= 1 && a.num_layers <= kMaxGridYZ,
-          fmt::format("num_layers = {} must be in [1, {}]", a.num_layers, kMaxGridYZ));
-  require(a.batch_size >= 1 && a.batch_size <= kMaxGridYZ,
-          fmt::format("batch_size = {} must be in [1, {}]", a.batch_size, kMaxGridYZ));
-  require(a.num_pages >= 1, fmt::format("num_pages = {} must be >= 1", a.num_pages));
-  require(a.max_pages_per_req >= 1, fmt::format("max_pages_per_req = {} must be >= 1", a.max_pages_per_req));
-  require(a.row_elems_k >= 1, fmt::format("row_elems_k = {} must be >= 1", a.row_elems_k));
+  require(a.num_layers >= 1 && a.num_layers <= kMaxGridYZ, "num_layers = {} must be in [1, {}]", a.num_layers, kMaxGridYZ);
+  require(a.batch_size >= 1 && a.batch_size <= kMaxGridYZ, "batch_size = {} must be in [1, {}]", a.batch_size, kMaxGridYZ);
+  require(a.num_pages >= 1, "num_pages = {} must be >= 1", a.num_pages);
+  require(a.max_pages_per_req >= 1, "max_pages_per_req = {} must be >= 1", a.max_pages_per_req);
+  require(a.row_elems_k >= 1, "row_elems_k = {} must be >= 1", a.row_elems_k);
   require_row(a.row_elems_k, "row_elems_k");
-  require(a.row_elems_v >= 0, fmt::format("row_elems_v = {} must be >= 0 (0 for MLA)", a.row_elems_v));
+  require(a.row_elems_v >= 0, "row_elems_v = {} must be >= 0 (0 for MLA)", a.row_elems_v);
   require_row(a.row_elems_v, "row_elems_v");
   require_buffer(a.k_caches, "k_caches", 8);
   if (a.row_elems_v == 0) {
     require(a.v_caches == nullptr, "v_caches must be NULL when row_elems_v is 0 (MLA: one cache)");
   } else {
-    require_buffer(a.v_caches, "v_caches (NULL only with row_elems_v = 0, MLA)", 8);
+    require(a.v_caches != nullptr, "v_caches is NULL but row_elems_v = {} (NULL only for MLA, with row_elems_v = 0)",
+                        a.row_elems_v);
+    require_buffer(a.v_caches, "v_caches", 8);
   }
   require_buffer(a.page_table, "page_table", 4);
   require_buffer(a.kv_lens, "kv_lens", 4);

@@ -87,7 +87,7 @@ std::map<std::string, ResourceUsage> parse_ptxas_log(const std::string& log) {
 }
 
 Runtime::Runtime(int device, const std::string& cache_dir) : device_(device) {
-  require(device >= 0, fmt::format("device must be >= 0 (got {})", device));
+  require(device >= 0, "device must be >= 0 (got {})", device);
   cache_ = std::make_unique<cache::DiskCache>(cache_dir.empty() ? cache::DiskCache::default_dir()
                                                                 : std::filesystem::path(cache_dir));
 }

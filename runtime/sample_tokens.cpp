@@ -14,9 +14,8 @@ namespace kdtree {
 namespace {
 
 void require_buffer(const void* p, const char* name, size_t alignment) {
-  require(p != nullptr, fmt::format("{} is NULL", name));
-  require(reinterpret_cast<uintptr_t>(p) % alignment == 0,
-          fmt::format("{} must be {}-byte aligned", name, alignment));
+  require(p != nullptr, "{} is NULL", name);
+  require(reinterpret_cast<uintptr_t>(p) % alignment == 0, "{} must be {}-byte aligned", name, alignment);
 }
 
 }  // namespace
@@ -25,15 +24,14 @@ void sample_tokens(Runtime& rt, const kdtree_sample_args& a) {
   codegen::SampleSpec spec;
   spec.logits_dtype = a.logits_dtype;
   codegen::validate(spec);
-  require(a.num_rows >= 1, fmt::format("num_rows = {} must be >= 1", a.num_rows));
-  require(a.vocab_size >= 1, fmt::format("vocab_size = {} must be >= 1", a.vocab_size));
+  require(a.num_rows >= 1, "num_rows = {} must be >= 1", a.num_rows);
+  require(a.vocab_size >= 1, "vocab_size = {} must be >= 1", a.vocab_size);
   const int64_t row_stride = a.row_stride == 0 ? a.vocab_size : a.row_stride;
-  require(row_stride >= a.vocab_size,
-          fmt::format("row_stride = {} must be 0 or >= vocab_size = {}", a.row_stride, a.vocab_size));
+  require(row_stride >= a.vocab_size, "row_stride = {} must be 0 or >= vocab_size = {}", a.row_stride, a.vocab_size);
   require_buffer(a.logits, "logits", a.logits_dtype == KDTREE_DTYPE_F32 ? 4 : 2);
   require_buffer(a.out_tokens, "out_tokens", 4);
   if (a.row_offsets) require_buffer(a.row_offsets, "row_offsets", 8);
-  require(std::isfinite(a.temperature), fmt::format("temperature = {} must be finite", a.temperature));
+  require(std::isfinite(a.temperature), "temperature = {} must be finite", a.temperature);
 
   // T <= 0 is greedy; so is a T so small that 1/T overflows (its limit is the argmax).
   const float inv_temperature = a.temperature > 0.0f ? 1.0f / a.temperature : 0.0f;

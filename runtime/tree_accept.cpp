@@ -14,8 +14,8 @@ namespace kdtree {
 namespace {
 
 void require_buffer(const void* p, const char* name) {
-  require(p != nullptr, fmt::format("{} is NULL", name));
-  require(reinterpret_cast<uintptr_t>(p) % 4 == 0, fmt::format("{} must be 4-byte aligned", name));
+  require(p != nullptr, "{} is NULL", name);
+  require(reinterpret_cast<uintptr_t>(p) % 4 == 0, "{} must be 4-byte aligned", name);
 }
 
 }  // namespace
@@ -24,7 +24,7 @@ void tree_accept(Runtime& rt, const kdtree_tree_accept_args& a) {
   codegen::TreeAcceptSpec spec;
   spec.max_tree_nodes = a.max_tree_nodes;
   codegen::validate(spec);
-  require(a.batch_size >= 1, fmt::format("batch_size = {} must be >= 1", a.batch_size));
+  require(a.batch_size >= 1, "batch_size = {} must be >= 1", a.batch_size);
   require_buffer(a.tokens, "tokens");
   require_buffer(a.parents, "parents");
   require_buffer(a.node_counts, "node_counts");

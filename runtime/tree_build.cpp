@@ -13,14 +13,12 @@ namespace kdtree {
 namespace {
 
 void require_buffer(const void* p, size_t alignment, const char* name) {
-  require(p != nullptr, fmt::format("{} is NULL", name));
-  require(reinterpret_cast<uintptr_t>(p) % alignment == 0,
-          fmt::format("{} must be {}-byte aligned", name, alignment));
+  require(p != nullptr, "{} is NULL", name);
+  require(reinterpret_cast<uintptr_t>(p) % alignment == 0, "{} must be {}-byte aligned", name, alignment);
 }
 
 void require_range(int value, int lo, int hi, const char* name) {
-  require(value >= lo && value <= hi,
-          fmt::format("{} = {} is out of range: must be {}..{}", name, value, lo, hi));
+  require(value >= lo && value <= hi, "{} = {} is out of range: must be {}..{}", name, value, lo, hi);
 }
 
 }  // namespace
@@ -29,12 +27,11 @@ void tree_build(Runtime& rt, const kdtree_tree_build_args& a) {
   codegen::TreeBuildSpec spec;
   spec.max_tree_nodes = a.max_tree_nodes;
   codegen::validate(spec);
-  require(a.batch_size >= 1, fmt::format("batch_size = {} must be >= 1", a.batch_size));
+  require(a.batch_size >= 1, "batch_size = {} must be >= 1", a.batch_size);
   require_range(a.depth, 1, codegen::kTreeBuildMaxDepth, "depth");
   require_range(a.top_k, 1, codegen::kTreeBuildMaxTopK, "top_k");
-  require(a.budget >= 1 && a.budget <= a.max_tree_nodes - 1,
-          fmt::format("budget = {} is out of range: must be 1..{} (max_tree_nodes - 1, the root takes a node)",
-                      a.budget, a.max_tree_nodes - 1));
+  require(a.budget >= 1 && a.budget <= a.max_tree_nodes - 1, "budget = {} is out of range: must be 1..{} (max_tree_nodes - 1, the root takes a node)",
+                      a.budget, a.max_tree_nodes - 1);
   require_buffer(a.draft_tokens, 4, "draft_tokens");
   require_buffer(a.draft_logprobs, 4, "draft_logprobs");
   require_buffer(a.root_tokens, 4, "root_tokens");

@@ -16,12 +16,11 @@ namespace {
 int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
 
 void require_ptr(const void* p, const char* name) {
-  require(p != nullptr, fmt::format("{} is NULL", name));
+  require(p != nullptr, "{} is NULL", name);
 }
 
 void require_aligned(const void* p, size_t alignment, const char* name) {
-  require(reinterpret_cast<uintptr_t>(p) % alignment == 0,
-          fmt::format("{} must be {}-byte aligned", name, alignment));
+  require(reinterpret_cast<uintptr_t>(p) % alignment == 0, "{} must be {}-byte aligned", name, alignment);
 }
 
 Module& verify_module(Runtime& rt, const codegen::VerifySpec& spec) {
@@ -30,15 +29,19 @@ Module& verify_module(Runtime& rt, const codegen::VerifySpec& spec) {
 
 }  // namespace
 
+size_t verify_workspace_bytes(const kdtree_verify_spec& s, int total_nodes, int num_splits) {
+  if (num_splits <= 1) return 0;
+  return size_t(num_splits) * size_t(total_nodes) * s.num_q_heads * (s.head_dim_v + 1) * sizeof(float);
+}
+
 VerifyPlan plan_verify(Runtime& rt, const kdtree_verify_spec& s, int batch_size, int total_nodes, int max_kv_len,
                        int forced_splits) {
   codegen::VerifySpec spec = codegen::validate_verify_spec(s);
-  require(batch_size >= 1, fmt::format("batch_size {} must be >= 1", batch_size));
-  require(total_nodes >= batch_size && total_nodes <= (long long)batch_size * spec.max_tree_nodes,
-          fmt::format("total_nodes {} is out of range: each of the {} requests has 1..{} (max_tree_nodes) nodes",
-                      total_nodes, batch_size, spec.max_tree_nodes));
-  require(max_kv_len >= 1, fmt::format("max_kv_len {} must be >= 1", max_kv_len));
-  require(forced_splits >= 0, fmt::format("num_splits {} must be >= 0", forced_splits));
+  require(batch_size >= 1, "batch_size {} must be >= 1", batch_size);
+  require(total_nodes >= batch_size && total_nodes <= (long long)batch_size * spec.max_tree_nodes, "total_nodes {} is out of range: each of the {} requests has 1..{} (max_tree_nodes) nodes",
+                      total_nodes, batch_size, spec.max_tree_nodes);
+  require(max_kv_len >= 1, "max_kv_len {} must be >= 1", max_kv_len);
+  require(forced_splits >= 0, "num_splits {} must be >= 0", forced_splits);
   const codegen::Arch& arch = rt.arch();
   codegen::VerifyTiles tiles = codegen::choose_verify_tiles(spec, arch);
   const int group = s.num_q_heads / s.num_kv_heads;
@@ -50,15 +53,12 @@ VerifyPlan plan_verify(Runtime& rt, const kdtree_verify_spec& s, int batch_size,
     long long ctas = std::max<long long>(ceil_div((long long)total_nodes * group, tiles.block_m), batch_size) *
                      s.num_kv_heads;
     splits = std::max(1, std::min<int>(ceil_div(arch.num_sms, ctas), std::min(64, kv_tiles / 2)));
+    splits = ceil_div(kv_tiles, ceil_div(kv_tiles, splits));  // no empty trailing split
   }
-  splits = std::min(splits, kv_tiles);
   VerifyPlan plan;
+  plan.num_splits = splits;
   plan.split_tokens = ceil_div(kv_tiles, splits) * tiles.block_n;
-  plan.num_splits = ceil_div(max_kv_len, plan.split_tokens);
-  if (plan.num_splits > 1) {
-    size_t rows = static_cast<size_t>(total_nodes) * s.num_q_heads;
-    plan.workspace_bytes = plan.num_splits * rows * (spec.head_dim_v + 1) * sizeof(float);
-  }
+  plan.workspace_bytes = verify_workspace_bytes(s, total_nodes, splits);
   return plan;
 }
 
@@ -80,13 +80,17 @@ void verify_attention(Runtime& rt, const kdtree_verify_args& a) {
   require_aligned(a.q, 16, "q");
   require_aligned(a.k_cache, 16, "k_cache");
   require_aligned(a.out, 4, "out");
-  require(a.num_pages >= 1, fmt::format("num_pages {} must be >= 1", a.num_pages));
-  require(a.max_pages_per_req >= 1, fmt::format("max_pages_per_req {} must be >= 1", a.max_pages_per_req));
+  require(a.num_pages >= 1, "num_pages {} must be >= 1", a.num_pages);
+  require(a.max_pages_per_req >= 1, "max_pages_per_req {} must be >= 1", a.max_pages_per_req);
   require(std::isfinite(a.sm_scale), "sm_scale must be finite");
+  auto check_workspace = [&](size_t needed) {
+    require(needed == 0 || (a.workspace != nullptr && a.workspace_size >= needed), "workspace too small: {} bytes given, {} needed (kdtree_verify_workspace_size)",
+                        a.workspace ? a.workspace_size : 0, needed);
+  };
+  // A forced split count fixes the workspace without asking the device.
+  if (a.num_splits > 0) check_workspace(verify_workspace_bytes(a.spec, a.total_nodes, a.num_splits));
   VerifyPlan plan = plan_verify(rt, a.spec, a.batch_size, a.total_nodes, a.max_kv_len, a.num_splits);
-  require(plan.workspace_bytes == 0 || (a.workspace != nullptr && a.workspace_size >= plan.workspace_bytes),
-          fmt::format("workspace too small: {} bytes given, {} needed (kdtree_verify_workspace_size)",
-                      a.workspace ? a.workspace_size : 0, plan.workspace_bytes));
+  check_workspace(plan.workspace_bytes);
 
   const codegen::Arch& arch = rt.arch();
   codegen::VerifyTiles tiles = codegen::choose_verify_tiles(spec, arch);

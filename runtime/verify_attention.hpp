@@ -13,6 +13,9 @@ struct VerifyPlan {
   size_t workspace_bytes = 0;
 };
 
+// Workspace of a call with this many KV splits (0 for one split).
+size_t verify_workspace_bytes(const kdtree_verify_spec& spec, int total_nodes, int num_splits);
+
 // The split plan for host-known sizes; forced_splits > 0 overrides the choice.
 VerifyPlan plan_verify(Runtime& rt, const kdtree_verify_spec& spec, int batch_size, int total_nodes,
                        int max_kv_len, int forced_splits);

@@ -61,13 +61,8 @@ struct Request {
   bool valid;
 };
 
-static __device__ __forceinline__ Request load_request(const kdtree_verify_params& p, int b) {
-  Request r;
-  r.node_base = p.node_indptr[b];
-  r.n_nodes = p.node_indptr[b + 1] - r.node_base;
-  r.kv_len = p.kv_lens[b];
-  r.prefix = r.kv_len - r.n_nodes;
-  r.valid = true;
+// KDTREE_DEVICE_ERROR_* bits for a request's metadata (0 = well formed).
+static __device__ __forceinline__ int request_errors(const kdtree_verify_params& p, const Request& r) {
   int flag = 0;
   if (r.n_nodes < 1 || r.n_nodes > MAX_TREE_NODES || r.prefix < 0 || r.node_base < 0 ||
       r.node_base + r.n_nodes > p.total_nodes) {
@@ -76,11 +71,30 @@ static __device__ __forceinline__ Request load_request(const kdtree_verify_param
   if (r.kv_len > p.max_kv_len || (r.kv_len + PAGE_SIZE - 1) / PAGE_SIZE > p.max_pages_per_req) {
     flag |= 2;  // KDTREE_DEVICE_ERROR_KV_LEN
   }
-  if (flag) {
-    r.valid = false;
-    if (p.error_flags && threadIdx.x == 0) atomicOr(p.error_flags, flag);
-  }
+  return flag;
+}
+
+static __device__ __forceinline__ Request load_request(const kdtree_verify_params& p, int b) {
+  Request r;
+  r.node_base = p.node_indptr[b];
+  r.n_nodes = p.node_indptr[b + 1] - r.node_base;
+  r.kv_len = p.kv_lens[b];
+  r.prefix = r.kv_len - r.n_nodes;
+  r.valid = request_errors(p, r) == 0;
   return r;
+}
+
+static __device__ void poison_request(const kdtree_verify_params& p, const Request& r, int kv_head) {
+  const int first = max(r.node_base, 0);
+  const int last = min(r.node_base + max(r.n_nodes, 0), p.total_nodes);
+  kd_u16* out = (kd_u16*)p.out;
+  const kd_u16 nan16 = IS_BF16 ? 0x7fc0 : 0x7e00;
+  for (long long i = threadIdx.x; i < (long long)(last - first) * p.group * HEAD_DIM_V; i += THREADS) {
+    long long row = i / HEAD_DIM_V;
+    long long orow = (long long)(first + row / p.group) * p.num_q_heads + kv_head * p.group + row % p.group;
+    out[orow * HEAD_DIM_V + i % HEAD_DIM_V] = nan16;
+    if (p.lse && i % HEAD_DIM_V == 0) p.lse[orow] = KD_NAN;
+  }
 }
 
 // Issues the cp.async copies of one KV tile (tokens t0 .. t0 + BLOCK_N) into a stage.
@@ -129,11 +143,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   const int wm = warp / WARPS_N, wn = warp % WARPS_N;
 
   const Request req = load_request(p, b);
-  const int rows_total = (req.valid ? req.n_nodes : min(max(req.n_nodes, 0), MAX_TREE_NODES)) * p.group;
+  if (!req.valid) {
+    // Malformed request: one CTA per (request, kv head) writes NaN to every row the
+    // request claims (within the node arrays), so nothing stale is left behind.
+    if (m_tile == 0 && split == 0) {
+      if (p.error_flags && threadIdx.x == 0) atomicOr(p.error_flags, request_errors(p, req));
+      poison_request(p, req, kv_head);
+    }
+    return;
+  }
+  const int rows_total = req.n_nodes * p.group;
   const int row0 = m_tile * BLOCK_M;
   if (row0 >= rows_total) return;
   const int t_begin = split * p.split_tokens;
-  const int t_end = req.valid ? min(req.kv_len, t_begin + p.split_tokens) : t_begin + 1;
+  const int t_end = min(req.kv_len, t_begin + p.split_tokens);
   if (t_begin >= t_end) return;  // the combine kernel skips splits past kv_len
 
   // ---- Q tile: rows past the request's rows are zero-filled (their results are dropped)
@@ -142,7 +165,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     for (int i = threadIdx.x; i < BLOCK_M * QK_CHUNKS; i += THREADS) {
       int r = i / QK_CHUNKS, chunk = i % QK_CHUNKS;
       int gr = row0 + r;
-      bool ok = gr < rows_total && req.valid;
+      bool ok = gr < rows_total;
       long long qrow = ok ? (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group +
                                 gr % p.group
                           : 0;
@@ -156,14 +179,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     int gr = row0 + wm * 16 + lane / 4 + h * 8;
-    bool ok = gr < rows_total && req.valid;
+    bool ok = gr < rows_total;
     int node = ok ? req.node_base + gr / p.group : 0;
 #pragma unroll
     for (int w = 0; w < MASK_WORDS; ++w) mask[h][w] = ok ? p.tree_mask[(long long)node * MASK_WORDS + w] : 0ull;
   }
 
   bool bad_page = false;
-  const int n_tiles = req.valid ? (t_end - t_begin + BLOCK_N - 1) / BLOCK_N : 0;
+  const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < n_tiles)
@@ -355,7 +378,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     }
   }
   // A bad page or request poisons its rows with NaN (the flag says why).
-  bool poisoned = !req.valid || __syncthreads_or(bad_page);
+  const bool poisoned = __syncthreads_or(bad_page);
   if (bad_page && p.error_flags) atomicOr(p.error_flags, 4);  // KDTREE_DEVICE_ERROR_PAGE_INDEX
 
   const bool partial = p.num_splits > 1;
@@ -403,7 +426,9 @@ extern "C" __global__ void __launch_bounds__(128) kdtree_verify_combine(const kd
     int mid = (lo + hi + 1) / 2;
     if (p.node_indptr[mid] <= node) lo = mid; else hi = mid - 1;
   }
-  const int kv_len = min(max(p.kv_lens[lo], 1), p.max_kv_len);
+  const Request req = load_request(p, lo);
+  if (!req.valid) return;  // the main kernel wrote its rows as NaN
+  const int kv_len = req.kv_len;
   const int splits = min(p.num_splits, (kv_len + p.split_tokens - 1) / p.split_tokens);
   const long long stride = rows;
   float m = -KD_INF;

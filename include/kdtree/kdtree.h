@@ -120,10 +120,12 @@ typedef struct kdtree_verify_args {
   size_t workspace_size;
   int32_t* error_flags;          /* device int32, optional: KDTREE_DEVICE_ERROR_* bits are OR-ed in */
   void* stream;                  /* CUstream; NULL = default stream */
-  int num_splits;                /* 0 = chosen from the shape and SM count; > 0 forces it */
+  int num_splits;                /* 0 = chosen from the shape and SM count; > 0 forces it (splits past kv_len stay idle) */
 } kdtree_verify_args;
 
-/* Workspace bytes a verify_attention call with these host-known sizes needs. */
+/* Workspace bytes a verify_attention call with these host-known sizes needs
+ * (num_splits = 0, the automatic choice). A call that forces num_splits = S > 1
+ * needs S * total_nodes * num_q_heads * (head_dim_v + 1) * 4 bytes. */
 kdtree_status kdtree_verify_workspace_size(kdtree_runtime* rt, const kdtree_verify_spec* spec,
                                            int batch_size, int total_nodes, int max_kv_len,
                                            size_t* bytes);

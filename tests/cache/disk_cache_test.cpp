@@ -79,6 +79,13 @@ std::size_t count(const std::string& text, const std::string& what) {
 
 std::vector<char> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 
+// s with byte i XOR-ed with mask.
+std::string flip(std::string s, std::size_t i, int mask) {
+  REQUIRE(i < s.size());
+  s.at(i) = char(s.at(i) ^ mask);
+  return s;
+}
+
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::ostringstream s;
@@ -198,17 +205,17 @@ TEST_CASE("disk cache: a corrupt entry is never returned; it is rebuilt and repl
   };
   const Corruption corruptions[] = {
       {"flipped payload byte", "checksum",
-       [](std::string s) { s[kHeader + 3] ^= 0x40; return s; }},
+       [](std::string s) { return flip(s, kHeader + 3, 0x40); }},
       {"truncated payload", "truncated", [](std::string s) { return s.substr(0, s.size() - 5); }},
       {"truncated header", "truncated header", [](std::string s) { return s.substr(0, 40); }},
       {"empty file", "truncated header", [](std::string) { return std::string(); }},
-      {"bad magic", "magic", [](std::string s) { s[0] = 'X'; return s; }},
-      {"bad version", "version", [](std::string s) { s[4] = 9; return s; }},
+      {"bad magic", "magic", [](std::string s) { return flip(s, 0, 'K' ^ 'X'); }},
+      {"bad version", "version", [](std::string s) { return flip(s, 4, 8); }},
       {"trailing bytes", "payload size", [](std::string s) { return s + "junk"; }},
-      {"flipped checksum byte", "checksum", [](std::string s) { s[20] ^= 1; return s; }},
-      {"wrong key (in the file name's prefix)", "key", [](std::string s) { s[50] ^= 1; return s; }},
+      {"flipped checksum byte", "checksum", [](std::string s) { return flip(s, 20, 1); }},
+      {"wrong key (in the file name's prefix)", "key", [](std::string s) { return flip(s, 50, 1); }},
       // Past the 16 hex digits in the name only the full key, known to get_or_build, shows it.
-      {"wrong key (past the prefix)", nullptr, [](std::string s) { s[70] ^= 1; return s; }},
+      {"wrong key (past the prefix)", nullptr, [](std::string s) { return flip(s, 70, 1); }},
   };
   for (const auto& c : corruptions) {
     INFO("corruption[" << c.name << "]");
@@ -500,9 +507,8 @@ TEST_CASE("disk cache: list, verify, clear") {
   cache.get_or_build("beta-w32", "k2", b.fn());  // a '-' inside the readable name is fine
   cache.get_or_build("gamma", "k3", b.fn());
   const fs::path gamma = tmp.path / ("gamma-" + DiskCache::sha256_hex("k3").substr(0, 16) + ".kdc");
-  std::string text = read_file(gamma);
-  text.back() ^= 1;
-  write_file(gamma, text);
+  const std::string text = read_file(gamma);
+  write_file(gamma, flip(text, text.size() - 1, 1));
   write_file(tmp.path / "junk.kdc", "not an entry");
   write_file(tmp.path / "unrelated.txt", "left alone");
   write_file(tmp.path / "gamma-0123456789abcdef.kdc.lock", "");

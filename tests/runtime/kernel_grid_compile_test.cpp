@@ -10,6 +10,8 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 #include "codegen/grid.hpp"
 #include "codegen/verify_attention.hpp"
 #include "runtime/runtime.hpp"

@@ -105,7 +105,7 @@ void expect_rejected(kdtree_runtime* rt, const kdtree_verify_args& a, kdtree_sta
   INFO("message: " << msg);
   CHECK(got == status);
   for (const char* f : fields) {
-    INFO("field: " << f);
+    INFO("field: " << std::string(f));
     CHECK(names(msg, f));
   }
 }
@@ -199,7 +199,7 @@ TEST_CASE("verify_args: NULL device pointers are named") {
   Fixture fx;
   for (const kdtree_verify_spec& spec : {gqa_spec(), mla_spec()}) {
     const bool mla = spec.head_dim_qk == 576;
-    INFO(mla ? "mla" : "gqa");
+    INFO((mla ? "mla" : "gqa"));
     {
       kdtree_verify_args a = good_args(spec);
       a.q = nullptr;

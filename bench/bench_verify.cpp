@@ -1,0 +1,232 @@
+// verify_attention benchmark against the roofline.
+//
+// For every shape: FLOPs = 2 * rows * kv_len * (Dqk + Dv) summed over requests
+// (rows = tree nodes x query heads; the mask's savings are not subtracted), bytes =
+// the KV each request must read once (+ Q and out). floor = max(FLOPs / tensor
+// rate, bytes / HBM bandwidth). Times are the median of CUDA-event timings of the
+// whole call (main kernel and combine), after warm-up, with the inputs rotated
+// over several copies so that L2 does not serve them.
+//
+// usage: bench_verify [--json FILE] [--iters N] [--tflops R] [--gbps B] [--shape NAME]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kdtree/kdtree.h"
+#include "reference/half.hpp"
+#include "runtime/driver.hpp"
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int batch, q_heads, kv_heads, nodes, prefix, head_qk, head_v, page;
+  double triton_us, eager_us, flashmla_us;  // the issue's reference columns (0 = none)
+};
+
+const Shape kShapes[] = {
+    {"mla_b1_h16_n16_p4k", 1, 16, 1, 16, 4096, 576, 512, 64, 628, 329, 33.8},
+    {"mla_b1_h16_n64_p8k", 1, 16, 1, 64, 8192, 576, 512, 64, 1236, 572, 56.4},
+    {"mla_b8_h16_n32_p4k", 8, 16, 1, 32, 4096, 576, 512, 64, 638, 580, 78.3},
+    {"mla_b32_h16_n16_p2k", 32, 16, 1, 16, 2048, 576, 512, 64, 1319, 575, 75.6},
+    {"mla_b1_h128_n16_p32k", 1, 128, 1, 16, 32768, 576, 512, 64, 4932, 1259, 221},
+    {"mla_b4_h128_n64_p8k", 4, 128, 1, 64, 8192, 576, 512, 64, 9903, 5274, 864},
+    {"mla_b64_h8_n8_p4k", 64, 8, 1, 8, 4096, 576, 512, 64, 0, 0, 0},
+    {"gqa128_b4_g8_n64_p8k", 4, 64, 8, 64, 8192, 128, 128, 16, 0, 0, 0},
+    {"gqa64_b4_g8_n64_p8k", 4, 64, 8, 64, 8192, 64, 64, 16, 0, 0, 0},
+    {"gqa256_b4_g8_n64_p8k", 4, 32, 4, 64, 8192, 256, 256, 16, 0, 0, 0},
+};
+
+#define CHECK_KD(call)                                                                  \
+  do {                                                                                  \
+    kdtree_status s_ = (call);                                                          \
+    if (s_ != KDTREE_OK) {                                                              \
+      std::fprintf(stderr, "%s failed (%d): %s\n", #call, int(s_), kdtree_last_error()); \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+using kdtree::driver::api;
+using kdtree::driver::check;
+
+CUdeviceptr alloc_upload(const void* host, size_t bytes) {
+  CUdeviceptr p = 0;
+  check(api().cuMemAlloc(&p, std::max<size_t>(bytes, 16)), "cuMemAlloc");
+  if (host && bytes) check(api().cuMemcpyHtoD(p, host, bytes), "cuMemcpyHtoD");
+  return p;
+}
+
+std::vector<uint16_t> random_half(size_t n, std::mt19937_64& rng) {
+  std::vector<uint16_t> v(n);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (auto& x : v) x = kdtree::ref::float_to_bf16(u(rng));
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* json_path = nullptr;
+  const char* only = nullptr;
+  int iters = 50;
+  double tflops = 647.0, gbps = 4270.0;  // H200: mma.sync bf16 issue rate; copy bandwidth
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--tflops") && i + 1 < argc) tflops = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--gbps") && i + 1 < argc) gbps = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) only = argv[++i];
+  }
+  std::string why;
+  if (!kdtree::driver::available(&why)) {
+    std::printf("bench_verify: skipped, no GPU: %s\n", why.c_str());
+    return 0;
+  }
+  kdtree_runtime* rt = nullptr;
+  CHECK_KD(kdtree_runtime_create(0, nullptr, &rt));
+  CHECK_KD(kdtree_runtime_bind_context(rt));
+  int sm = 0;
+  CHECK_KD(kdtree_runtime_arch(rt, &sm));
+  FILE* json = json_path ? std::fopen(json_path, "w") : nullptr;
+  std::printf("verify_attention on sm_%d: floor = max(FLOPs / %.0f TFLOP/s, bytes / %.0f GB/s)\n", sm, tflops, gbps);
+  std::printf("%-24s %9s %8s %9s %8s %8s %8s %7s %9s %9s\n", "shape", "us", "b2b_us", "floor_us", "TFLOP/s", "KV_GB/s", "of_floor",
+              "splits", "vs_triton", "vs_flmla");
+  std::mt19937_64 rng(1234);
+
+  for (const Shape& s : kShapes) {
+    if (only && std::strcmp(only, s.name)) continue;
+    const int W = s.nodes <= 16 ? 16 : s.nodes <= 32 ? 32 : s.nodes <= 64 ? 64 : 128;
+    const bool mla = s.head_qk == 576;
+    const int kv_len = s.prefix + s.nodes;
+    const int pages_per_req = (kv_len + s.page - 1) / s.page;
+    const int num_pages = pages_per_req * s.batch;
+    const int total_nodes = s.nodes * s.batch;
+    const size_t k_elems = size_t(num_pages) * s.page * s.kv_heads * s.head_qk;
+    const size_t v_elems = mla ? 0 : size_t(num_pages) * s.page * s.kv_heads * s.head_v;
+    const double kv_bytes = double(k_elems + v_elems) * 2;
+    const int copies = std::clamp(int(std::ceil(256e6 / kv_bytes)), 2, 12);
+
+    kdtree_verify_spec spec{s.head_qk, s.head_v, s.q_heads, s.kv_heads, s.page, W, KDTREE_DTYPE_BF16};
+    // Page tables scattered over the physical pages.
+    std::vector<int32_t> perm(num_pages);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> indptr(s.batch + 1), kv_lens(s.batch, kv_len);
+    for (int b = 0; b <= s.batch; ++b) indptr[b] = b * s.nodes;
+    // A chain-shaped tree mask: node i sees nodes 0..i.
+    const int words = (W + 63) / 64;
+    std::vector<uint64_t> mask(size_t(total_nodes) * words, 0);
+    for (int n = 0; n < total_nodes; ++n)
+      for (int j = 0; j <= n % s.nodes; ++j) mask[size_t(n) * words + j / 64] |= 1ull << (j % 64);
+
+    struct Set { CUdeviceptr q, k, v; };
+    std::vector<Set> sets;
+    auto q_host = random_half(size_t(total_nodes) * s.q_heads * s.head_qk, rng);
+    auto k_host = random_half(k_elems, rng);
+    auto v_host = random_half(v_elems, rng);
+    for (int c = 0; c < copies; ++c) {
+      Set set{alloc_upload(q_host.data(), q_host.size() * 2), alloc_upload(k_host.data(), k_elems * 2),
+              mla ? 0 : alloc_upload(v_host.data(), v_elems * 2)};
+      sets.push_back(set);
+    }
+    CUdeviceptr d_indptr = alloc_upload(indptr.data(), indptr.size() * 4);
+    CUdeviceptr d_kv = alloc_upload(kv_lens.data(), kv_lens.size() * 4);
+    CUdeviceptr d_pt = alloc_upload(perm.data(), perm.size() * 4);
+    CUdeviceptr d_mask = alloc_upload(mask.data(), mask.size() * 8);
+    CUdeviceptr d_out = alloc_upload(nullptr, size_t(total_nodes) * s.q_heads * s.head_v * 2);
+    CUdeviceptr d_lse = alloc_upload(nullptr, size_t(total_nodes) * s.q_heads * 4);
+    size_t ws_bytes = 0;
+    CHECK_KD(kdtree_verify_workspace_size(rt, &spec, s.batch, total_nodes, kv_len, &ws_bytes));
+    CUdeviceptr d_ws = alloc_upload(nullptr, ws_bytes);
+
+    kdtree_verify_args a{};
+    a.spec = spec;
+    a.batch_size = s.batch;
+    a.total_nodes = total_nodes;
+    a.max_kv_len = kv_len;
+    a.num_pages = num_pages;
+    a.node_indptr = reinterpret_cast<const int32_t*>(d_indptr);
+    a.page_table = reinterpret_cast<const int32_t*>(d_pt);
+    a.max_pages_per_req = pages_per_req;
+    a.kv_lens = reinterpret_cast<const int32_t*>(d_kv);
+    a.tree_mask = reinterpret_cast<const uint64_t*>(d_mask);
+    a.sm_scale = 1.f / std::sqrt(float(s.head_qk));
+    a.out = reinterpret_cast<void*>(d_out);
+    a.lse = reinterpret_cast<float*>(d_lse);
+    a.workspace = reinterpret_cast<void*>(d_ws);
+    a.workspace_size = ws_bytes;
+    auto run = [&](int c) {
+      a.q = reinterpret_cast<const void*>(sets[c].q);
+      a.k_cache = reinterpret_cast<const void*>(sets[c].k);
+      a.v_cache = mla ? nullptr : reinterpret_cast<const void*>(sets[c].v);
+      CHECK_KD(kdtree_verify_attention(rt, &a));
+    };
+    for (int i = 0; i < 5; ++i) run(i % copies);  // compile, load, warm up
+    check(api().cuCtxSynchronize(), "warm-up");
+    CUevent e0, e1;
+    check(api().cuEventCreate(&e0, 0), "cuEventCreate");
+    check(api().cuEventCreate(&e1, 0), "cuEventCreate");
+    std::vector<float> ms;
+    for (int i = 0; i < iters; ++i) {
+      check(api().cuEventRecord(e0, nullptr), "cuEventRecord");
+      run(i % copies);
+      check(api().cuEventRecord(e1, nullptr), "cuEventRecord");
+      check(api().cuEventSynchronize(e1), "cuEventSynchronize");
+      float t = 0;
+      check(api().cuEventElapsedTime(&t, e0, e1), "cuEventElapsedTime");
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    const double us = ms[ms.size() / 2] * 1e3;
+    // Back to back: the host enqueues the next call while the GPU runs the last,
+    // as a serving loop does; the per-call host work then hides behind the GPU.
+    check(api().cuEventRecord(e0, nullptr), "cuEventRecord");
+    for (int i = 0; i < iters; ++i) run(i % copies);
+    check(api().cuEventRecord(e1, nullptr), "cuEventRecord");
+    check(api().cuEventSynchronize(e1), "cuEventSynchronize");
+    float total_ms = 0;
+    check(api().cuEventElapsedTime(&total_ms, e0, e1), "cuEventElapsedTime");
+    const double b2b_us = total_ms * 1e3 / iters;
+    const double flops = 2.0 * total_nodes * s.q_heads * double(kv_len) * (s.head_qk + s.head_v);
+    const double bytes = double(s.batch) * kv_len * s.kv_heads * (s.head_qk + (mla ? 0 : s.head_v)) * 2 +
+                         double(total_nodes) * s.q_heads * (s.head_qk + s.head_v) * 2;
+    const double floor_us = std::max(flops / (tflops * 1e6), bytes / (gbps * 1e3));
+    const double achieved_tflops = flops / us / 1e6;
+    const double achieved_gbps = bytes / us / 1e3;
+    int splits = 0;
+    {
+      size_t per_split = size_t(total_nodes) * s.q_heads * (s.head_v + 1) * 4;
+      splits = ws_bytes ? int(ws_bytes / per_split) : 1;
+    }
+    char vs_triton[16] = "-", vs_fm[16] = "-";
+    if (s.triton_us > 0) std::snprintf(vs_triton, sizeof vs_triton, "%.1fx", s.triton_us / us);
+    if (s.flashmla_us > 0) std::snprintf(vs_fm, sizeof vs_fm, "%.2fx", s.flashmla_us / us);
+    std::printf("%-24s %9.1f %8.1f %9.1f %8.1f %8.0f %7.0f%% %7d %9s %9s\n", s.name, us, b2b_us, floor_us, achieved_tflops,
+                achieved_gbps, 100.0 * floor_us / us, splits, vs_triton, vs_fm);
+    if (json) {
+      std::fprintf(json,
+                   "{\"shape\":\"%s\",\"batch\":%d,\"q_heads\":%d,\"kv_heads\":%d,\"nodes\":%d,\"prefix\":%d,"
+                   "\"head_qk\":%d,\"head_v\":%d,\"page\":%d,\"us\":%.2f,\"b2b_us\":%.2f,\"floor_us\":%.2f,\"tflops\":%.1f,"
+                   "\"gbps\":%.0f,\"of_floor\":%.3f,\"splits\":%d,\"sm\":%d}\n",
+                   s.name, s.batch, s.q_heads, s.kv_heads, s.nodes, s.prefix, s.head_qk, s.head_v, s.page, us, b2b_us,
+                   floor_us, achieved_tflops, achieved_gbps, floor_us / us, splits, sm);
+    }
+    api().cuEventDestroy(e0);
+    api().cuEventDestroy(e1);
+    for (auto& set : sets) {
+      api().cuMemFree(set.q);
+      api().cuMemFree(set.k);
+      if (set.v) api().cuMemFree(set.v);
+    }
+    for (CUdeviceptr p : {d_indptr, d_kv, d_pt, d_mask, d_out, d_lse, d_ws}) api().cuMemFree(p);
+  }
+  if (json) std::fclose(json);
+  kdtree_runtime_destroy(rt);
+  return 0;
+}

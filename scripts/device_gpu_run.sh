@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine over binaries built elsewhere and carried in .carry/
+# (scripts/pack_device_carry.sh makes it): the GPU tests, the example and the
+# benchmarks, with logs and JSON under $OUT. Usage: bash scripts/device_gpu_run.sh [tests|bench|all]
+set -uo pipefail
+what=${1:-all}
+carry=$PWD/.carry
+out=${OUT:-/tmp/kdtree-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-cache}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$out/gpu.txt"
+"$carry/bin/kdtree-gen" info
+status=0
+if [ "$what" = all ] || [ "$what" = tests ]; then
+  start=$(date +%s)
+  "$carry/bin/kdtree_gpu_tests" ${GPU_TEST_ARGS:-} > "$out/gpu_tests.log" 2>&1 || status=1
+  grep -E "parity:|test cases|assertions|Status|ERROR|FAILED|error" "$out/gpu_tests.log" | head -60
+  echo "gpu tests: $(( $(date +%s) - start )) s"
+  "$carry/bin/verify_mla" 2>&1 | tee "$out/example.log" | tail -12 || status=1
+fi
+if [ "$what" = all ] || [ "$what" = bench ]; then
+  "$carry/bin/bench_verify" --json "$out/bench_verify.json" 2>&1 | tee "$out/bench_verify.txt"
+  for b in bench_tree_build_accept bench_sample_compact; do
+    [ -x "$carry/bin/$b" ] && "$carry/bin/$b" --json "$out/$b.json" > "$out/$b.txt" 2>&1
+    [ -f "$out/$b.txt" ] && tail -40 "$out/$b.txt"
+  done
+fi
+exit $status

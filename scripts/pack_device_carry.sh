@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds the GPU-side programs here and packs them (stripped, with libfmt) into
+# .carry/ for the device tool, whose machine has CUDA but not fmt/CLI11/doctest.
+set -euo pipefail
+build=${1:-build}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
+cmake --build "$build" -j2
+rm -rf .carry && mkdir -p .carry/bin .carry/lib
+for b in kdtree_gpu_tests verify_mla verify_step bench_verify bench_tree_build_accept bench_sample_compact kdtree-gen; do
+  [ -x "$build/$b" ] && strip -o ".carry/bin/$b" "$build/$b"
+done
+cp -L "$build/libkdtree.so.0" .carry/lib/libkdtree.so.0
+cp -L "$(ldconfig -p | awk '/libfmt.so.9 /{print $NF; exit}')" .carry/lib/libfmt.so.9
+du -sh .carry

@@ -1,0 +1,69 @@
+// sample_tokens generator: names, validation and the rendered source. (NVRTC
+// compiles it for sm_90 and sm_120 in tests/runtime/kernel_grid_compile_test.cpp.)
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "codegen/sample_tokens.hpp"
+#include "runtime/error.hpp"
+
+using namespace kdtree::codegen;
+
+namespace {
+
+std::string error_of(const SampleSpec& spec, kdtree_status* status) {
+  try {
+    validate(spec);
+  } catch (const kdtree::Error& e) {
+    *status = e.status();
+    return e.what();
+  }
+  *status = KDTREE_OK;
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("sample_tokens spec: names") {
+  SampleSpec spec;
+  CHECK(spec.label() == "sample_tokens[bf16]");
+  const KernelSource bf16 = generate_sample_tokens(spec, arch_from_sm(120));
+  CHECK(bf16.op == "sample_tokens");
+  CHECK(bf16.label == "sample_tokens[bf16]");
+  CHECK(bf16.file_stem == "sample_tokens-bf16");
+  spec.logits_dtype = KDTREE_DTYPE_F32;
+  CHECK(spec.label() == "sample_tokens[f32]");
+  CHECK(generate_sample_tokens(spec, arch_from_sm(90)).file_stem == "sample_tokens-f32");
+  CHECK(spec.fast_key() != SampleSpec{}.fast_key());
+}
+
+TEST_CASE("sample_tokens spec: only BF16 and F32 logits") {
+  SampleSpec spec;
+  kdtree_status status = KDTREE_OK;
+  spec.logits_dtype = KDTREE_DTYPE_F16;
+  std::string msg = error_of(spec, &status);
+  CHECK(status == KDTREE_ERROR_UNSUPPORTED);
+  CHECK(msg.find("f16") != std::string::npos);
+  CHECK(msg.find("BF16 or F32") != std::string::npos);
+  spec.logits_dtype = static_cast<kdtree_dtype>(9);
+  CHECK(error_of(spec, &status).find("BF16 or F32") != std::string::npos);
+  CHECK(status == KDTREE_ERROR_UNSUPPORTED);
+  CHECK_THROWS_AS(generate_sample_tokens(spec, arch_from_sm(120)), kdtree::Error);
+}
+
+TEST_CASE("sample_tokens source: one self-contained translation unit per dtype") {
+  for (kdtree_dtype dtype : {KDTREE_DTYPE_BF16, KDTREE_DTYPE_F32}) {
+    SampleSpec spec;
+    spec.logits_dtype = dtype;
+    const KernelSource s = generate_sample_tokens(spec, arch_from_sm(120));
+    INFO(s.label);
+    CHECK(s.entry_points == std::vector<std::string>{"kdtree_sample_tokens"});
+    CHECK(s.source.find("typedef struct kdtree_sample_tokens_params") != std::string::npos);
+    CHECK(s.source.find("extern \"C\" __global__") != std::string::npos);
+    CHECK(s.source.find("#include") == std::string::npos);
+    CHECK(s.source.find("${") == std::string::npos);
+    const std::string flag = std::string("#define SAMPLE_LOGITS_BF16 ") + (dtype == KDTREE_DTYPE_BF16 ? "1" : "0");
+    CHECK(s.source.find(flag) != std::string::npos);
+    CHECK(s.source.find("#define SAMPLE_THREADS " + std::to_string(kSampleThreads)) != std::string::npos);
+  }
+}

@@ -1,0 +1,467 @@
+// verify_attention on the GPU against the float64 reference, across the grid:
+// MLA 576/512 and GQA 64/128/256 x W 16..128 x page 1/16/64 x bf16/f16, with
+// random trees, uneven and long prefixes, scattered pages, NaN in every cache
+// row no request owns, lse on and off, and 1, 3 or automatic KV splits.
+// Everything goes through the C ABI, as a host program would use it.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kdtree/kdtree.h"
+#include "reference/verify_attention.hpp"
+#include "reference/verify_case.hpp"
+#include "tests/support/device.hpp"
+
+namespace {
+
+using kdtree::ref::VerifyCase;
+using kdtree::ref::VerifyCaseOptions;
+using kdtree::test::DeviceBuffer;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Fresh data every run; KDTREE_TEST_SEED reproduces a run (the seed is in every label).
+uint64_t base_seed() {
+  static const uint64_t seed = [] {
+    if (const char* s = std::getenv("KDTREE_TEST_SEED")) return uint64_t(std::strtoull(s, nullptr, 10));
+    return uint64_t(std::random_device{}()) % 1000000;
+  }();
+  return seed;
+}
+
+// One runtime (and one cubin cache directory) for the whole binary: each kernel
+// config compiles once.
+struct Session {
+  std::string dir;
+  kdtree_runtime* rt = nullptr;
+  Session() {
+    char tmpl[] = "/tmp/kdtree-verify-gpu-XXXXXX";
+    if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+    dir = tmpl;
+    if (kdtree_runtime_create(0, dir.c_str(), &rt) != KDTREE_OK)
+      throw std::runtime_error(std::string("kdtree_runtime_create: ") + kdtree_last_error());
+  }
+  ~Session() {
+    kdtree_runtime_destroy(rt);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  static Session& get() {
+    static Session session;
+    return session;
+  }
+  // Binds the device's primary context to the calling thread (before any allocation).
+  void bind() {
+    REQUIRE_MESSAGE(kdtree_runtime_bind_context(rt) == KDTREE_OK, kdtree_last_error());
+  }
+};
+
+// The worst result over every launch, printed once at exit.
+struct Tally {
+  int launches = 0, failed = 0;
+  double worst_rel = -1, worst_lse = -1;
+  std::string worst_label, worst_lse_label;
+  double worst_rel_by_dtype[2] = {0, 0};
+  void record(const std::string& label, int dtype, const kdtree::ref::VerifyComparison& cmp, bool ok) {
+    ++launches;
+    failed += !ok;
+    if (cmp.worst_rel > worst_rel) {
+      worst_rel = cmp.worst_rel;
+      worst_label = label;
+    }
+    if (cmp.max_lse_abs > worst_lse) {
+      worst_lse = cmp.max_lse_abs;
+      worst_lse_label = label;
+    }
+    worst_rel_by_dtype[dtype] = std::max(worst_rel_by_dtype[dtype], cmp.worst_rel);
+  }
+  ~Tally() {
+    if (launches == 0) return;
+    std::printf("verify_attention GPU parity: %d cases, worst rel err %.3e at %s (bf16 %.3e, f16 %.3e), "
+                "worst lse abs err %.3e at %s, %d failed, seed %llu\n",
+                launches, worst_rel, worst_label.c_str(), worst_rel_by_dtype[0], worst_rel_by_dtype[1], worst_lse,
+                worst_lse_label.c_str(), failed, (unsigned long long)base_seed());
+  }
+};
+Tally& tally() {
+  static Tally t;
+  return t;
+}
+
+double rel_tolerance(kdtree_dtype dtype) { return dtype == KDTREE_DTYPE_BF16 ? 1e-2 : 2e-3; }
+constexpr double kLseTolerance = 1e-2;
+
+// A case's arrays on the device. The workspace is sized for forced splits too.
+struct DeviceCase {
+  DeviceBuffer q, k, v, table, kv_lens, indptr, mask, out, lse, workspace, flags;
+  size_t queried_workspace = 0;  // kdtree_verify_workspace_size (automatic splits)
+};
+
+size_t forced_split_workspace(const VerifyCase& c, int splits) {
+  // Per split, a float partial output row and a float LSE per (node, head): what
+  // a split-KV merge needs. Only used to size the buffer for forced splits, since
+  // kdtree_verify_workspace_size plans the automatic split.
+  return size_t(splits) * c.total_nodes * c.spec.num_q_heads * (c.spec.head_dim_v + 1) * sizeof(float);
+}
+
+DeviceCase upload(kdtree_runtime* rt, const VerifyCase& c, int max_forced_splits) {
+  DeviceCase d;
+  d.q = DeviceBuffer(c.q);
+  d.k = DeviceBuffer(c.k_cache);
+  if (!c.mla) d.v = DeviceBuffer(c.v_cache);
+  d.table = DeviceBuffer(c.page_table);
+  d.kv_lens = DeviceBuffer(c.kv_lens);
+  d.indptr = DeviceBuffer(c.node_indptr);
+  d.mask = DeviceBuffer(c.tree_mask);
+  d.out = DeviceBuffer(c.out_elems() * sizeof(uint16_t));
+  d.lse = DeviceBuffer(c.lse_elems() * sizeof(float));
+  d.flags = DeviceBuffer(sizeof(int32_t));
+  const kdtree_status st =
+      kdtree_verify_workspace_size(rt, &c.spec, c.batch_size, c.total_nodes, c.max_kv_len, &d.queried_workspace);
+  REQUIRE_MESSAGE(st == KDTREE_OK, kdtree_last_error());
+  d.workspace = DeviceBuffer(std::max(d.queried_workspace, forced_split_workspace(c, max_forced_splits)));
+  return d;
+}
+
+kdtree_verify_args make_args(const VerifyCase& c, DeviceCase& d, bool with_lse, int splits) {
+  kdtree_verify_args a{};
+  a.spec = c.spec;
+  a.batch_size = c.batch_size;
+  a.total_nodes = c.total_nodes;
+  a.max_kv_len = c.max_kv_len;
+  a.num_pages = c.num_pages;
+  a.q = d.q.get();
+  a.node_indptr = d.indptr.get<const int32_t>();
+  a.k_cache = d.k.get();
+  a.v_cache = c.mla ? nullptr : d.v.get();
+  a.page_table = d.table.get<const int32_t>();
+  a.max_pages_per_req = c.max_pages_per_req;
+  a.kv_lens = d.kv_lens.get<const int32_t>();
+  a.tree_mask = d.mask.get<const uint64_t>();
+  a.sm_scale = c.sm_scale;
+  a.out = d.out.get();
+  a.lse = with_lse ? d.lse.get<float>() : nullptr;
+  a.workspace = d.workspace.get();
+  // Automatic splits get exactly what kdtree_verify_workspace_size asked for.
+  a.workspace_size = splits == 0 ? d.queried_workspace : d.workspace.bytes();
+  a.error_flags = d.flags.get<int32_t>();
+  a.stream = nullptr;
+  a.num_splits = splits;
+  return a;
+}
+
+struct Launch {
+  kdtree_status status = KDTREE_OK;
+  std::string error;
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+  int32_t flags = 0;
+};
+
+// poison: the byte written over out and lse first (0xFF = NaN catches unwritten
+// elements; 0x00 makes "written as NaN" checkable).
+Launch launch(kdtree_runtime* rt, const VerifyCase& c, DeviceCase& d, bool with_lse, int splits,
+              unsigned char poison = 0xFF) {
+  d.out.poison(poison);
+  d.lse.poison(poison);
+  d.flags.poison(0);
+  const kdtree_verify_args a = make_args(c, d, with_lse, splits);
+  Launch r;
+  r.status = kdtree_verify_attention(rt, &a);
+  r.error = kdtree_last_error();
+  r.out = d.out.download<uint16_t>();  // synchronises
+  if (with_lse) r.lse = d.lse.download<float>();
+  r.flags = d.flags.download<int32_t>()[0];
+  return r;
+}
+
+// Launches one case with the given split count and checks it against `ref`.
+void check_launch(kdtree_runtime* rt, const VerifyCase& c, const kdtree::ref::VerifyReference& ref, DeviceCase& d,
+                  int splits, bool with_lse) {
+  const std::string label = c.label("splits=" + std::to_string(splits) + (with_lse ? "" : ",lse=NULL") +
+                                    ",seed=" + std::to_string(c.seed));
+  INFO(label);
+  const Launch r = launch(rt, c, d, with_lse, splits);
+  INFO("kdtree_last_error: " << r.error);
+  CHECK(r.status == KDTREE_OK);
+  if (r.status != KDTREE_OK) {
+    tally().record(label, c.spec.dtype == KDTREE_DTYPE_BF16 ? 0 : 1, {}, false);
+    return;
+  }
+  const auto cmp = kdtree::ref::compare_verify(c, ref, r.out, with_lse ? r.lse.data() : nullptr);
+  INFO(cmp.summary());
+  const double tol = rel_tolerance(c.spec.dtype);
+  bool ok = cmp.nan_out == 0 && cmp.nan_lse == 0 && r.flags == 0;
+  CHECK(cmp.nan_out == 0);  // every element written, nothing leaked from NaN rows
+  CHECK(cmp.nan_lse == 0);
+  CHECK(r.flags == 0);
+  for (int b = 0; b < c.batch_size; ++b) {
+    INFO("request " << b << ": prefix " << c.prefix_lens[b] << ", nodes " << c.node_counts[b]);
+    CHECK(cmp.rel_err[b] < tol);
+    ok &= cmp.rel_err[b] < tol;
+  }
+  if (with_lse) {
+    CHECK(cmp.max_lse_abs < kLseTolerance);
+    ok &= cmp.max_lse_abs < kLseTolerance;
+  }
+  tally().record(label, c.spec.dtype == KDTREE_DTYPE_BF16 ? 0 : 1, cmp, ok);
+}
+
+kdtree_verify_spec make_spec(int dqk, int dv, int hq, int hkv, int page, int W, kdtree_dtype dtype) {
+  kdtree_verify_spec s{};
+  s.head_dim_qk = dqk;
+  s.head_dim_v = dv;
+  s.num_q_heads = hq;
+  s.num_kv_heads = hkv;
+  s.page_size = page;
+  s.max_tree_nodes = W;
+  s.dtype = dtype;
+  return s;
+}
+
+// Compiles every spec in parallel (NVRTC takes seconds per config).
+void warm(Session& s, const std::vector<kdtree_verify_spec>& specs) {
+  std::atomic<size_t> next{0};
+  std::vector<std::string> errors(specs.size());
+  auto worker = [&] {
+    kdtree_runtime_bind_context(s.rt);
+    for (size_t i = next++; i < specs.size(); i = next++)
+      if (kdtree_warm(s.rt, &specs[i]) != KDTREE_OK) errors[i] = kdtree_last_error();
+  };
+  const unsigned n = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 16));
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < n; ++t) pool.emplace_back(worker);
+  for (std::thread& t : pool) t.join();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    INFO("kdtree_warm[" << specs[i].head_dim_qk << "/" << specs[i].head_dim_v << ",W=" << specs[i].max_tree_nodes
+                        << ",page=" << specs[i].page_size << ",dtype=" << int(specs[i].dtype) << "]: " << errors[i]);
+    CHECK(errors[i].empty());
+  }
+}
+
+// Reference work of a case in flops, to keep the CPU side of the suite short.
+double reference_flops(const kdtree_verify_spec& s, int batch, int max_prefix) {
+  const double nodes = s.max_tree_nodes + (batch - 1) * (s.max_tree_nodes + 1) / 2.0;  // request 0 is full
+  return nodes * s.num_q_heads * (max_prefix + s.max_tree_nodes) * 2.0 * (s.head_dim_qk + s.head_dim_v);
+}
+
+// The grid for one head type: every (W, page, dtype), each with its own head
+// counts, batch, prefix range and value distribution, chosen to cycle through
+// the variations; each case runs with splits 1, 3 (lse on and off) and auto.
+void run_head_grid(int dqk, int dv, int head_index) {
+  const auto t0 = Clock::now();
+  Session& s = Session::get();
+  s.bind();
+  const bool mla = dqk != dv;
+  const int widths[] = {16, 32, 64, 128};
+  const int pages[] = {1, 16, 64};
+  const kdtree_dtype dtypes[] = {KDTREE_DTYPE_BF16, KDTREE_DTYPE_F16};
+  // GQA (group, num_kv_heads): groups 1, 2, 4, 8 x 1..4 KV heads.
+  std::vector<std::pair<int, int>> gqa_heads;
+  for (int g : {1, 2, 4, 8})
+    for (int hkv : {1, 2, 3, 4}) gqa_heads.emplace_back(g, hkv);
+  const int prefix_ranges[4][2] = {{0, 100}, {50, 700}, {500, 2500}, {2000, 4500}};
+  const double flop_budget = 6e9;  // ~0.3 s of reference on 16 cores
+
+  struct Point {
+    kdtree_verify_spec spec;
+    int batch;
+    VerifyCaseOptions options;
+  };
+  std::vector<Point> points;
+  int k = 0;
+  for (int W : widths) {
+    for (int page : pages) {
+      for (kdtree_dtype dtype : dtypes) {
+        Point p;
+        p.batch = 1 + k % 5;
+        int hq = 0, hkv = 1;
+        const int* range = prefix_ranges[(k / 2 + head_index) % 4];
+        p.options.min_prefix = range[0];
+        p.options.max_prefix = range[1];
+        if (mla) {
+          hq = k % 2 ? 8 : 16;
+          if (W <= 32 && k % 3 == 0) {  // 128 heads: small trees and batches only
+            hq = 128;
+            p.batch = std::min(p.batch, 2);
+            p.options.max_prefix = std::min(p.options.max_prefix, 1200);
+            p.options.min_prefix = std::min(p.options.min_prefix, p.options.max_prefix);
+          }
+        } else {
+          const auto gh = gqa_heads[(k + 5 * head_index) % gqa_heads.size()];
+          hkv = gh.second;
+          hq = gh.first * gh.second;
+        }
+        p.spec = make_spec(dqk, dv, hq, hkv, page, W, dtype);
+        // Over budget: fewer requests (down to 2), then shorter prefixes, then one request.
+        auto over = [&] { return reference_flops(p.spec, p.batch, p.options.max_prefix) > flop_budget; };
+        while (over() && p.batch > 2) --p.batch;
+        while (over() && p.options.max_prefix > 64) {
+          p.options.max_prefix /= 2;
+          p.options.min_prefix /= 2;
+        }
+        while (over() && p.batch > 1) --p.batch;
+        p.options.q_scale = k % 3 == 1 ? 4.0f : 1.0f;  // sharper softmax now and then
+        p.options.dist = k % 4 == 3 ? kdtree::ref::ValueDist::normal : kdtree::ref::ValueDist::uniform;
+        p.options.max_kv_len_slack = k % 2 ? 0 : 37;
+        points.push_back(p);
+        ++k;
+      }
+    }
+  }
+
+  std::vector<kdtree_verify_spec> specs;
+  for (const Point& p : points) specs.push_back(p.spec);
+  warm(s, specs);
+  const double compile_s = seconds_since(t0);
+
+  int i = 0;
+  for (const Point& p : points) {
+    const VerifyCase c =
+        kdtree::ref::build_verify_case(p.spec, p.batch, base_seed() * 1000 + head_index * 100 + i, p.options);
+    const auto ref = kdtree::ref::verify_attention(c.host_inputs());
+    DeviceCase d = upload(s.rt, c, 3);
+    check_launch(s.rt, c, ref, d, 1, true);
+    check_launch(s.rt, c, ref, d, 3, true);
+    check_launch(s.rt, c, ref, d, 3, false);
+    check_launch(s.rt, c, ref, d, 0, i % 2 == 0);
+    ++i;
+  }
+  std::printf("verify_attention GPU parity [%s]: %zu configs x 4 launches in %.1f s (compile %.1f s)\n",
+              mla ? "mla576/512" : ("gqa" + std::to_string(dqk)).c_str(), points.size(), seconds_since(t0),
+              compile_s);
+}
+
+// A valid case for the error tests: B = 2, request 0 the longer one.
+VerifyCase error_case(const kdtree_verify_spec& spec, uint64_t seed) {
+  VerifyCaseOptions o;
+  o.prefix_lens = {std::max(500, 2 * spec.page_size + 9), std::max(100, 2 * spec.page_size + 3)};
+  o.node_counts = {spec.max_tree_nodes, spec.max_tree_nodes / 2};
+  return kdtree::ref::build_verify_case(spec, 2, seed, o);
+}
+
+std::vector<kdtree_verify_spec> error_specs() {
+  return {make_spec(576, 512, 16, 1, 64, 64, KDTREE_DTYPE_BF16), make_spec(128, 128, 8, 2, 16, 32, KDTREE_DTYPE_F16),
+          make_spec(64, 64, 4, 4, 1, 16, KDTREE_DTYPE_BF16)};
+}
+
+// Checks request `good` against the reference rows of `ref` (same layout as c).
+void check_request(const VerifyCase& c, const kdtree::ref::VerifyReference& ref, const Launch& r, int good) {
+  const auto cmp = kdtree::ref::compare_verify(c, ref, r.out, r.lse.data());
+  INFO("unaffected request " << good << ": " << cmp.summary());
+  CHECK(cmp.rel_err[good] < rel_tolerance(c.spec.dtype));
+}
+
+}  // namespace
+
+TEST_CASE("verify_attention GPU parity: mla576/512") { run_head_grid(576, 512, 0); }
+TEST_CASE("verify_attention GPU parity: gqa64") { run_head_grid(64, 64, 1); }
+TEST_CASE("verify_attention GPU parity: gqa128") { run_head_grid(128, 128, 2); }
+TEST_CASE("verify_attention GPU parity: gqa256") { run_head_grid(256, 256, 3); }
+
+TEST_CASE("verify_attention GPU: a page id out of range flags PAGE_INDEX and NaNs that request") {
+  Session& s = Session::get();
+  s.bind();
+  uint64_t seed = base_seed() * 1000 + 900;
+  for (const kdtree_verify_spec& spec : error_specs()) {
+    VerifyCase c = error_case(spec, seed++);
+    const auto ref = kdtree::ref::verify_attention(c.host_inputs());
+    for (int bad : {c.num_pages, -1, c.num_pages + 1000}) {
+      VerifyCase m = c;
+      m.page_table[size_t(1) * m.max_pages_per_req + 0] = bad;  // request 1's first prefix page
+      DeviceCase d = upload(s.rt, m, 3);
+      for (int splits : {1, 3}) {
+        INFO(m.label("page id " + std::to_string(bad) + ",splits=" + std::to_string(splits)));
+        const Launch r = launch(s.rt, m, d, true, splits, 0x00);
+        INFO("kdtree_last_error: " << r.error);
+        CHECK(r.status == KDTREE_OK);  // checked on the device: no host synchronisation
+        CHECK((r.flags & KDTREE_DEVICE_ERROR_PAGE_INDEX) != 0);
+        CHECK(kdtree::ref::request_all_nan(m, 1, r.out, r.lse.data()));
+        check_request(m, ref, r, 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("verify_attention GPU: a node count over W flags NODE_COUNT and NaNs that request") {
+  Session& s = Session::get();
+  s.bind();
+  uint64_t seed = base_seed() * 1000 + 950;
+  for (const kdtree_verify_spec& spec : error_specs()) {
+    const VerifyCase c = error_case(spec, seed++);
+    const auto ref = kdtree::ref::verify_attention(c.host_inputs());
+    const int W = spec.max_tree_nodes, hq = spec.num_q_heads;
+    // Request 0 gets W + 1 nodes (a copy of its root appended); kv_len stays, so
+    // only the node count is wrong.
+    VerifyCase m = c;
+    const size_t q_row = size_t(hq) * spec.head_dim_qk;
+    m.q.insert(m.q.begin() + W * q_row, c.q.begin(), c.q.begin() + q_row);
+    m.tree_mask.insert(m.tree_mask.begin() + size_t(W) * m.mask_words, c.tree_mask.begin(),
+                       c.tree_mask.begin() + m.mask_words);
+    m.parents.insert(m.parents.begin() + W, 0);
+    m.node_counts[0] = W + 1;
+    m.node_indptr = {0, W + 1, W + 1 + c.node_counts[1]};
+    m.total_nodes = m.node_indptr.back();
+    // The expected rows of request 1 are the original case's, one row later.
+    kdtree::ref::VerifyReference ref_m;
+    ref_m.out.assign(m.out_elems(), 0.0);
+    ref_m.lse.assign(m.lse_elems(), 0.0);
+    std::copy(ref.out.begin() + size_t(W) * hq * spec.head_dim_v, ref.out.end(),
+              ref_m.out.begin() + size_t(W + 1) * hq * spec.head_dim_v);
+    std::copy(ref.lse.begin() + size_t(W) * hq, ref.lse.end(), ref_m.lse.begin() + size_t(W + 1) * hq);
+    DeviceCase d = upload(s.rt, m, 3);
+    for (int splits : {1, 3}) {
+      INFO(m.label("nodes=W+1,splits=" + std::to_string(splits)));
+      const Launch r = launch(s.rt, m, d, true, splits, 0x00);
+      INFO("kdtree_last_error: " << r.error);
+      CHECK(r.status == KDTREE_OK);
+      CHECK((r.flags & KDTREE_DEVICE_ERROR_NODE_COUNT) != 0);
+      CHECK(kdtree::ref::request_all_nan(m, 0, r.out, r.lse.data()));  // all W + 1 rows, none stale
+      check_request(m, ref_m, r, 1);
+    }
+    // kv_len smaller than the node count.
+    VerifyCase short_kv = c;
+    short_kv.kv_lens[0] = c.node_counts[0] - 1;
+    DeviceCase ds = upload(s.rt, short_kv, 3);
+    for (int splits : {1, 3}) {
+      INFO(short_kv.label("kv_len<nodes,splits=" + std::to_string(splits)));
+      const Launch r = launch(s.rt, short_kv, ds, true, splits, 0x00);
+      CHECK(r.status == KDTREE_OK);
+      CHECK((r.flags & KDTREE_DEVICE_ERROR_NODE_COUNT) != 0);
+      CHECK(kdtree::ref::request_all_nan(short_kv, 0, r.out, r.lse.data()));
+      check_request(short_kv, ref, r, 1);
+    }
+  }
+}
+
+TEST_CASE("verify_attention GPU: kv_len over max_kv_len flags KV_LEN and NaNs that request") {
+  Session& s = Session::get();
+  s.bind();
+  uint64_t seed = base_seed() * 1000 + 980;
+  for (const kdtree_verify_spec& spec : error_specs()) {
+    VerifyCase c = error_case(spec, seed++);
+    const auto ref = kdtree::ref::verify_attention(c.host_inputs());
+    c.max_kv_len = c.kv_lens[0] - 1;  // the host bound is a lie for request 0 only
+    REQUIRE(c.kv_lens[1] <= c.max_kv_len);
+    DeviceCase d = upload(s.rt, c, 3);
+    for (int splits : {1, 3}) {
+      INFO(c.label("max_kv_len<kv_len,splits=" + std::to_string(splits)));
+      const Launch r = launch(s.rt, c, d, true, splits, 0x00);
+      INFO("kdtree_last_error: " << r.error);
+      CHECK(r.status == KDTREE_OK);
+      CHECK((r.flags & KDTREE_DEVICE_ERROR_KV_LEN) != 0);
+      CHECK(kdtree::ref::request_all_nan(c, 0, r.out, r.lse.data()));
+      check_request(c, ref, r, 1);
+    }
+  }
+}

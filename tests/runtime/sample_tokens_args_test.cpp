@@ -1,0 +1,153 @@
+// kdtree_sample_tokens rejects bad arguments on the host, through the C ABI,
+// before it needs a driver: these run on CPU-only machines. Pointers are fake
+// (never dereferenced: every call here must fail validation).
+#include <doctest/doctest.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <string>
+
+#include "kdtree/kdtree.h"
+#include "runtime/driver.hpp"
+
+namespace {
+
+bool names(const std::string& msg, const std::string& field) {
+  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t at = msg.find(field); at != std::string::npos; at = msg.find(field, at + 1)) {
+    const bool left = at == 0 || !word_char(msg[at - 1]);
+    const bool right = at + field.size() == msg.size() || !word_char(msg[at + field.size()]);
+    if (left && right) return true;
+  }
+  return false;
+}
+
+template <typename T>
+T* fake(uintptr_t slot, uintptr_t misalign = 0) {
+  return reinterpret_cast<T*>(0x7f0000000000ull + slot * 0x100000ull + misalign);
+}
+
+struct Fixture {
+  std::string dir;
+  kdtree_runtime* rt = nullptr;
+  Fixture() {
+    char tmpl[] = "/tmp/kdtree-sample-args-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+    REQUIRE(kdtree_runtime_create(0, dir.c_str(), &rt) == KDTREE_OK);
+  }
+  ~Fixture() {
+    kdtree_runtime_destroy(rt);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  Fixture(const Fixture&) = delete;
+  Fixture& operator=(const Fixture&) = delete;
+};
+
+kdtree_sample_args good_args() {
+  kdtree_sample_args a{};
+  a.num_rows = 4;
+  a.vocab_size = 32000;
+  a.logits_dtype = KDTREE_DTYPE_BF16;
+  a.logits = fake<const void>(1);
+  a.row_stride = 0;
+  a.temperature = 0.8f;
+  a.seed = 1;
+  a.row_offsets = nullptr;
+  a.out_tokens = fake<int32_t>(2);
+  return a;
+}
+
+void expect_error(kdtree_runtime* rt, const kdtree_sample_args& a, kdtree_status status, const char* field) {
+  INFO("expected an error naming " << field);
+  CHECK(kdtree_sample_tokens(rt, &a) == status);
+  const std::string msg = kdtree_last_error();
+  INFO("message: " << msg);
+  CHECK(names(msg, field));
+  CHECK(names(msg, "kdtree_sample_tokens"));
+}
+
+}  // namespace
+
+TEST_CASE("sample_tokens C ABI: NULL runtime and NULL args") {
+  kdtree_sample_args a = good_args();
+  CHECK(kdtree_sample_tokens(nullptr, &a) == KDTREE_ERROR_INVALID_ARGUMENT);
+  CHECK(names(kdtree_last_error(), "runtime"));
+  Fixture f;
+  CHECK(kdtree_sample_tokens(f.rt, nullptr) == KDTREE_ERROR_INVALID_ARGUMENT);
+  CHECK(names(kdtree_last_error(), "args"));
+}
+
+TEST_CASE("sample_tokens C ABI: unsupported logits dtype") {
+  Fixture f;
+  kdtree_sample_args a = good_args();
+  a.logits_dtype = KDTREE_DTYPE_F16;
+  expect_error(f.rt, a, KDTREE_ERROR_UNSUPPORTED, "BF16");
+  a.logits_dtype = static_cast<kdtree_dtype>(7);
+  expect_error(f.rt, a, KDTREE_ERROR_UNSUPPORTED, "F32");
+}
+
+TEST_CASE("sample_tokens C ABI: bad sizes") {
+  Fixture f;
+  kdtree_sample_args a = good_args();
+  a.num_rows = 0;
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "num_rows");
+  a = good_args();
+  a.num_rows = -3;
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "num_rows");
+  a = good_args();
+  a.vocab_size = 0;
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "vocab_size");
+  a = good_args();
+  a.row_stride = 31999;
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "row_stride");
+  a = good_args();
+  a.row_stride = -1;
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "row_stride");
+}
+
+TEST_CASE("sample_tokens C ABI: NULL and misaligned buffers") {
+  Fixture f;
+  kdtree_sample_args a = good_args();
+  a.logits = nullptr;
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "logits");
+  a = good_args();
+  a.logits = fake<const void>(1, 1);  // bf16 needs 2-byte alignment
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "logits");
+  a = good_args();
+  a.logits_dtype = KDTREE_DTYPE_F32;
+  a.logits = fake<const void>(1, 2);  // f32 needs 4-byte alignment
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "logits");
+  a = good_args();
+  a.out_tokens = nullptr;
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "out_tokens");
+  a = good_args();
+  a.out_tokens = fake<int32_t>(2, 2);
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "out_tokens");
+  a = good_args();
+  a.row_offsets = fake<const int64_t>(3, 4);
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "row_offsets");
+}
+
+TEST_CASE("sample_tokens C ABI: temperature must be finite") {
+  Fixture f;
+  kdtree_sample_args a = good_args();
+  a.temperature = std::numeric_limits<float>::quiet_NaN();
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "temperature");
+  a.temperature = std::numeric_limits<float>::infinity();
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "temperature");
+}
+
+TEST_CASE("sample_tokens C ABI: valid arguments pass host validation") {
+  if (kdtree::driver::available()) return;  // would launch on fake pointers
+  Fixture f;
+  kdtree_sample_args a = good_args();
+  const kdtree_status status = kdtree_sample_tokens(f.rt, &a);
+  INFO(kdtree_last_error());
+  CHECK((status == KDTREE_ERROR_NO_DRIVER || status == KDTREE_ERROR_NO_DEVICE));
+}
