@@ -52,7 +52,7 @@ VerifyPlan plan_verify(Runtime& rt, const kdtree_verify_spec& s, int batch_size,
     // pipeline has something to overlap and the combine stays cheap.
     long long ctas = std::max<long long>(ceil_div((long long)total_nodes * group, tiles.block_m), batch_size) *
                      s.num_kv_heads;
-    splits = std::max(1, std::min<int>(ceil_div(arch.num_sms, ctas), std::min(64, kv_tiles / 2)));
+    splits = std::max(1, std::min<int>(ceil_div(arch.num_sms, ctas), std::min(64, (kv_tiles + 1) / 2)));
     splits = ceil_div(kv_tiles, ceil_div(kv_tiles, splits));  // no empty trailing split
   }
   VerifyPlan plan;
@@ -136,7 +136,9 @@ void verify_attention(Runtime& rt, const kdtree_verify_args& a) {
             "launching kdtree_verify_attention");
   if (plan.num_splits > 1) {
     LaunchDims combine;
-    combine.grid_x = ceil_div((long long)a.total_nodes * a.spec.num_q_heads, 4);
+    // Mirrors COMBINE_ROWS of the template: 128 threads, head_dim_v / 4 per row.
+    const int rows_per_cta = std::max(1, 128 / (spec.head_dim_v / 4));
+    combine.grid_x = ceil_div((long long)a.total_nodes * a.spec.num_q_heads, rows_per_cta);
     combine.block_x = 128;
     rt.launch(module.function("kdtree_verify_combine"), combine, args, stream, "launching kdtree_verify_combine");
   }

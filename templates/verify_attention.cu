@@ -35,7 +35,8 @@ constexpr int V_TILE_ELEMS = IS_MLA ? 0 : BLOCK_N * HEAD_DIM_V;
 static_assert(BLOCK_M == WARPS_M * 16, "a warp row owns 16 rows");
 static_assert(S_TILES >= 1 && O_TILES % 2 == 0, "tile split");
 static_assert(IS_MLA || HEAD_DIM_V == HEAD_DIM, "GQA: V rows as wide as K rows");
-static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM_V % 16 == 0, "head dims are multiples of 16");
+static_assert(HEAD_DIM % 64 == 0 && HEAD_DIM_V % 16 == 0, "the QK loop steps 64 dims; PV 16");
+static_assert(QK_CHUNKS % 8 == 0 && (IS_MLA || V_CHUNKS % 8 == 0), "rows swizzle in groups of 8 chunks");
 
 // Shared memory (dynamic): Q | K stages | V stages (GQA) | P (WARPS_N > 1) | row exchange.
 // Rows are XOR-swizzled in 16-byte chunks so ldmatrix reads are free of bank conflicts.
@@ -52,6 +53,22 @@ static __device__ __forceinline__ bool mask_bit(const kd_u64 (&words)[MASK_WORDS
   for (int i = 1; i < MASK_WORDS; ++i) w = (j >> 6) == i ? words[i] : w;
   return (w >> (j & 63)) & 1ull;
 }
+
+// ldmatrix addresses without per-load index math: a lane reads chunk 2 * kk + h
+// of row r, so the swizzled byte offset splits into a per-thread part, computed
+// once (row base and the four XOR patterns of kk % 4), and (kk / 4) * 128.
+template <int CHUNKS>
+struct LaneRow {
+  kd_u32 base;   // row * CHUNKS * 16
+  kd_u32 xo[4];  // byte offset of chunk 2 * i + h within an 8-chunk group
+  __device__ __forceinline__ LaneRow(int row, int h) {
+    base = row * CHUNKS * 16;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) xo[i] = (CHUNKS >= 8 ? ((2 * i + h) ^ (row & 7)) : (2 * i + h)) * 16;
+  }
+  // Offset of chunk 2 * (4 * k4 + i) + h; i must be a compile-time index.
+  __device__ __forceinline__ kd_u32 at(int k4, int i) const { return base + k4 * 128 + xo[i]; }
+};
 
 struct Request {
   int node_base;  // first node of the request in the packed node arrays
@@ -124,6 +141,20 @@ static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& 
       const kd_u16* vsrc = vc + (slot * p.num_kv_heads + kv_head) * HEAD_DIM_V + chunk * 8;
       kd_cp_async16(kd_smem_addr(sv + swizzle<V_CHUNKS>(row, chunk) * 8), vsrc, ok ? 16 : 0);
     }
+  }
+}
+
+// O(16 x V_COLS) += P(16 x 16) V(16 x V_COLS) for one k16 step; tv is the byte
+// address of the step's first V row at this warp's first column.
+template <int ROW_CHUNKS>
+static __device__ __forceinline__ void pv_step(float (&o)[O_TILES][4], const kd_u32 (&a)[4], kd_u32 tv,
+                                               const LaneRow<ROW_CHUNKS>& v_lane) {
+#pragma unroll
+  for (int j = 0; j < O_TILES; j += 2) {
+    kd_u32 bf[4];
+    kd_ldmatrix_x4_trans(bf, tv + v_lane.at(j / 8, (j / 2) % 4));
+    kd_mma16816<IS_BF16>(o[j], a, bf[0], bf[1]);
+    kd_mma16816<IS_BF16>(o[j + 1], a, bf[2], bf[3]);
   }
 }
 
@@ -203,6 +234,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 
   const int q_row = wm * 16 + (lane & 15);
   const int s_col0 = wn * (BLOCK_N / WARPS_N);
+  constexpr int V_ROW_CHUNKS = IS_MLA ? QK_CHUNKS : V_CHUNKS;
+  constexpr kd_u32 K_TILE_BYTES = K_TILE_ELEMS * 2, V_TILE_BYTES = V_TILE_ELEMS * 2;
+  const kd_u32 sq_addr = kd_smem_addr(sq), sk_addr = kd_smem_addr(sk), sv_addr = kd_smem_addr(sv);
+  const kd_u32 sp_addr = kd_smem_addr(sp);
+  const LaneRow<QK_CHUNKS> q_lane(q_row, lane >> 4);                                         // A of S
+  const LaneRow<QK_CHUNKS> k_lane(s_col0 + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);  // B of S
+  const LaneRow<V_ROW_CHUNKS> v_lane((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);           // B of O
+  const LaneRow<P_CHUNKS> p_lane(q_row, lane >> 4);                                          // A of O
+  const kd_u32 v_col_bytes = (wn * V_COLS / 8) * 16;  // a multiple of 128: the swizzle group is kept
 
   for (int it = 0; it < n_tiles; ++it) {
     kd_cp_async_wait<STAGES - 2>();
@@ -217,31 +257,34 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
       kd_cp_async_commit();
     }
     const int stage = it % STAGES;
-    const kd_u16* tk = sk + stage * K_TILE_ELEMS;
-    const kd_u16* tv = IS_MLA ? tk : sv + stage * V_TILE_ELEMS;
+    const kd_u32 tk_addr = sk_addr + stage * K_TILE_BYTES;
+    const kd_u32 tv_addr = (IS_MLA ? tk_addr : sv_addr + stage * V_TILE_BYTES) + v_col_bytes;
     const int t0 = t_begin + it * BLOCK_N;
 
     // ---- S = Q K^T for this warp's 16 rows x BLOCK_N / WARPS_N columns
     float s[S_TILES][4];
 #pragma unroll
     for (int j = 0; j < S_TILES; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll 4
-    for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-      kd_u32 a[4];
-      kd_ldmatrix_x4(a, kd_smem_addr(sq + swizzle<QK_CHUNKS>(q_row, kk * 2 + (lane >> 4)) * 8));
+#pragma unroll 1
+    for (int k4 = 0; k4 < HEAD_DIM / 64; ++k4) {
 #pragma unroll
-      for (int j = 0; j + 1 < S_TILES; j += 2) {
-        kd_u32 bf[4];
-        int krow = s_col0 + j * 8 + (lane & 7) + ((lane >> 4) << 3);
-        kd_ldmatrix_x4(bf, kd_smem_addr(tk + swizzle<QK_CHUNKS>(krow, kk * 2 + ((lane >> 3) & 1)) * 8));
-        kd_mma16816<IS_BF16>(s[j], a, bf[0], bf[1]);
-        kd_mma16816<IS_BF16>(s[j + 1], a, bf[2], bf[3]);
-      }
-      if (S_TILES % 2) {
-        kd_u32 bf[2];
-        int krow = s_col0 + (S_TILES - 1) * 8 + (lane & 7);
-        kd_ldmatrix_x2(bf, kd_smem_addr(tk + swizzle<QK_CHUNKS>(krow, kk * 2 + ((lane >> 3) & 1)) * 8));
-        kd_mma16816<IS_BF16>(s[S_TILES - 1], a, bf[0], bf[1]);
+      for (int i = 0; i < 4; ++i) {
+        kd_u32 a[4];
+        kd_ldmatrix_x4(a, sq_addr + q_lane.at(k4, i));
+        const kd_u32 kb = tk_addr + k_lane.at(k4, i);
+#pragma unroll
+        for (int j = 0; j + 1 < S_TILES; j += 2) {
+          kd_u32 bf[4];
+          kd_ldmatrix_x4(bf, kb + j * 8 * QK_CHUNKS * 16);
+          kd_mma16816<IS_BF16>(s[j], a, bf[0], bf[1]);
+          kd_mma16816<IS_BF16>(s[j + 1], a, bf[2], bf[3]);
+        }
+        if (S_TILES % 2) {
+          // Lanes 0-15 give the addresses of an x2 load: rows (S_TILES - 1) * 8 + lane % 8.
+          kd_u32 bf[2];
+          kd_ldmatrix_x2(bf, kb + (S_TILES - 1) * 8 * QK_CHUNKS * 16);
+          kd_mma16816<IS_BF16>(s[S_TILES - 1], a, bf[0], bf[1]);
+        }
       }
     }
 
@@ -315,16 +358,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         a[1] = kd_pack2<IS_BF16>(s[2 * kk][2], s[2 * kk][3]);
         a[2] = kd_pack2<IS_BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
         a[3] = kd_pack2<IS_BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-        for (int j = 0; j < O_TILES; j += 2) {
-          kd_u32 bf[4];
-          int vrow = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-          int vchunk = (wn * V_COLS + j * 8) / 8 + (lane >> 4);
-          kd_ldmatrix_x4_trans(bf, kd_smem_addr(tv + (IS_MLA ? swizzle<QK_CHUNKS>(vrow, vchunk)
-                                                              : swizzle<V_CHUNKS>(vrow, vchunk)) * 8));
-          kd_mma16816<IS_BF16>(o[j], a, bf[0], bf[1]);
-          kd_mma16816<IS_BF16>(o[j + 1], a, bf[2], bf[3]);
-        }
+        pv_step(o, a, tv_addr + kk * 16 * V_ROW_CHUNKS * 16, v_lane);
       }
     } else {
 #pragma unroll
@@ -341,17 +375,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 #pragma unroll
       for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
         kd_u32 a[4];
-        kd_ldmatrix_x4(a, kd_smem_addr(sp + swizzle<P_CHUNKS>(q_row, kk * 2 + (lane >> 4)) * 8));
-#pragma unroll
-        for (int j = 0; j < O_TILES; j += 2) {
-          kd_u32 bf[4];
-          int vrow = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-          int vchunk = (wn * V_COLS + j * 8) / 8 + (lane >> 4);
-          kd_ldmatrix_x4_trans(bf, kd_smem_addr(tv + (IS_MLA ? swizzle<QK_CHUNKS>(vrow, vchunk)
-                                                              : swizzle<V_CHUNKS>(vrow, vchunk)) * 8));
-          kd_mma16816<IS_BF16>(o[j], a, bf[0], bf[1]);
-          kd_mma16816<IS_BF16>(o[j + 1], a, bf[2], bf[3]);
-        }
+        kd_ldmatrix_x4(a, sp_addr + p_lane.at(kk / 4, kk % 4));
+        pv_step(o, a, tv_addr + kk * 16 * V_ROW_CHUNKS * 16, v_lane);
       }
     }
   }
@@ -413,11 +438,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   }
 }
 
-// Merges the split partials of each (node, head) row by their LSE. One warp per row.
-extern "C" __global__ void __launch_bounds__(128) kdtree_verify_combine(const kdtree_verify_params p) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const long long row = (long long)blockIdx.x * 4 + warp;
+// Merges the split partials of each (node, head) row by their LSE. A row is
+// HEAD_DIM_V / 4 threads, each owning four columns (16-byte loads); the split
+// loop is unrolled so that several loads are in flight per thread.
+constexpr int COMBINE_THREADS = 128;
+constexpr int COMBINE_ROW_THREADS = HEAD_DIM_V / 4 < COMBINE_THREADS ? HEAD_DIM_V / 4 : COMBINE_THREADS;
+constexpr int COMBINE_ROWS = COMBINE_THREADS / COMBINE_ROW_THREADS;
+static_assert(HEAD_DIM_V % (4 * COMBINE_ROW_THREADS) == 0, "combine columns");
+
+extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_combine(const kdtree_verify_params p) {
   const long long rows = (long long)p.total_nodes * p.num_q_heads;
+  const long long row = (long long)blockIdx.x * COMBINE_ROWS + threadIdx.x / COMBINE_ROW_THREADS;
+  const int col0 = (threadIdx.x % COMBINE_ROW_THREADS) * 4;
   if (row >= rows) return;
   const int node = (int)(row / p.num_q_heads);
   // The request that owns this node: binary search of node_indptr.
@@ -428,30 +460,36 @@ extern "C" __global__ void __launch_bounds__(128) kdtree_verify_combine(const kd
   }
   const Request req = load_request(p, lo);
   if (!req.valid) return;  // the main kernel wrote its rows as NaN
-  const int kv_len = req.kv_len;
-  const int splits = min(p.num_splits, (kv_len + p.split_tokens - 1) / p.split_tokens);
-  const long long stride = rows;
+  const int splits = min(p.num_splits, (req.kv_len + p.split_tokens - 1) / p.split_tokens);
+  const float* lse = p.partial_lse + row;
   float m = -KD_INF;
   bool nan = false;
   for (int s = 0; s < splits; ++s) {
-    float v = p.partial_lse[s * stride + row];
+    float v = lse[s * rows];
     nan |= v != v;
     m = fmaxf(m, v);
   }
-  float m_use = m == -KD_INF ? 0.f : m;
+  const float m_use = m == -KD_INF ? 0.f : m;
   float wsum = 0.f;
-  for (int s = 0; s < splits; ++s) wsum += kd_exp2(p.partial_lse[s * stride + row] - m_use);
-  const float inv = nan ? KD_NAN : (wsum > 0.f ? 1.f / wsum : KD_NAN);
-  kd_u16* out = (kd_u16*)p.out + row * HEAD_DIM_V;
-  for (int c = lane * 2; c < HEAD_DIM_V; c += 64) {
-    float a0 = 0.f, a1 = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  const float* po = p.partial_o + row * HEAD_DIM_V;
+  for (int c = col0; c < HEAD_DIM_V; c += COMBINE_ROW_THREADS * 4) {
+    acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    wsum = 0.f;
+#pragma unroll 4
     for (int s = 0; s < splits; ++s) {
-      float w = kd_exp2(p.partial_lse[s * stride + row] - m_use);
-      float2 v = *(const float2*)(p.partial_o + (s * stride + row) * HEAD_DIM_V + c);
-      a0 += w * v.x;
-      a1 += w * v.y;
+      float w = kd_exp2(lse[s * rows] - m_use);
+      float4 v = *(const float4*)(po + s * rows * HEAD_DIM_V + c);
+      wsum += w;
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
     }
-    *(kd_u32*)(out + c) = kd_pack2<IS_BF16>(a0 * inv, a1 * inv);
+    const float inv = nan ? KD_NAN : (wsum > 0.f ? 1.f / wsum : KD_NAN);
+    kd_u32* out = (kd_u32*)((kd_u16*)p.out + row * HEAD_DIM_V + c);
+    out[0] = kd_pack2<IS_BF16>(acc.x * inv, acc.y * inv);
+    out[1] = kd_pack2<IS_BF16>(acc.z * inv, acc.w * inv);
   }
-  if (p.lse && lane == 0) p.lse[row] = nan ? KD_NAN : (m_use + kd_log2(wsum)) * 0.69314718055994531f;
+  if (p.lse && col0 == 0) p.lse[row] = nan ? KD_NAN : (m_use + kd_log2(wsum)) * 0.69314718055994531f;
 }

@@ -143,7 +143,7 @@ class EnvVar {
 
 }  // namespace
 
-TEST_CASE("disk cache: miss builds, then memory hit; a new cache on the dir gets a disk hit") {
+TEST_CASE("disk cache: miss builds - then memory hit - a new cache on the dir gets a disk hit") {
   TempDir tmp;
   Builder b{"cubin bytes \x01\x02"};
   Outcome how{};
@@ -196,7 +196,7 @@ TEST_CASE("disk cache: different key material gives different entries") {
   CHECK(DiskCache::sha256_hex("source A") != DiskCache::sha256_hex("source B"));
 }
 
-TEST_CASE("disk cache: a corrupt entry is never returned; it is rebuilt and replaced") {
+TEST_CASE("disk cache: a corrupt entry is never returned - it is rebuilt and replaced") {
   constexpr std::size_t kHeader = 80;  // magic 4, version 4, size 8, payload sha 32, key sha 32
   struct Corruption {
     const char* name;
@@ -499,7 +499,7 @@ TEST_CASE("disk cache: default_dir precedence (empty counts as unset)") {
   }
 }
 
-TEST_CASE("disk cache: list, verify, clear") {
+TEST_CASE("disk cache: list - verify - clear") {
   TempDir tmp;
   DiskCache cache(tmp.path);
   Builder b{"payload"};
@@ -553,7 +553,7 @@ TEST_CASE("disk cache: list, verify, clear") {
   CHECK(fs::exists(tmp.path / "unrelated.txt"));
 }
 
-TEST_CASE("disk cache: a held lock is waited for, with one message, and times out") {
+TEST_CASE("disk cache: a held lock is waited for - with one message - and times out") {
   TempDir tmp;
   const std::string readable = "locked_op";
   const fs::path lock_path =

@@ -37,7 +37,7 @@ TEST_CASE("sha256: padding edges around the 56- and 64-byte boundaries") {
   }
 }
 
-TEST_CASE("sha256: incremental updates equal one shot, and finish() resets") {
+TEST_CASE("sha256: incremental updates equal one shot - and finish() resets") {
   std::string msg;
   for (int i = 0; i < 300; ++i) msg += char(i * 7 + 3);
   const std::string whole = hex_of(msg);

@@ -63,7 +63,7 @@ TEST_CASE("kv_compact spec: unsupported page sizes and widths name the supported
   CHECK_THROWS_AS(generate_kv_compact(spec, arch_from_sm(120)), kdtree::Error);
 }
 
-TEST_CASE("kv_compact source: self-contained, the spec baked in") {
+TEST_CASE("kv_compact source: self-contained - the spec baked in") {
   KvCompactSpec spec;
   spec.max_tree_nodes = 128;
   spec.page_size = 1;

@@ -26,7 +26,7 @@ TEST_CASE("render substitutes named placeholders") {
   CHECK(render("t.cu", "if (x) { y = $z; }", {}) == "if (x) { y = $z; }");
 }
 
-TEST_CASE("render fails on an unknown placeholder, naming it and its line") {
+TEST_CASE("render fails on an unknown placeholder - naming it and its line") {
   std::string msg = error_of("line1\nint a = ${MISSING};\n", {});
   CHECK(msg.find("MISSING") != std::string::npos);
   CHECK(msg.find("t.cu:2") != std::string::npos);

@@ -39,7 +39,7 @@ TEST_CASE("tree_build spec: unsupported widths name the supported ones") {
   }
 }
 
-TEST_CASE("tree_build source: specialised per width, compiles for sm_90 and sm_120") {
+TEST_CASE("tree_build source: specialised per width - compiles for sm_90 and sm_120") {
   for (int sm : {90, 120}) {
     const kdtree::codegen::Arch arch = kdtree::codegen::arch_from_sm(sm);
     for (int w : {16, 32, 64, 128}) {

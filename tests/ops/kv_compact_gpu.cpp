@@ -166,7 +166,7 @@ Problem random_batch(std::mt19937_64& rng, int B, int W, int page_size, int laye
 
 }  // namespace
 
-TEST_CASE("kv_compact GPU: path [0,2,3] in place, page sizes 1 and 16") {
+TEST_CASE("kv_compact GPU: path [0 2 3] in place - page sizes 1 and 16") {
   Gpu gpu;
   std::mt19937_64 rng(1);
   for (int page_size : {1, 16}) {
@@ -188,7 +188,7 @@ TEST_CASE("kv_compact GPU: path [0,2,3] in place, page sizes 1 and 16") {
   run_and_check(gpu.rt, pb);
 }
 
-TEST_CASE("kv_compact GPU: random batches, scattered pages, MLA and GQA") {
+TEST_CASE("kv_compact GPU: random batches - scattered pages - MLA and GQA") {
   Gpu gpu;
   std::mt19937_64 rng(0xc0ffee);
   for (int W : {16, 64, 128}) {
@@ -228,7 +228,7 @@ TEST_CASE("kv_compact GPU: a path longer than one read-then-write round") {
   }
 }
 
-TEST_CASE("kv_compact GPU: malformed requests are flagged and skipped; valid ones still move") {
+TEST_CASE("kv_compact GPU: malformed requests are flagged and skipped - valid ones still move") {
   Gpu gpu;
   std::mt19937_64 rng(11);
   struct Bad {

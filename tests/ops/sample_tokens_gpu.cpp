@@ -99,7 +99,7 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 }  // namespace
 
-TEST_CASE("sample_tokens GPU: greedy ties go to the lowest index, NaN counts as -inf") {
+TEST_CASE("sample_tokens GPU: greedy ties go to the lowest index - NaN counts as -inf") {
   Gpu gpu;
   for (kdtree_dtype dtype : {KDTREE_DTYPE_BF16, KDTREE_DTYPE_F32}) {
     // Rows with the maximum at several places, across threads, warps and loop rounds.
@@ -167,7 +167,7 @@ TEST_CASE("sample_tokens GPU: random logits match the reference") {
   }
 }
 
-TEST_CASE("sample_tokens GPU: frequencies match softmax, seeds reproduce") {
+TEST_CASE("sample_tokens GPU: frequencies match softmax - seeds reproduce") {
   Gpu gpu;
   const std::vector<float> logits = {1.0f, 0.5f, 0.0f, -0.5f, 2.0f, -1.0f};  // exact in bf16
   const float T = 0.7f;

@@ -149,7 +149,7 @@ TEST_CASE("tree_accept GPU: tree_build trees with targets that follow a path par
   }
 }
 
-TEST_CASE("tree_accept GPU: random trees with duplicate-token siblings, padded and packed") {
+TEST_CASE("tree_accept GPU: random trees with duplicate-token siblings - padded and packed") {
   TempDir dir;
   kdtree::Runtime rt(0, dir.path);
   rt.make_current();
@@ -169,7 +169,7 @@ TEST_CASE("tree_accept GPU: random trees with duplicate-token siblings, padded a
   }
 }
 
-TEST_CASE("tree_accept GPU: malformed requests set error bits and -1 outputs, neighbours unaffected") {
+TEST_CASE("tree_accept GPU: malformed requests set error bits and -1 outputs - neighbours unaffected") {
   TempDir dir;
   kdtree::Runtime rt(0, dir.path);
   rt.make_current();

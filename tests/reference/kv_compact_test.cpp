@@ -62,7 +62,7 @@ std::vector<uint16_t> out_of_place(const KvCompactInput& in, const std::vector<u
 
 }  // namespace
 
-TEST_CASE("kv_compact reference: path [0,2,3], destination 2 is entry 1's source (page 1)") {
+TEST_CASE("kv_compact reference: path [0 2 3] - destination 2 is entry 1's source (page 1)") {
   // prefix 3, tree nodes at positions 3..7.
   OneRequest r(1, 16, 8, 5, {0, 2, 3});
   const std::vector<uint16_t> before = r.cache;
@@ -82,7 +82,7 @@ TEST_CASE("kv_compact reference: path [0,2,3], destination 2 is entry 1's source
   CHECK(changed == size_t(2 * r.row_elems));
 }
 
-TEST_CASE("kv_compact reference: page 16, moves across a page boundary") {
+TEST_CASE("kv_compact reference: page 16 - moves across a page boundary") {
   // prefix 14: nodes 0..5 at positions 14..19 on logical pages 0 and 1.
   OneRequest r(16, 16, 20, 6, {0, 1, 3, 5});
   std::vector<uint16_t> old(20);

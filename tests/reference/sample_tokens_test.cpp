@@ -29,7 +29,7 @@ constexpr double kChiSquare5dof_p1e4 = 25.74;
 
 }  // namespace
 
-TEST_CASE("sample_tokens reference: greedy argmax, lowest index wins ties") {
+TEST_CASE("sample_tokens reference: greedy argmax - lowest index wins ties") {
   CHECK(kdtree::ref::sample_tokens(one_row({1, 3, 2, 3, 0}))[0] == 1);
   CHECK(kdtree::ref::sample_tokens(one_row({5}))[0] == 0);
   CHECK(kdtree::ref::sample_tokens(one_row({-1, -1, -1}))[0] == 0);
@@ -60,7 +60,7 @@ TEST_CASE("sample_tokens reference: row_stride padding is never read as a token"
   for (int32_t t : kdtree::ref::sample_tokens(in)) CHECK(t < 4);
 }
 
-TEST_CASE("sample_tokens reference: uniforms lie in (0, 1) and Gumbel noise has mean 0.5772") {
+TEST_CASE("sample_tokens reference: uniforms lie in (0 - 1) and Gumbel noise has mean 0.5772") {
   double sum_u = 0.0, sum_g = 0.0;
   const int n = 200000;
   for (int t = 0; t < n; ++t) {
@@ -81,7 +81,7 @@ TEST_CASE("sample_tokens reference: uniforms lie in (0, 1) and Gumbel noise has 
   CHECK(std::isfinite(-std::log(-std::log(0.99999994039535522f))));
 }
 
-TEST_CASE("sample_tokens reference: same seed same tokens, another seed other tokens") {
+TEST_CASE("sample_tokens reference: same seed same tokens - another seed other tokens") {
   SampleInput in;
   in.num_rows = 256;
   in.vocab_size = 1000;

@@ -182,7 +182,7 @@ TEST_CASE("tree_build reference: D=2 K=2 worked by hand") {
   }
 }
 
-TEST_CASE("tree_build reference: ties by depth, then by rank path") {
+TEST_CASE("tree_build reference: ties by depth - then by rank path") {
   INFO("tree_build[W=16,D=2,K=2,B=1]");
   SUBCASE("all log-probs equal: smaller depth, then lexicographic") {
     // (0) -1, (1) -1, then four depth-2 nodes at -2 in path order.

@@ -389,7 +389,7 @@ TEST_CASE("verify_attention reference: the physical page layout does not matter"
   CHECK(a.lse == b.lse);
 }
 
-TEST_CASE("verify_case: random trees, lengths and pages hold their invariants") {
+TEST_CASE("verify_case: random trees - lengths and pages hold their invariants") {
   const int widths[] = {16, 32, 64, 128};
   const int pages[] = {1, 16, 64};
   uint64_t seed = 1;
@@ -468,7 +468,7 @@ TEST_CASE("verify_case: random trees, lengths and pages hold their invariants") 
   CHECK(a.label("splits=3") == "verify_attention[gqa128,W=64,page=16,bf16,Hq=8,Hkv=2,B=3,splits=3]");
 }
 
-TEST_CASE("verify_case: compare_verify measures rounding, catches NaN and lse errors") {
+TEST_CASE("verify_case: compare_verify measures rounding - catches NaN and lse errors") {
   const auto spec = make_spec(576, 512, 8, 1, 64, 64, KDTREE_DTYPE_BF16);
   kdtree::ref::VerifyCaseOptions o;
   o.max_prefix = 200;

@@ -11,7 +11,7 @@
 
 using namespace kdtree;
 
-TEST_CASE("a compile error carries the NVRTC log, the options and the source file") {
+TEST_CASE("a compile error carries the NVRTC log - the options and the source file") {
   codegen::KernelSource src;
   src.op = "broken";
   src.label = "broken[test]";

@@ -62,7 +62,7 @@ bool contains(const std::string& text, const std::string& needle) { return text.
 
 }  // namespace
 
-TEST_CASE("kdtree-gen: usage, emit and errors") {
+TEST_CASE("kdtree-gen: usage - emit and errors") {
   REQUIRE_MESSAGE(fs::exists(tool_path()), "kdtree-gen not found at ", tool_path().string(),
                   " (build the kdtree-gen target, or set KDTREE_GEN)");
   TempDir tmp;
@@ -102,7 +102,7 @@ TEST_CASE("kdtree-gen: usage, emit and errors") {
   CHECK(!fs::exists(tmp.path / "missing"));
 }
 
-TEST_CASE("kdtree-gen: warm, reuse, info and cache list/verify/clear") {
+TEST_CASE("kdtree-gen: warm - reuse - info and cache list/verify/clear") {
   REQUIRE(fs::exists(tool_path()));
   TempDir tmp;
   const fs::path cache = tmp.path / "cache";
