@@ -7,7 +7,7 @@
 // whole call (main kernel and combine), after warm-up, with the inputs rotated
 // over several copies so that L2 does not serve them.
 //
-// usage: bench_verify [--json FILE] [--iters N] [--tflops R] [--gbps B] [--shape NAME]
+// usage: bench_verify [--json FILE] [--iters N] [--tflops R] [--gbps B] [--shape NAME_OR_PREFIX]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(1234);
 
   for (const Shape& s : kShapes) {
-    if (only && std::strcmp(only, s.name)) continue;
+    if (only && std::strncmp(only, s.name, std::strlen(only))) continue;  // a name or a prefix
     const int W = s.nodes <= 16 ? 16 : s.nodes <= 32 ? 32 : s.nodes <= 64 ? 64 : 128;
     const bool mla = s.head_qk == 576;
     const int kv_len = s.prefix + s.nodes;

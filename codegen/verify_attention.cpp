@@ -1,6 +1,9 @@
 #include "codegen/verify_attention.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -104,38 +107,53 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
   return v;
 }
 
-VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
-  const int budget = arch.max_smem_per_block;
-  auto smem_of = [&](const VerifyTiles& t, int warps_n) {
-    int q = t.block_m * spec.head_dim_qk * 2;
-    int kv = t.block_n * (spec.head_dim_qk + (spec.mla() ? 0 : spec.head_dim_v)) * 2;
-    int p = warps_n > 1 ? t.block_m * t.block_n * 2 : 0;
-    int red = warps_n * t.block_m * 4;
-    return q + t.stages * kv + p + red;
-  };
-  VerifyTiles t;
-  if (spec.mla()) {
-    // MLA's 576-wide rows make Q and K tiles large: V columns are split over two
-    // column warps so the O accumulator (16 x 256 fp32 per warp) fits in registers.
-    const int warps_n = 2;
-    for (VerifyTiles c : {VerifyTiles{64, 64, 8, 2, 0}, VerifyTiles{64, 32, 8, 2, 0}, VerifyTiles{32, 16, 4, 3, 0},
-                          VerifyTiles{32, 16, 4, 2, 0}}) {
-      c.smem_bytes = smem_of(c, warps_n);
-      if (c.smem_bytes <= budget) return c;
-    }
-    fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("{} does not fit {} ({} bytes of shared memory per block)",
-                                               spec.label(), arch.name(), budget));
+namespace {
+
+int verify_smem_bytes(const VerifySpec& spec, const VerifyTiles& t) {
+  const int warps_n = t.warps / (t.block_m / 16);
+  int q = t.block_m * spec.head_dim_qk * 2;
+  int kv = t.block_n * (spec.head_dim_qk + (spec.mla() ? 0 : spec.head_dim_v)) * 2;
+  int p = warps_n > 1 ? t.block_m * t.block_n * 2 : 0;
+  int red = warps_n * t.block_m * 4;
+  return q + t.stages * kv + p + red;
+}
+
+// KDTREE_VERIFY_TILES="block_m,block_n,warps,stages" overrides the choice (tuning only).
+bool tiles_from_env(const VerifySpec& spec, const Arch& arch, VerifyTiles* t) {
+  const char* env = std::getenv("KDTREE_VERIFY_TILES");
+  if (!env || !*env) return false;
+  VerifyTiles c;
+  if (std::sscanf(env, "%d,%d,%d,%d", &c.block_m, &c.block_n, &c.warps, &c.stages) != 4 || c.block_m % 16 ||
+      c.warps % (c.block_m / 16) || c.stages < 2) {
+    fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("KDTREE_VERIFY_TILES='{}' is not block_m,block_n,warps,stages", env));
   }
-  // GQA: one column warp, P stays in registers; deepest pipeline that fits.
-  for (int block_n : {64, 32}) {
-    for (int stages : {3, 2}) {
-      VerifyTiles c{64, block_n, 4, stages, 0};
-      c.smem_bytes = smem_of(c, 1);
-      if (c.smem_bytes <= budget) return c;
-    }
+  c.smem_bytes = verify_smem_bytes(spec, c);
+  if (c.smem_bytes > arch.max_smem_per_block) return false;
+  *t = c;
+  return true;
+}
+
+}  // namespace
+
+VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
+  VerifyTiles chosen;
+  if (tiles_from_env(spec, arch, &chosen)) return chosen;
+  // Candidates in order of preference; the first that fits the arch's shared memory wins.
+  std::vector<VerifyTiles> candidates;
+  if (spec.mla()) {
+    // MLA's 576-wide rows make Q and K tiles large: V columns are split over
+    // column warps so the O accumulator (16 x 512 fp32 per row block) fits in registers.
+    candidates = {{64, 64, 8, 2, 0}, {64, 32, 8, 2, 0}, {32, 16, 4, 3, 0}, {32, 16, 4, 2, 0}};
+  } else {
+    // GQA: one column warp, P stays in registers; deepest pipeline that fits.
+    candidates = {{64, 64, 4, 3, 0}, {64, 64, 4, 2, 0}, {64, 32, 4, 3, 0}, {64, 32, 4, 2, 0}};
+  }
+  for (VerifyTiles c : candidates) {
+    c.smem_bytes = verify_smem_bytes(spec, c);
+    if (c.smem_bytes <= arch.max_smem_per_block) return c;
   }
   fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("{} does not fit {} ({} bytes of shared memory per block)",
-                                             spec.label(), arch.name(), budget));
+                                             spec.label(), arch.name(), arch.max_smem_per_block));
 }
 
 KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch) {

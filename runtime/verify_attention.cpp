@@ -48,11 +48,26 @@ VerifyPlan plan_verify(Runtime& rt, const kdtree_verify_spec& s, int batch_size,
   const int kv_tiles = ceil_div(max_kv_len, tiles.block_n);
   int splits = forced_splits;
   if (splits == 0) {
-    // Enough CTAs for every SM; each split keeps at least two KV tiles so the
-    // pipeline has something to overlap and the combine stays cheap.
-    long long ctas = std::max<long long>(ceil_div((long long)total_nodes * group, tiles.block_m), batch_size) *
-                     s.num_kv_heads;
-    splits = std::max(1, std::min<int>(ceil_div(arch.num_sms, ctas), std::min(64, (kv_tiles + 1) / 2)));
+    // Model the time as waves x KV tiles per CTA: a CTA streams ceil(kv_tiles / s)
+    // tiles plus about one tile's worth of fixed work (Q load, pipeline fill, and
+    // the combine when s > 1); CTAs run ctas_per_sm at a time on every SM. The
+    // cheapest s wins (the fewest on a tie), so small batches spread the KV over
+    // the whole GPU and large ones are not cut into a partial last wave.
+    const long long ctas = std::max<long long>(ceil_div((long long)total_nodes * group, tiles.block_m),
+                                               batch_size) * s.num_kv_heads;
+    const int threads = tiles.warps * 32;
+    const int ctas_per_sm = std::max(1, std::min(arch.max_smem_per_sm / (tiles.smem_bytes + 1024),
+                                                 65536 / (threads * 240)));
+    const long long slots = (long long)arch.num_sms * ctas_per_sm;
+    double best = 0;
+    for (int cand = 1; cand <= std::min(64, kv_tiles); ++cand) {
+      double waves = std::ceil(double(ctas * cand) / slots);
+      double cost = waves * (ceil_div(kv_tiles, cand) + (cand > 1 ? 1.5 : 1.0));
+      if (cand == 1 || cost < best) {
+        best = cost;
+        splits = cand;
+      }
+    }
     splits = ceil_div(kv_tiles, ceil_div(kv_tiles, splits));  // no empty trailing split
   }
   VerifyPlan plan;

@@ -22,8 +22,16 @@ fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   "$carry/bin/bench_verify" --json "$out/bench_verify.json" 2>&1 | tee "$out/bench_verify.txt"
   for b in bench_tree_build_accept bench_sample_compact; do
-    [ -x "$carry/bin/$b" ] && "$carry/bin/$b" --json "$out/$b.json" > "$out/$b.txt" 2>&1
-    [ -f "$out/$b.txt" ] && tail -40 "$out/$b.txt"
+    [ -x "$carry/bin/$b" ] && "$carry/bin/$b" > "$out/$b.txt" 2>&1
+    [ -f "$out/$b.txt" ] && grep -v '^{' "$out/$b.txt" | tail -40
+  done
+fi
+if [ -d "$carry/sass" ]; then  # instruction mix of carried cubins
+  for f in "$carry"/sass/*.cubin; do
+    /usr/local/cuda/bin/cuobjdump -sass "$f" > "$out/$(basename "$f" .cubin).sass" 2>&1
+    echo "== $(basename "$f"): $(grep -cE '^\s+/\*[0-9a-f]{4}\*/' "$out/$(basename "$f" .cubin).sass") instructions"
+    grep -oE '^\s+/\*[0-9a-f]{4}\*/\s+(@!?U?P[0-9T] )?[A-Z0-9_]+' "$out/$(basename "$f" .cubin).sass" | awk '{print $NF}' |
+      sort | uniq -c | sort -rn | head -14 | tr '\n' ' '; echo
   done
 fi
 exit $status

@@ -114,20 +114,28 @@ static __device__ void poison_request(const kdtree_verify_params& p, const Reque
   }
 }
 
-// Issues the cp.async copies of one KV tile (tokens t0 .. t0 + BLOCK_N) into a stage.
+// Issues the cp.async copies of one KV tile (tokens t0 .. t0 + BLOCK_N) into a
+// stage (shared-memory byte addresses). A token row is copied by ROW_LANES lanes,
+// so the page-table lookup and the row address are computed once per row.
 // Tokens at or past t_end are zero-filled: masked scores give P = 0, and 0 * 0 stays 0.
+constexpr int ROW_LANES = QK_CHUNKS >= 32 ? 32 : QK_CHUNKS;
+constexpr int ROWS_PER_PASS = THREADS / ROW_LANES;
+
+template <int CHUNKS>
+static __device__ __forceinline__ kd_u32 swizzled_chunk(int row, int chunk) {
+  return CHUNKS >= 8 ? (chunk ^ (row & 7)) : chunk;
+}
+
 static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& p, int b, int kv_head, int t0,
-                                                    int t_end, kd_u16* sk, kd_u16* sv, bool& bad_page) {
+                                                    int t_end, kd_u32 sk, kd_u32 sv, bool& bad_page) {
   const int* pages = p.page_table + (long long)b * p.max_pages_per_req;
-  const kd_u16* kc = (const kd_u16*)p.k_cache;
-  const kd_u16* vc = (const kd_u16*)p.v_cache;
-  for (int i = threadIdx.x; i < BLOCK_N * QK_CHUNKS; i += THREADS) {
-    int row = i / QK_CHUNKS, chunk = i % QK_CHUNKS;
-    int t = t0 + row;
+  const int lane_chunk = threadIdx.x % ROW_LANES;
+  for (int row = threadIdx.x / ROW_LANES; row < BLOCK_N; row += ROWS_PER_PASS) {
+    const int t = t0 + row;
     long long slot = 0;
     bool ok = t < t_end;
     if (ok) {
-      int page = pages[t / PAGE_SIZE];
+      const int page = pages[t / PAGE_SIZE];
       if (page < 0 || page >= p.num_pages) {
         bad_page = true;
         ok = false;
@@ -135,11 +143,22 @@ static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& 
         slot = (long long)page * PAGE_SIZE + t % PAGE_SIZE;
       }
     }
-    const kd_u16* src = kc + (slot * p.num_kv_heads + kv_head) * HEAD_DIM + chunk * 8;
-    kd_cp_async16(kd_smem_addr(sk + swizzle<QK_CHUNKS>(row, chunk) * 8), src, ok ? 16 : 0);
-    if (!IS_MLA && chunk < V_CHUNKS) {
-      const kd_u16* vsrc = vc + (slot * p.num_kv_heads + kv_head) * HEAD_DIM_V + chunk * 8;
-      kd_cp_async16(kd_smem_addr(sv + swizzle<V_CHUNKS>(row, chunk) * 8), vsrc, ok ? 16 : 0);
+    const int bytes = ok ? 16 : 0;
+    const kd_u16* krow = (const kd_u16*)p.k_cache + (slot * p.num_kv_heads + kv_head) * HEAD_DIM;
+#pragma unroll
+    for (int k = 0; k < (QK_CHUNKS + ROW_LANES - 1) / ROW_LANES; ++k) {
+      const int c = lane_chunk + k * ROW_LANES;
+      if (c < QK_CHUNKS)
+        kd_cp_async16(sk + (row * QK_CHUNKS + swizzled_chunk<QK_CHUNKS>(row, c)) * 16, krow + c * 8, bytes);
+    }
+    if (!IS_MLA) {
+      const kd_u16* vrow = (const kd_u16*)p.v_cache + (slot * p.num_kv_heads + kv_head) * HEAD_DIM_V;
+#pragma unroll
+      for (int k = 0; k < (V_CHUNKS + ROW_LANES - 1) / ROW_LANES; ++k) {
+        const int c = lane_chunk + k * ROW_LANES;
+        if (c < V_CHUNKS)
+          kd_cp_async16(sv + (row * V_CHUNKS + swizzled_chunk<V_CHUNKS>(row, c)) * 16, vrow + c * 8, bytes);
+      }
     }
   }
 }
@@ -165,6 +184,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   kd_u16* sv = sk + STAGES * K_TILE_ELEMS;
   kd_u16* sp = sv + STAGES * V_TILE_ELEMS;
   float* sred = (float*)(sp + (WARPS_N > 1 ? BLOCK_M * BLOCK_N : 0));  // [WARPS_N][BLOCK_M]
+  constexpr kd_u32 K_TILE_BYTES = K_TILE_ELEMS * 2, V_TILE_BYTES = V_TILE_ELEMS * 2;
+  const kd_u32 sq_addr = kd_smem_addr(sq), sk_addr = kd_smem_addr(sk), sv_addr = kd_smem_addr(sv);
 
   const int m_tile = blockIdx.x;
   const int b = blockIdx.y / p.num_kv_heads;
@@ -221,8 +242,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < n_tiles)
-      load_kv_tile(p, b, kv_head, t_begin + s * BLOCK_N, t_end, sk + s * K_TILE_ELEMS, sv + s * V_TILE_ELEMS,
-                   bad_page);
+      load_kv_tile(p, b, kv_head, t_begin + s * BLOCK_N, t_end, sk_addr + s * K_TILE_BYTES,
+                   sv_addr + s * V_TILE_BYTES, bad_page);
     kd_cp_async_commit();  // the Q copies ride in the first group
   }
 
@@ -235,8 +256,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   const int q_row = wm * 16 + (lane & 15);
   const int s_col0 = wn * (BLOCK_N / WARPS_N);
   constexpr int V_ROW_CHUNKS = IS_MLA ? QK_CHUNKS : V_CHUNKS;
-  constexpr kd_u32 K_TILE_BYTES = K_TILE_ELEMS * 2, V_TILE_BYTES = V_TILE_ELEMS * 2;
-  const kd_u32 sq_addr = kd_smem_addr(sq), sk_addr = kd_smem_addr(sk), sv_addr = kd_smem_addr(sv);
   const kd_u32 sp_addr = kd_smem_addr(sp);
   const LaneRow<QK_CHUNKS> q_lane(q_row, lane >> 4);                                         // A of S
   const LaneRow<QK_CHUNKS> k_lane(s_col0 + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);  // B of S
@@ -251,8 +270,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
       int next = it + STAGES - 1;
       if (next < n_tiles) {
         int st = next % STAGES;
-        load_kv_tile(p, b, kv_head, t_begin + next * BLOCK_N, t_end, sk + st * K_TILE_ELEMS,
-                     sv + st * V_TILE_ELEMS, bad_page);
+        load_kv_tile(p, b, kv_head, t_begin + next * BLOCK_N, t_end, sk_addr + st * K_TILE_BYTES,
+                     sv_addr + st * V_TILE_BYTES, bad_page);
       }
       kd_cp_async_commit();
     }
@@ -340,12 +359,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         l_run[e >> 1] += s[j][e];
       }
     }
+    // Once the row maxima settle (most tiles of a long prefix), alpha is 1 for the
+    // whole warp and the O_TILES * 4 rescales are skipped.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-    for (int j = 0; j < O_TILES; ++j) {
-      o[j][0] *= alpha[0];
-      o[j][1] *= alpha[0];
-      o[j][2] *= alpha[1];
-      o[j][3] *= alpha[1];
+      for (int j = 0; j < O_TILES; ++j) {
+        o[j][0] *= alpha[0];
+        o[j][1] *= alpha[0];
+        o[j][2] *= alpha[1];
+        o[j][3] *= alpha[1];
+      }
     }
 
     // ---- O += P V

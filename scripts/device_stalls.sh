@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Stall reasons and pipe use of the verify_attention main kernel (ncu metrics).
+# Usage: bash scripts/device_stalls.sh SHAPE
+set -uo pipefail
+carry=$PWD/.carry
+export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export KDTREE_CACHE_DIR=/tmp/kdtree-cache
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+m=sm__cycles_elapsed.avg,smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+m=$m,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
+m=$m,smsp__inst_executed_op_ldsm.sum,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active
+for r in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait not_selected selected \
+         dispatch_stall lg_throttle no_instruction branch_resolving drain misc; do
+  m=$m,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio
+done
+"$ncu" --clock-control none -k regex:kdtree_verify_attention --launch-skip 6 -c 1 --metrics "$m" \
+  "$carry/bin/bench_verify" --shape "$1" --iters 2 2>&1 | grep -E "^\s+(sm|smsp|l1tex)__" 

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Tile sweep for verify_attention on the device: the benchmark under each
+# KDTREE_VERIFY_TILES candidate. Usage: bash scripts/device_tile_sweep.sh PREFIX TILES...
+set -uo pipefail
+carry=$PWD/.carry
+export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export KDTREE_CACHE_DIR=/tmp/kdtree-cache
+prefix=$1
+shift
+for tiles in "$@"; do
+  echo "== tiles $tiles"
+  KDTREE_VERIFY_TILES=$tiles "$carry/bin/bench_verify" --shape "$prefix" --iters 20 | tail -n +3
+done
