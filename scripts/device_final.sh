@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The full device pass: every GPU test, the example and the benchmarks (default
+# tiles), then the verify parity tests and the MLA benchmark under sm_120's tile
+# choices (the kernel source is the same on every arch; only tiles differ).
+set -uo pipefail
+carry=$PWD/.carry
+out=${OUT:-/tmp/kdtree-out}
+export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+status=0
+bash scripts/device_gpu_run.sh all || status=1
+for tiles in 32,16,4,3 64,32,4,2; do
+  echo "== sm_120 tiles $tiles on the H200"
+  KDTREE_VERIFY_TILES=$tiles "$carry/bin/kdtree_gpu_tests" -tc='verify*' > "$out/gpu_tests_tiles_$tiles.log" 2>&1 || status=1
+  grep -E "parity:|test cases" "$out/gpu_tests_tiles_$tiles.log"
+done
+echo "== MLA benchmark with sm_120 tiles (32,16,4,3)"
+KDTREE_VERIFY_TILES=32,16,4,3 "$carry/bin/bench_verify" --shape mla --iters 20 | tail -n +2 | tee "$out/bench_verify_sm120_tiles.txt"
+exit $status
