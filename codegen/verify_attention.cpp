@@ -134,8 +134,10 @@ bool tiles_from_env(const VerifySpec& spec, const Arch& arch, VerifyTiles* t) {
   choose_qk_loop(spec, &c);
   int fields = std::sscanf(env, "%d,%d,%d,%d,%d,%d", &c.block_m, &c.block_n, &c.warps, &c.stages, &c.qk_unroll,
                            &c.qk_acc);
-  if (fields < 4 || c.block_m % 16 || c.warps % (c.block_m / 16) || c.stages < 2 || c.qk_unroll < 1 ||
-      c.qk_acc < 1 || c.qk_acc > 2) {
+  const int warps_n = c.block_m >= 16 && c.block_m % 16 == 0 ? c.warps / (c.block_m / 16) : 0;
+  // A column warp's V slice must keep whole 8-chunk swizzle groups (head_dim_v / warps_n % 64 == 0).
+  if (fields < 4 || c.block_m % 16 || c.warps % (c.block_m / 16) || warps_n < 1 || spec.head_dim_v % (64 * warps_n) ||
+      c.block_n % 16 || c.block_n % (8 * warps_n) || c.stages < 2 || c.qk_unroll < 1 || c.qk_acc < 1 || c.qk_acc > 2) {
     fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("KDTREE_VERIFY_TILES='{}' is not block_m,block_n,warps,stages", env));
   }
   c.smem_bytes = verify_smem_bytes(spec, c);

@@ -35,6 +35,7 @@ constexpr int K_TILE_ELEMS = BLOCK_N * HEAD_DIM;
 constexpr int V_TILE_ELEMS = IS_MLA ? 0 : BLOCK_N * HEAD_DIM_V;
 static_assert(BLOCK_M == WARPS_M * 16, "a warp row owns 16 rows");
 static_assert(S_TILES >= 1 && O_TILES % 2 == 0, "tile split");
+static_assert(WARPS_N == 1 || V_COLS % 64 == 0, "a column warp's V slice keeps whole swizzle groups");
 static_assert(IS_MLA || HEAD_DIM_V == HEAD_DIM, "GQA: V rows as wide as K rows");
 static_assert(HEAD_DIM % 64 == 0 && HEAD_DIM_V % 16 == 0, "the QK loop steps 64 dims; PV 16");
 static_assert(QK_CHUNKS % 8 == 0 && (IS_MLA || V_CHUNKS % 8 == 0), "rows swizzle in groups of 8 chunks");

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "codegen/verify_attention.hpp"
@@ -95,4 +96,22 @@ TEST_CASE("generated source is specialised per shape") {
   CHECK(sa.source.find("${") == std::string::npos);
   // sm_90 has room for larger tiles than sm_120.
   CHECK(generate_verify_attention(a, arch_from_sm(90)).source != sa.source);
+}
+
+TEST_CASE("KDTREE_VERIFY_TILES overrides the tiles and is validated") {
+  VerifySpec mla;
+  VerifySpec gqa64;
+  gqa64.head_dim_qk = gqa64.head_dim_v = 64;
+  ::setenv("KDTREE_VERIFY_TILES", "32,16,4,3", 1);
+  VerifyTiles t = choose_verify_tiles(mla, arch_from_sm(90));
+  CHECK(t.block_m == 32);
+  CHECK(t.block_n == 16);
+  CHECK(t.warps == 4);
+  CHECK(t.stages == 3);
+  // gqa64 split over two column warps would cut a swizzle group: rejected by name.
+  CHECK_THROWS_AS(choose_verify_tiles(gqa64, arch_from_sm(90)), kdtree::Error);
+  ::setenv("KDTREE_VERIFY_TILES", "64,64", 1);
+  CHECK_THROWS_AS(choose_verify_tiles(mla, arch_from_sm(90)), kdtree::Error);
+  ::unsetenv("KDTREE_VERIFY_TILES");
+  CHECK(choose_verify_tiles(mla, arch_from_sm(90)).block_n == 64);
 }
