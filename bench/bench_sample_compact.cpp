@@ -27,77 +27,23 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_support.hpp"
 #include "kdtree/kdtree.h"
 #include "reference/half.hpp"
 #include "reference/kv_compact.hpp"
 #include "reference/sample_tokens.hpp"
 #include "runtime/driver.hpp"
 
+using kdtree::bench::Buffer;
+using kdtree::bench::check;
+using kdtree::bench::check_cu;
+
 namespace {
 
-void check(kdtree_status status, const char* what) {
-  if (status != KDTREE_OK) {
-    std::fprintf(stderr, "%s failed (%d): %s\n", what, int(status), kdtree_last_error());
-    std::exit(1);
-  }
-}
-
-void check_cu(CUresult result, const char* what) {
-  if (result != CUDA_SUCCESS) {
-    const char* name = "?";
-    kdtree::driver::api().cuGetErrorName(result, &name);
-    std::fprintf(stderr, "%s failed: %s\n", what, name);
-    std::exit(1);
-  }
-}
-
-struct Buffer {
-  CUdeviceptr ptr = 0;
-  explicit Buffer(size_t bytes) {
-    check_cu(kdtree::driver::api().cuMemAlloc(&ptr, std::max<size_t>(bytes, 16)), "cuMemAlloc");
-  }
-  template <typename T>
-  explicit Buffer(const std::vector<T>& host) : Buffer(host.size() * sizeof(T)) {
-    check_cu(kdtree::driver::api().cuMemcpyHtoD(ptr, host.data(), host.size() * sizeof(T)), "cuMemcpyHtoD");
-  }
-  ~Buffer() { kdtree::driver::api().cuMemFree(ptr); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  template <typename T>
-  T* as(size_t byte_offset = 0) const {
-    return reinterpret_cast<T*>(ptr + byte_offset);
-  }
-  template <typename T>
-  std::vector<T> download(size_t n) const {
-    std::vector<T> host(n);
-    check_cu(kdtree::driver::api().cuMemcpyDtoH(host.data(), ptr, n * sizeof(T)), "cuMemcpyDtoH");
-    return host;
-  }
-};
-
-// Median of per-call event pairs after warm-up (the first call compiles or loads the cubin).
+// Median of per-call event pairs after 10 warm-up calls.
 template <typename Call>
 double median_us(CUstream stream, int iters, Call&& call) {
-  const auto& api = kdtree::driver::api();
-  for (int i = 0; i < 10; ++i) call();
-  check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize");
-  CUevent start, stop;
-  check_cu(api.cuEventCreate(&start, 0), "cuEventCreate");
-  check_cu(api.cuEventCreate(&stop, 0), "cuEventCreate");
-  std::vector<double> us;
-  for (int i = 0; i < iters; ++i) {
-    check_cu(api.cuEventRecord(start, stream), "cuEventRecord");
-    call();
-    check_cu(api.cuEventRecord(stop, stream), "cuEventRecord");
-    check_cu(api.cuEventSynchronize(stop), "cuEventSynchronize");
-    float ms = 0;
-    check_cu(api.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
-    us.push_back(ms * 1000.0);
-  }
-  api.cuEventDestroy(start);
-  api.cuEventDestroy(stop);
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+  return kdtree::bench::median(kdtree::bench::per_call_us(stream, 10, iters, call));
 }
 
 struct Options {
@@ -296,28 +242,15 @@ void bench_compact(kdtree_runtime* rt, CUstream stream, int sm, const Options& o
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  std::string why;
-  if (!kdtree::driver::available(&why)) {
-    std::printf("bench_sample_compact: no GPU, nothing to time (%s)\n", why.c_str());
-    return 0;
-  }
-  kdtree_runtime* rt = nullptr;
-  check(kdtree_runtime_create(0, nullptr, &rt), "kdtree_runtime_create");
-  check(kdtree_runtime_bind_context(rt), "kdtree_runtime_bind_context");
-  int sm = 0;
-  check(kdtree_runtime_arch(rt, &sm), "kdtree_runtime_arch");
-  const auto& api = kdtree::driver::api();
-  CUstream stream = nullptr;
-  check_cu(api.cuStreamCreate(&stream, 0), "cuStreamCreate");
-  std::printf("kdtree %s, sm_%d, median of %d calls after warm-up (per-call CUDA events)\n", kdtree_version(), sm,
+  if (!kdtree::bench::gpu_available("bench_sample_compact")) return 0;
+  kdtree::bench::Session gpu;
+  std::printf("kdtree %s, sm_%d, median of %d calls after warm-up (per-call CUDA events)\n", kdtree_version(), gpu.sm,
               o.iters);
 
   std::vector<std::string> json;
-  bench_sample(rt, stream, sm, o, json);
-  bench_compact(rt, stream, sm, o, json);
+  bench_sample(gpu.rt, gpu.stream, gpu.sm, o, json);
+  bench_compact(gpu.rt, gpu.stream, gpu.sm, o, json);
   std::printf("\n");
   for (const std::string& line : json) std::printf("%s\n", line.c_str());
-  api.cuStreamDestroy(stream);
-  kdtree_runtime_destroy(rt);
   return 0;
 }

@@ -14,48 +14,17 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_support.hpp"
 #include "kdtree/kdtree.h"
 #include "reference/random_draft.hpp"
 #include "reference/tree_build.hpp"
 #include "runtime/driver.hpp"
 
+using kdtree::bench::Buffer;
+using kdtree::bench::check;
+using kdtree::bench::check_cu;
+
 namespace {
-
-void check(kdtree_status status, const char* what) {
-  if (status != KDTREE_OK) {
-    std::fprintf(stderr, "%s failed (%d): %s\n", what, int(status), kdtree_last_error());
-    std::exit(1);
-  }
-}
-
-void check_cu(CUresult result, const char* what) {
-  if (result != CUDA_SUCCESS) {
-    const char* name = "?";
-    kdtree::driver::api().cuGetErrorName(result, &name);
-    std::fprintf(stderr, "%s failed: %s\n", what, name);
-    std::exit(1);
-  }
-}
-
-struct Buffer {
-  CUdeviceptr ptr = 0;
-  explicit Buffer(size_t bytes) { check_cu(kdtree::driver::api().cuMemAlloc(&ptr, std::max<size_t>(bytes, 4)), "cuMemAlloc"); }
-  template <typename T>
-  explicit Buffer(const std::vector<T>& host) : Buffer(host.size() * sizeof(T)) {
-    check_cu(kdtree::driver::api().cuMemcpyHtoD(ptr, host.data(), host.size() * sizeof(T)), "cuMemcpyHtoD");
-  }
-  ~Buffer() { kdtree::driver::api().cuMemFree(ptr); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  template <typename T>
-  T* as() const { return reinterpret_cast<T*>(ptr); }
-  template <typename T>
-  std::vector<T> download(size_t n) const {
-    std::vector<T> host(n);
-    check_cu(kdtree::driver::api().cuMemcpyDtoH(host.data(), ptr, n * sizeof(T)), "cuMemcpyDtoH");
-    return host;
-  }
-};
 
 struct Timing {
   double median_us = 0, min_us = 0, back_to_back_us = 0;
@@ -64,35 +33,11 @@ struct Timing {
 // Median / min of per-call event pairs, then the mean of `iters` calls in a row.
 template <typename Call>
 Timing time_calls(CUstream stream, int iters, Call&& call) {
-  const auto& api = kdtree::driver::api();
-  for (int i = 0; i < 20; ++i) call();  // warm-up (the first call compiles or loads the cubin)
-  check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize");
-  CUevent start, stop;
-  check_cu(api.cuEventCreate(&start, 0), "cuEventCreate");
-  check_cu(api.cuEventCreate(&stop, 0), "cuEventCreate");
-  std::vector<double> us;
-  for (int i = 0; i < iters; ++i) {
-    check_cu(api.cuEventRecord(start, stream), "cuEventRecord");
-    call();
-    check_cu(api.cuEventRecord(stop, stream), "cuEventRecord");
-    check_cu(api.cuEventSynchronize(stop), "cuEventSynchronize");
-    float ms = 0;
-    check_cu(api.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
-    us.push_back(ms * 1000.0);
-  }
-  std::sort(us.begin(), us.end());
+  const std::vector<double> us = kdtree::bench::per_call_us(stream, 20, iters, call);
   Timing t;
-  t.median_us = us[us.size() / 2];
+  t.median_us = kdtree::bench::median(us);
   t.min_us = us.front();
-  check_cu(api.cuEventRecord(start, stream), "cuEventRecord");
-  for (int i = 0; i < iters; ++i) call();
-  check_cu(api.cuEventRecord(stop, stream), "cuEventRecord");
-  check_cu(api.cuEventSynchronize(stop), "cuEventSynchronize");
-  float ms = 0;
-  check_cu(api.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
-  t.back_to_back_us = ms * 1000.0 / iters;
-  api.cuEventDestroy(start);
-  api.cuEventDestroy(stop);
+  t.back_to_back_us = kdtree::bench::back_to_back_us(stream, iters, call);
   return t;
 }
 
@@ -100,19 +45,12 @@ Timing time_calls(CUstream stream, int iters, Call&& call) {
 
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 200;
-  std::string why;
-  if (!kdtree::driver::available(&why)) {
-    std::printf("bench_tree_build_accept: no GPU, nothing to time (%s)\n", why.c_str());
-    return 0;
-  }
-  kdtree_runtime* rt = nullptr;
-  check(kdtree_runtime_create(0, nullptr, &rt), "kdtree_runtime_create");
-  check(kdtree_runtime_bind_context(rt), "kdtree_runtime_bind_context");
-  int sm = 0;
-  check(kdtree_runtime_arch(rt, &sm), "kdtree_runtime_arch");
+  if (!kdtree::bench::gpu_available("bench_tree_build_accept")) return 0;
+  kdtree::bench::Session gpu;
+  kdtree_runtime* rt = gpu.rt;
+  const int sm = gpu.sm;
+  CUstream stream = gpu.stream;
   const auto& api = kdtree::driver::api();
-  CUstream stream = nullptr;
-  check_cu(api.cuStreamCreate(&stream, 0), "cuStreamCreate");
 
   const int D = 8, K = 8;
   std::mt19937_64 rng(2024);
@@ -196,7 +134,5 @@ int main(int argc, char** argv) {
     }
   }
   for (const std::string& line : json) std::printf("%s\n", line.c_str());
-  api.cuStreamDestroy(stream);
-  kdtree_runtime_destroy(rt);
   return 0;
 }

@@ -2,8 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "codegen/render.hpp"
-#include "codegen/template_store.hpp"
+#include "codegen/tree_ops_common.hpp"
 #include "runtime/error.hpp"
 
 namespace kdtree::codegen {
@@ -20,7 +19,7 @@ void validate(const KvCompactSpec& spec) {
     fail(KDTREE_ERROR_UNSUPPORTED,
          fmt::format("kv_compact: page_size {} is not supported: use 1, 16, 32, 64 or 128", p));
   }
-  if (w != 16 && w != 32 && w != 64 && w != 128) {
+  if (!is_supported_tree_width(w)) {
     fail(KDTREE_ERROR_UNSUPPORTED,
          fmt::format("kv_compact: max_tree_nodes {} is not supported: use 16, 32, 64 or 128", w));
   }
@@ -36,14 +35,8 @@ KernelSource generate_kv_compact(const KvCompactSpec& spec, const Arch& arch) {
       {"CHUNK_VECS", std::to_string(kKvCompactChunkVecs)},
       {"VECS_PER_THREAD", std::to_string(kKvCompactVecsPerThread)},
   };
-  KernelSource out;
-  out.op = "kv_compact";
-  out.label = spec.label();
-  out.file_stem = fmt::format("kv_compact-W{}-p{}", spec.max_tree_nodes, spec.page_size);
-  out.source = template_text("kv_compact_params.h") +
-               render("kv_compact.cu", template_text("kv_compact.cu"), params);
-  out.entry_points = {"kdtree_kv_compact"};
-  return out;
+  const std::string file_stem = fmt::format("kv_compact-W{}-p{}", spec.max_tree_nodes, spec.page_size);
+  return tree_op_source("kv_compact", spec.label(), file_stem, params);
 }
 
 }  // namespace kdtree::codegen

@@ -2,8 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "codegen/render.hpp"
-#include "codegen/template_store.hpp"
+#include "codegen/tree_ops_common.hpp"
 #include "runtime/error.hpp"
 
 namespace kdtree::codegen {
@@ -44,14 +43,8 @@ KernelSource generate_sample_tokens(const SampleSpec& spec, const Arch& arch) {
       {"UNROLL", std::to_string(kSampleUnroll)},
       {"LOGITS_BF16", spec.logits_dtype == KDTREE_DTYPE_BF16 ? "1" : "0"},
   };
-  KernelSource out;
-  out.op = "sample_tokens";
-  out.label = spec.label();
-  out.file_stem = fmt::format("sample_tokens-{}", logits_name(spec.logits_dtype));
-  out.source = template_text("sample_tokens_params.h") +
-               render("sample_tokens.cu", template_text("sample_tokens.cu"), params);
-  out.entry_points = {"kdtree_sample_tokens"};
-  return out;
+  const std::string file_stem = fmt::format("sample_tokens-{}", logits_name(spec.logits_dtype));
+  return tree_op_source("sample_tokens", spec.label(), file_stem, params);
 }
 
 }  // namespace kdtree::codegen

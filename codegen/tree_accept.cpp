@@ -2,10 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "codegen/render.hpp"
-#include "codegen/template_store.hpp"
+#include "codegen/tree_ops_common.hpp"
 #include "kdtree/kdtree.h"
-#include "runtime/error.hpp"
 
 namespace kdtree::codegen {
 
@@ -15,13 +13,7 @@ std::string TreeAcceptSpec::file_stem() const { return fmt::format("tree_accept-
 
 std::string TreeAcceptSpec::fast_key() const { return file_stem(); }
 
-void validate(const TreeAcceptSpec& spec) {
-  const int w = spec.max_tree_nodes;
-  if (w != 16 && w != 32 && w != 64 && w != 128) {
-    fail(KDTREE_ERROR_UNSUPPORTED,
-         fmt::format("tree_accept: max_tree_nodes = {} is not supported: use 16, 32, 64 or 128", w));
-  }
-}
+void validate(const TreeAcceptSpec& spec) { validate_tree_width("tree_accept", spec.max_tree_nodes); }
 
 KernelSource generate_tree_accept(const TreeAcceptSpec& spec, const Arch& arch) {
   validate(spec);
@@ -34,15 +26,7 @@ KernelSource generate_tree_accept(const TreeAcceptSpec& spec, const Arch& arch) 
       {"ERROR_NODE_COUNT", std::to_string(KDTREE_DEVICE_ERROR_NODE_COUNT)},
       {"ERROR_TREE", std::to_string(KDTREE_DEVICE_ERROR_TREE)},
   };
-  KernelSource ks;
-  ks.op = "tree_accept";
-  ks.label = spec.label();
-  ks.file_stem = spec.file_stem();
-  ks.source = template_text("tree_accept_params.h") + "\n" +
-              render("tree_accept.cu", template_text("tree_accept.cu"), params);
-  ks.entry_points = {"kdtree_tree_accept"};
-  ks.options = {};  // the compiler adds the standard and ptxas options
-  return ks;
+  return tree_op_source("tree_accept", spec.label(), spec.file_stem(), params);
 }
 
 }  // namespace kdtree::codegen

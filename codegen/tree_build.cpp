@@ -2,9 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "codegen/render.hpp"
-#include "codegen/template_store.hpp"
-#include "runtime/error.hpp"
+#include "codegen/tree_ops_common.hpp"
 
 namespace kdtree::codegen {
 
@@ -14,13 +12,7 @@ std::string TreeBuildSpec::file_stem() const { return fmt::format("tree_build-W{
 
 std::string TreeBuildSpec::fast_key() const { return file_stem(); }
 
-void validate(const TreeBuildSpec& spec) {
-  const int w = spec.max_tree_nodes;
-  if (w != 16 && w != 32 && w != 64 && w != 128) {
-    fail(KDTREE_ERROR_UNSUPPORTED,
-         fmt::format("tree_build: max_tree_nodes = {} is not supported: use 16, 32, 64 or 128", w));
-  }
-}
+void validate(const TreeBuildSpec& spec) { validate_tree_width("tree_build", spec.max_tree_nodes); }
 
 KernelSource generate_tree_build(const TreeBuildSpec& spec, const Arch& arch) {
   validate(spec);
@@ -33,15 +25,7 @@ KernelSource generate_tree_build(const TreeBuildSpec& spec, const Arch& arch) {
       {"MAX_DEPTH", std::to_string(kTreeBuildMaxDepth)},
       {"MAX_TOP_K", std::to_string(kTreeBuildMaxTopK)},
   };
-  KernelSource ks;
-  ks.op = "tree_build";
-  ks.label = spec.label();
-  ks.file_stem = spec.file_stem();
-  ks.source = template_text("tree_build_params.h") + "\n" +
-              render("tree_build.cu", template_text("tree_build.cu"), params);
-  ks.entry_points = {"kdtree_tree_build"};
-  ks.options = {};  // the compiler adds the standard and ptxas options
-  return ks;
+  return tree_op_source("tree_build", spec.label(), spec.file_stem(), params);
 }
 
 }  // namespace kdtree::codegen

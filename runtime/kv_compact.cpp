@@ -6,17 +6,13 @@
 #include <fmt/format.h>
 
 #include "codegen/kv_compact.hpp"
+#include "runtime/arg_checks.hpp"
 #include "runtime/c_api.hpp"
 #include "runtime/tree_ops.hpp"
 #include "kv_compact_params.h"
 
 namespace kdtree {
 namespace {
-
-void require_buffer(const void* p, const char* name, size_t alignment) {
-  require(p != nullptr, "{} is NULL", name);
-  require(reinterpret_cast<uintptr_t>(p) % alignment == 0, "{} must be {}-byte aligned", name, alignment);
-}
 
 // Rows are copied as 16-byte vectors.
 void require_row(int elems, const char* name) {
@@ -44,20 +40,20 @@ void kv_compact(Runtime& rt, const kdtree_kv_compact_args& a) {
   require_row(a.row_elems_k, "row_elems_k");
   require(a.row_elems_v >= 0, "row_elems_v = {} must be >= 0 (0 for MLA)", a.row_elems_v);
   require_row(a.row_elems_v, "row_elems_v");
-  require_buffer(a.k_caches, "k_caches", 8);
+  require_buffer(a.k_caches, 8, "k_caches");
   if (a.row_elems_v == 0) {
     require(a.v_caches == nullptr, "v_caches must be NULL when row_elems_v is 0 (MLA: one cache)");
   } else {
     require(a.v_caches != nullptr, "v_caches is NULL but row_elems_v = {} (NULL only for MLA, with row_elems_v = 0)",
                         a.row_elems_v);
-    require_buffer(a.v_caches, "v_caches", 8);
+    require_buffer(a.v_caches, 8, "v_caches");
   }
-  require_buffer(a.page_table, "page_table", 4);
-  require_buffer(a.kv_lens, "kv_lens", 4);
-  require_buffer(a.node_counts, "node_counts", 4);
-  require_buffer(a.accepted_path, "accepted_path", 4);
-  require_buffer(a.accept_lens, "accept_lens", 4);
-  if (a.error_flags) require_buffer(a.error_flags, "error_flags", 4);
+  require_buffer(a.page_table, 4, "page_table");
+  require_buffer(a.kv_lens, 4, "kv_lens");
+  require_buffer(a.node_counts, 4, "node_counts");
+  require_buffer(a.accepted_path, 4, "accepted_path");
+  require_buffer(a.accept_lens, 4, "accept_lens");
+  require_optional_buffer(a.error_flags, 4, "error_flags");
 
   const int chunk = codegen::kKvCompactChunkVecs;
   const int row_vecs_k = a.row_elems_k / 8, row_vecs_v = a.row_elems_v / 8;

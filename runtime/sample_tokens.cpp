@@ -6,19 +6,12 @@
 #include <fmt/format.h>
 
 #include "codegen/sample_tokens.hpp"
+#include "runtime/arg_checks.hpp"
 #include "runtime/c_api.hpp"
 #include "runtime/tree_ops.hpp"
 #include "sample_tokens_params.h"
 
 namespace kdtree {
-namespace {
-
-void require_buffer(const void* p, const char* name, size_t alignment) {
-  require(p != nullptr, "{} is NULL", name);
-  require(reinterpret_cast<uintptr_t>(p) % alignment == 0, "{} must be {}-byte aligned", name, alignment);
-}
-
-}  // namespace
 
 void sample_tokens(Runtime& rt, const kdtree_sample_args& a) {
   codegen::SampleSpec spec;
@@ -28,9 +21,9 @@ void sample_tokens(Runtime& rt, const kdtree_sample_args& a) {
   require(a.vocab_size >= 1, "vocab_size = {} must be >= 1", a.vocab_size);
   const int64_t row_stride = a.row_stride == 0 ? a.vocab_size : a.row_stride;
   require(row_stride >= a.vocab_size, "row_stride = {} must be 0 or >= vocab_size = {}", a.row_stride, a.vocab_size);
-  require_buffer(a.logits, "logits", a.logits_dtype == KDTREE_DTYPE_F32 ? 4 : 2);
-  require_buffer(a.out_tokens, "out_tokens", 4);
-  if (a.row_offsets) require_buffer(a.row_offsets, "row_offsets", 8);
+  require_buffer(a.logits, a.logits_dtype == KDTREE_DTYPE_F32 ? 4 : 2, "logits");
+  require_buffer(a.out_tokens, 4, "out_tokens");
+  require_optional_buffer(a.row_offsets, 8, "row_offsets");
   require(std::isfinite(a.temperature), "temperature = {} must be finite", a.temperature);
 
   // T <= 0 is greedy; so is a T so small that 1/T overflows (its limit is the argmax).

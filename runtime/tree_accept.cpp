@@ -6,34 +6,27 @@
 #include <fmt/format.h>
 
 #include "codegen/tree_accept.hpp"
+#include "runtime/arg_checks.hpp"
 #include "runtime/c_api.hpp"
 #include "runtime/tree_ops.hpp"
 #include "tree_accept_params.h"
 
 namespace kdtree {
-namespace {
-
-void require_buffer(const void* p, const char* name) {
-  require(p != nullptr, "{} is NULL", name);
-  require(reinterpret_cast<uintptr_t>(p) % 4 == 0, "{} must be 4-byte aligned", name);
-}
-
-}  // namespace
 
 void tree_accept(Runtime& rt, const kdtree_tree_accept_args& a) {
   codegen::TreeAcceptSpec spec;
   spec.max_tree_nodes = a.max_tree_nodes;
   codegen::validate(spec);
   require(a.batch_size >= 1, "batch_size = {} must be >= 1", a.batch_size);
-  require_buffer(a.tokens, "tokens");
-  require_buffer(a.parents, "parents");
-  require_buffer(a.node_counts, "node_counts");
-  require_buffer(a.target_tokens, "target_tokens");
-  if (a.node_indptr) require_buffer(a.node_indptr, "node_indptr");
-  require_buffer(a.accepted_path, "accepted_path");
-  require_buffer(a.accept_lens, "accept_lens");
-  require_buffer(a.bonus_tokens, "bonus_tokens");
-  if (a.error_flags) require_buffer(a.error_flags, "error_flags");
+  require_buffer(a.tokens, 4, "tokens");
+  require_buffer(a.parents, 4, "parents");
+  require_buffer(a.node_counts, 4, "node_counts");
+  require_buffer(a.target_tokens, 4, "target_tokens");
+  require_optional_buffer(a.node_indptr, 4, "node_indptr");
+  require_buffer(a.accepted_path, 4, "accepted_path");
+  require_buffer(a.accept_lens, 4, "accept_lens");
+  require_buffer(a.bonus_tokens, 4, "bonus_tokens");
+  require_optional_buffer(a.error_flags, 4, "error_flags");
 
   Module& module = rt.module(spec.fast_key(), [&] { return codegen::generate_tree_accept(spec, rt.arch()); });
   CUfunction fn = module.function("kdtree_tree_accept", 0);

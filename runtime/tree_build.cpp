@@ -5,17 +5,13 @@
 #include <fmt/format.h>
 
 #include "codegen/tree_build.hpp"
+#include "runtime/arg_checks.hpp"
 #include "runtime/c_api.hpp"
 #include "runtime/tree_ops.hpp"
 #include "tree_build_params.h"
 
 namespace kdtree {
 namespace {
-
-void require_buffer(const void* p, size_t alignment, const char* name) {
-  require(p != nullptr, "{} is NULL", name);
-  require(reinterpret_cast<uintptr_t>(p) % alignment == 0, "{} must be {}-byte aligned", name, alignment);
-}
 
 void require_range(int value, int lo, int hi, const char* name) {
   require(value >= lo && value <= hi, "{} = {} is out of range: must be {}..{}", name, value, lo, hi);
@@ -44,7 +40,7 @@ void tree_build(Runtime& rt, const kdtree_tree_build_args& a) {
   require_buffer(a.first_child, 4, "first_child");
   require_buffer(a.next_sibling, 4, "next_sibling");
   require_buffer(a.node_counts, 4, "node_counts");
-  if (a.scores) require_buffer(a.scores, 4, "scores");
+  require_optional_buffer(a.scores, 4, "scores");
 
   Module& module = rt.module(spec.fast_key(), [&] { return codegen::generate_tree_build(spec, rt.arch()); });
   CUfunction fn = module.function("kdtree_tree_build", 0);

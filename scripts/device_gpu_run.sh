@@ -18,6 +18,8 @@ if [ "$what" = all ] || [ "$what" = tests ]; then
   grep -E "parity:|test cases|assertions|Status|ERROR|FAILED|error" "$out/gpu_tests.log" | head -60
   echo "gpu tests: $(( $(date +%s) - start )) s"
   "$carry/bin/verify_mla" 2>&1 | tee "$out/example.log" | tail -12 || status=1
+  "$carry/bin/verify_step" > "$out/verify_step.log" 2>&1 || status=1
+  tail -30 "$out/verify_step.log"
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   "$carry/bin/bench_verify" --json "$out/bench_verify.json" 2>&1 | tee "$out/bench_verify.txt"

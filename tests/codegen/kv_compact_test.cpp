@@ -7,23 +7,10 @@
 
 #include "codegen/kv_compact.hpp"
 #include "runtime/error.hpp"
+#include "tests/support/codegen_checks.hpp"
 
 using namespace kdtree::codegen;
-
-namespace {
-
-std::string error_of(const KvCompactSpec& spec, kdtree_status* status) {
-  try {
-    validate(spec);
-  } catch (const kdtree::Error& e) {
-    *status = e.status();
-    return e.what();
-  }
-  *status = KDTREE_OK;
-  return "";
-}
-
-}  // namespace
+using kdtree::test::validation_error;
 
 TEST_CASE("kv_compact spec: names") {
   KvCompactSpec spec;
@@ -50,13 +37,13 @@ TEST_CASE("kv_compact spec: unsupported page sizes and widths name the supported
   kdtree_status status = KDTREE_OK;
   KvCompactSpec spec;
   spec.page_size = 8;
-  std::string msg = error_of(spec, &status);
+  std::string msg = validation_error(spec, &status);
   CHECK(status == KDTREE_ERROR_UNSUPPORTED);
   CHECK(msg.find("page_size 8") != std::string::npos);
   CHECK(msg.find("1, 16, 32, 64 or 128") != std::string::npos);
   spec = KvCompactSpec{};
   spec.max_tree_nodes = 48;
-  msg = error_of(spec, &status);
+  msg = validation_error(spec, &status);
   CHECK(status == KDTREE_ERROR_UNSUPPORTED);
   CHECK(msg.find("max_tree_nodes 48") != std::string::npos);
   CHECK(msg.find("16, 32, 64 or 128") != std::string::npos);

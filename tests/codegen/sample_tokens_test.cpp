@@ -6,23 +6,10 @@
 
 #include "codegen/sample_tokens.hpp"
 #include "runtime/error.hpp"
+#include "tests/support/codegen_checks.hpp"
 
 using namespace kdtree::codegen;
-
-namespace {
-
-std::string error_of(const SampleSpec& spec, kdtree_status* status) {
-  try {
-    validate(spec);
-  } catch (const kdtree::Error& e) {
-    *status = e.status();
-    return e.what();
-  }
-  *status = KDTREE_OK;
-  return "";
-}
-
-}  // namespace
+using kdtree::test::validation_error;
 
 TEST_CASE("sample_tokens spec: names") {
   SampleSpec spec;
@@ -41,12 +28,12 @@ TEST_CASE("sample_tokens spec: only BF16 and F32 logits") {
   SampleSpec spec;
   kdtree_status status = KDTREE_OK;
   spec.logits_dtype = KDTREE_DTYPE_F16;
-  std::string msg = error_of(spec, &status);
+  std::string msg = validation_error(spec, &status);
   CHECK(status == KDTREE_ERROR_UNSUPPORTED);
   CHECK(msg.find("f16") != std::string::npos);
   CHECK(msg.find("BF16 or F32") != std::string::npos);
   spec.logits_dtype = static_cast<kdtree_dtype>(9);
-  CHECK(error_of(spec, &status).find("BF16 or F32") != std::string::npos);
+  CHECK(validation_error(spec, &status).find("BF16 or F32") != std::string::npos);
   CHECK(status == KDTREE_ERROR_UNSUPPORTED);
   CHECK_THROWS_AS(generate_sample_tokens(spec, arch_from_sm(120)), kdtree::Error);
 }

@@ -5,63 +5,16 @@
 
 #include <doctest/doctest.h>
 
-#include <string>
-
-#include "runtime/error.hpp"
-#include "runtime/nvrtc_compiler.hpp"
-#include "runtime/runtime.hpp"
+#include "tests/support/codegen_checks.hpp"
 
 using kdtree::codegen::TreeBuildSpec;
 
-TEST_CASE("tree_build spec: labels and keys") {
-  TreeBuildSpec spec;
-  CHECK(spec.max_tree_nodes == 64);
-  CHECK(spec.label() == "tree_build[W=64]");
-  CHECK(spec.file_stem() == "tree_build-W64");
-  spec.max_tree_nodes = 16;
-  CHECK(spec.label() == "tree_build[W=16]");
-  CHECK(spec.fast_key() != TreeBuildSpec{}.fast_key());
-}
+TEST_CASE("tree_build spec: labels and keys") { kdtree::test::check_width_spec_names<TreeBuildSpec>("tree_build"); }
 
 TEST_CASE("tree_build spec: unsupported widths name the supported ones") {
-  for (int w : {0, 8, 48, 256}) {
-    TreeBuildSpec spec;
-    spec.max_tree_nodes = w;
-    try {
-      kdtree::codegen::validate(spec);
-      FAIL("W=" << w << " was accepted");
-    } catch (const kdtree::Error& e) {
-      CHECK(e.status() == KDTREE_ERROR_UNSUPPORTED);
-      const std::string msg = e.what();
-      CHECK(msg.find("max_tree_nodes") != std::string::npos);
-      CHECK(msg.find("16, 32, 64 or 128") != std::string::npos);
-    }
-  }
+  kdtree::test::check_unsupported_widths<TreeBuildSpec>();
 }
 
 TEST_CASE("tree_build source: specialised per width - compiles for sm_90 and sm_120") {
-  for (int sm : {90, 120}) {
-    const kdtree::codegen::Arch arch = kdtree::codegen::arch_from_sm(sm);
-    for (int w : {16, 32, 64, 128}) {
-      TreeBuildSpec spec;
-      spec.max_tree_nodes = w;
-      INFO("tree_build[W=" << w << "] sm_" << sm);
-      kdtree::codegen::KernelSource src = kdtree::codegen::generate_tree_build(spec, arch);
-      CHECK(src.op == "tree_build");
-      CHECK(src.label == spec.label());
-      CHECK(src.file_stem == spec.file_stem());
-      REQUIRE(src.entry_points.size() == 1);
-      CHECK(src.entry_points[0] == "kdtree_tree_build");
-      CHECK(src.source.find("#include") == std::string::npos);
-      CHECK(src.source.find("constexpr int kW = " + std::to_string(w) + ";") != std::string::npos);
-      kdtree::NvrtcOutput out = kdtree::nvrtc_compile(src, arch);
-      CHECK(!out.cubin.empty());
-      auto usage = kdtree::parse_ptxas_log(out.log);
-      REQUIRE(usage.count("kdtree_tree_build") == 1);
-      INFO(out.log);
-      CHECK(usage["kdtree_tree_build"].stack_bytes == 0);
-      CHECK(usage["kdtree_tree_build"].spill_stores == 0);
-      CHECK(usage["kdtree_tree_build"].static_smem <= 8192);
-    }
-  }
+  kdtree::test::check_width_sources_compile<TreeBuildSpec>("tree_build", kdtree::codegen::generate_tree_build, 8192);
 }

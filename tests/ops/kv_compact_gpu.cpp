@@ -5,8 +5,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <filesystem>
 #include <numeric>
 #include <random>
 #include <string>
@@ -16,30 +14,15 @@
 #include "reference/kv_compact.hpp"
 #include "runtime/tree_ops.hpp"
 #include "tests/support/device.hpp"
+#include "tests/support/gpu_fixture.hpp"
 
 using kdtree::ref::KvCompactInput;
 using kdtree::test::DeviceBuffer;
+using kdtree::test::Gpu;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/kdtree-kv-compact-gpu-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
-struct Gpu {
-  TempDir dir;
-  kdtree::Runtime rt{0, dir.path};
-  Gpu() { rt.make_current(); }
-};
+const char* const kTempDir = "kdtree-kv-compact-gpu";
 
 // A problem plus random per-layer caches (K, and V unless MLA).
 struct Problem {
@@ -167,7 +150,7 @@ Problem random_batch(std::mt19937_64& rng, int B, int W, int page_size, int laye
 }  // namespace
 
 TEST_CASE("kv_compact GPU: path [0 2 3] in place - page sizes 1 and 16") {
-  Gpu gpu;
+  Gpu gpu(kTempDir);
   std::mt19937_64 rng(1);
   for (int page_size : {1, 16}) {
     INFO("kv_compact[W=16,page=", page_size, "] MLA, path [0,2,3]");
@@ -189,7 +172,7 @@ TEST_CASE("kv_compact GPU: path [0 2 3] in place - page sizes 1 and 16") {
 }
 
 TEST_CASE("kv_compact GPU: random batches - scattered pages - MLA and GQA") {
-  Gpu gpu;
+  Gpu gpu(kTempDir);
   std::mt19937_64 rng(0xc0ffee);
   for (int W : {16, 64, 128}) {
     for (int page_size : {1, 16, 64}) {
@@ -213,7 +196,7 @@ TEST_CASE("kv_compact GPU: random batches - scattered pages - MLA and GQA") {
 }
 
 TEST_CASE("kv_compact GPU: a path longer than one read-then-write round") {
-  Gpu gpu;
+  Gpu gpu(kTempDir);
   std::mt19937_64 rng(3);
   // Nodes 0, 2, 3, ..., 127: 126 entries move, each onto its predecessor's source.
   std::vector<int32_t> path{0};
@@ -229,7 +212,7 @@ TEST_CASE("kv_compact GPU: a path longer than one read-then-write round") {
 }
 
 TEST_CASE("kv_compact GPU: malformed requests are flagged and skipped - valid ones still move") {
-  Gpu gpu;
+  Gpu gpu(kTempDir);
   std::mt19937_64 rng(11);
   struct Bad {
     const char* name;

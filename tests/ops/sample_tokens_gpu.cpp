@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
 #include <limits>
 #include <random>
 #include <string>
@@ -16,29 +14,14 @@
 #include "reference/sample_tokens.hpp"
 #include "runtime/tree_ops.hpp"
 #include "tests/support/device.hpp"
+#include "tests/support/gpu_fixture.hpp"
 
 using kdtree::test::DeviceBuffer;
+using kdtree::test::Gpu;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/kdtree-sample-gpu-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
-struct Gpu {
-  TempDir dir;
-  kdtree::Runtime rt{0, dir.path};
-  Gpu() { rt.make_current(); }
-};
+const char* const kTempDir = "kdtree-sample-gpu";
 
 // Runs the kernel on `in` (logits stored as `dtype`; bf16 inputs must already be
 // bf16 values so that the reference sees the same numbers).
@@ -100,7 +83,7 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 }  // namespace
 
 TEST_CASE("sample_tokens GPU: greedy ties go to the lowest index - NaN counts as -inf") {
-  Gpu gpu;
+  Gpu gpu(kTempDir);
   for (kdtree_dtype dtype : {KDTREE_DTYPE_BF16, KDTREE_DTYPE_F32}) {
     // Rows with the maximum at several places, across threads, warps and loop rounds.
     kdtree::ref::SampleInput in;
@@ -132,7 +115,7 @@ TEST_CASE("sample_tokens GPU: greedy ties go to the lowest index - NaN counts as
 }
 
 TEST_CASE("sample_tokens GPU: random logits match the reference") {
-  Gpu gpu;
+  Gpu gpu(kTempDir);
   std::mt19937_64 rng(0x5eed);
   std::normal_distribution<float> normal(0.0f, 3.0f);
   struct Shape {
@@ -168,7 +151,7 @@ TEST_CASE("sample_tokens GPU: random logits match the reference") {
 }
 
 TEST_CASE("sample_tokens GPU: frequencies match softmax - seeds reproduce") {
-  Gpu gpu;
+  Gpu gpu(kTempDir);
   const std::vector<float> logits = {1.0f, 0.5f, 0.0f, -0.5f, 2.0f, -1.0f};  // exact in bf16
   const float T = 0.7f;
   const int rows = 20000;

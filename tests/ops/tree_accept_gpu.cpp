@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,25 +17,16 @@
 #include "runtime/runtime.hpp"
 #include "runtime/tree_ops.hpp"
 #include "tests/support/device.hpp"
+#include "tests/support/gpu_fixture.hpp"
 
 using kdtree::ref::TreeAcceptInput;
 using kdtree::ref::TreeAcceptOutput;
 using kdtree::test::DeviceBuffer;
+using kdtree::test::Gpu;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/kdtree-tree-accept-gpu-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
+const char* const kTempDir = "kdtree-tree-accept-gpu";
 
 void check_same(const char* what, const std::vector<int32_t>& got, const std::vector<int32_t>& expect, int per_request) {
   REQUIRE(got.size() == expect.size());
@@ -120,9 +109,8 @@ void run_case(kdtree::Runtime& rt, const TreeAcceptInput& in, bool with_flags = 
 }  // namespace
 
 TEST_CASE("tree_accept GPU: tree_build trees with targets that follow a path partly") {
-  TempDir dir;
-  kdtree::Runtime rt(0, dir.path);
-  rt.make_current();
+  Gpu gpu(kTempDir);
+  kdtree::Runtime& rt = gpu.rt;
   std::mt19937_64 rng(0xacce);
   for (int W : {16, 32, 64, 128}) {
     for (int trial = 0; trial < 6; ++trial) {
@@ -150,9 +138,8 @@ TEST_CASE("tree_accept GPU: tree_build trees with targets that follow a path par
 }
 
 TEST_CASE("tree_accept GPU: random trees with duplicate-token siblings - padded and packed") {
-  TempDir dir;
-  kdtree::Runtime rt(0, dir.path);
-  rt.make_current();
+  Gpu gpu(kTempDir);
+  kdtree::Runtime& rt = gpu.rt;
   std::mt19937_64 rng(77);
   for (int W : {16, 32, 64, 128}) {
     for (int trial = 0; trial < 8; ++trial) {
@@ -170,9 +157,8 @@ TEST_CASE("tree_accept GPU: random trees with duplicate-token siblings - padded 
 }
 
 TEST_CASE("tree_accept GPU: malformed requests set error bits and -1 outputs - neighbours unaffected") {
-  TempDir dir;
-  kdtree::Runtime rt(0, dir.path);
-  rt.make_current();
+  Gpu gpu(kTempDir);
+  kdtree::Runtime& rt = gpu.rt;
   std::mt19937_64 rng(404);
   for (int W : {16, 128}) {
     for (bool packed : {false, true}) {

@@ -5,9 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <random>
 #include <string>
@@ -18,23 +16,14 @@
 #include "runtime/runtime.hpp"
 #include "runtime/tree_ops.hpp"
 #include "tests/support/device.hpp"
+#include "tests/support/gpu_fixture.hpp"
 
 using kdtree::test::DeviceBuffer;
+using kdtree::test::Gpu;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/kdtree-tree-build-gpu-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
+const char* const kTempDir = "kdtree-tree-build-gpu";
 
 // Compares element-wise; reports the first mismatch as request / row.
 template <typename T>
@@ -98,9 +87,8 @@ void run_case(kdtree::Runtime& rt, const kdtree::ref::TreeBuildInput& in, bool w
 }  // namespace
 
 TEST_CASE("tree_build GPU: random batches across the grid match the reference exactly") {
-  TempDir dir;
-  kdtree::Runtime rt(0, dir.path);
-  rt.make_current();
+  Gpu gpu(kTempDir);
+  kdtree::Runtime& rt = gpu.rt;
   std::mt19937_64 rng(0x7b1d);
   for (int W : {16, 32, 64, 128}) {
     for (int trial = 0; trial < 12; ++trial) {
@@ -119,9 +107,8 @@ TEST_CASE("tree_build GPU: random batches across the grid match the reference ex
 }
 
 TEST_CASE("tree_build GPU: small candidate trees (budget above the candidate count) and chains") {
-  TempDir dir;
-  kdtree::Runtime rt(0, dir.path);
-  rt.make_current();
+  Gpu gpu(kTempDir);
+  kdtree::Runtime& rt = gpu.rt;
   std::mt19937_64 rng(11);
   const int shapes[][2] = {{1, 1}, {1, 5}, {2, 2}, {3, 1}, {16, 1}, {2, 3}, {1, 64}};
   for (int W : {16, 128}) {
@@ -134,9 +121,8 @@ TEST_CASE("tree_build GPU: small candidate trees (budget above the candidate cou
 }
 
 TEST_CASE("tree_build GPU: all-equal and -inf log-probs resolve ties like the reference") {
-  TempDir dir;
-  kdtree::Runtime rt(0, dir.path);
-  rt.make_current();
+  Gpu gpu(kTempDir);
+  kdtree::Runtime& rt = gpu.rt;
   std::mt19937_64 rng(5);
   for (int W : {32, 128}) {
     for (int variant = 0; variant < 3; ++variant) {
@@ -155,9 +141,8 @@ TEST_CASE("tree_build GPU: all-equal and -inf log-probs resolve ties like the re
 }
 
 TEST_CASE("tree_build GPU: runs on a non-default stream") {
-  TempDir dir;
-  kdtree::Runtime rt(0, dir.path);
-  rt.make_current();
+  Gpu gpu(kTempDir);
+  kdtree::Runtime& rt = gpu.rt;
   const auto& api = kdtree::driver::api();
   CUstream stream = nullptr;
   kdtree::driver::check(api.cuStreamCreate(&stream, 0), "cuStreamCreate");

@@ -4,49 +4,21 @@
 // page ids are device data, checked by the kernel (tests/ops/kv_compact_gpu.cpp).
 #include <doctest/doctest.h>
 
-#include <cctype>
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 
 #include "kdtree/kdtree.h"
 #include "runtime/driver.hpp"
+#include "tests/support/c_api_fixture.hpp"
+
+using kdtree::test::expect_null_runtime_and_args_rejected;
+using kdtree::test::fake;
+using kdtree::test::Fixture;
+using kdtree::test::names;
 
 namespace {
 
-bool names(const std::string& msg, const std::string& field) {
-  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  for (size_t at = msg.find(field); at != std::string::npos; at = msg.find(field, at + 1)) {
-    const bool left = at == 0 || !word_char(msg[at - 1]);
-    const bool right = at + field.size() == msg.size() || !word_char(msg[at + field.size()]);
-    if (left && right) return true;
-  }
-  return false;
-}
-
-template <typename T>
-T* fake(uintptr_t slot, uintptr_t misalign = 0) {
-  return reinterpret_cast<T*>(0x7f0000000000ull + slot * 0x100000ull + misalign);
-}
-
-struct Fixture {
-  std::string dir;
-  kdtree_runtime* rt = nullptr;
-  Fixture() {
-    char tmpl[] = "/tmp/kdtree-kv-compact-args-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir = tmpl;
-    REQUIRE(kdtree_runtime_create(0, dir.c_str(), &rt) == KDTREE_OK);
-  }
-  ~Fixture() {
-    kdtree_runtime_destroy(rt);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  Fixture(const Fixture&) = delete;
-  Fixture& operator=(const Fixture&) = delete;
-};
+const char* const kTempDir = "kdtree-kv-compact-args";
 
 // MLA: one cache of 576-element rows per layer.
 kdtree_kv_compact_args good_args() {
@@ -80,27 +52,18 @@ kdtree_kv_compact_args gqa_args() {
 }
 
 void expect_error(kdtree_runtime* rt, const kdtree_kv_compact_args& a, kdtree_status status, const char* field) {
-  INFO("expected an error naming " << field);
-  CHECK(kdtree_kv_compact(rt, &a) == status);
-  const std::string msg = kdtree_last_error();
-  INFO("message: " << msg);
-  CHECK(names(msg, field));
-  CHECK(names(msg, "kdtree_kv_compact"));
+  kdtree::test::expect_error(kdtree_kv_compact, "kdtree_kv_compact", rt, a, status, field);
 }
 
 }  // namespace
 
 TEST_CASE("kv_compact C ABI: NULL runtime and NULL args") {
-  kdtree_kv_compact_args a = good_args();
-  CHECK(kdtree_kv_compact(nullptr, &a) == KDTREE_ERROR_INVALID_ARGUMENT);
-  CHECK(names(kdtree_last_error(), "runtime"));
-  Fixture f;
-  CHECK(kdtree_kv_compact(f.rt, nullptr) == KDTREE_ERROR_INVALID_ARGUMENT);
-  CHECK(names(kdtree_last_error(), "args"));
+  Fixture f(kTempDir);
+  expect_null_runtime_and_args_rejected(kdtree_kv_compact, good_args(), f.rt);
 }
 
 TEST_CASE("kv_compact C ABI: unsupported spec and dtype") {
-  Fixture f;
+  Fixture f(kTempDir);
   kdtree_kv_compact_args a = good_args();
   a.max_tree_nodes = 48;
   expect_error(f.rt, a, KDTREE_ERROR_UNSUPPORTED, "max_tree_nodes");
@@ -113,7 +76,7 @@ TEST_CASE("kv_compact C ABI: unsupported spec and dtype") {
 }
 
 TEST_CASE("kv_compact C ABI: bad counts") {
-  Fixture f;
+  Fixture f(kTempDir);
   kdtree_kv_compact_args a = good_args();
   a.num_layers = 0;
   expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "num_layers");
@@ -131,7 +94,7 @@ TEST_CASE("kv_compact C ABI: bad counts") {
 }
 
 TEST_CASE("kv_compact C ABI: row sizes must be positive multiples of 8 (16-byte rows)") {
-  Fixture f;
+  Fixture f(kTempDir);
   kdtree_kv_compact_args a = good_args();
   a.row_elems_k = 0;
   expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "row_elems_k");
@@ -145,7 +108,7 @@ TEST_CASE("kv_compact C ABI: row sizes must be positive multiples of 8 (16-byte 
 }
 
 TEST_CASE("kv_compact C ABI: NULL and misaligned buffers") {
-  Fixture f;
+  Fixture f(kTempDir);
   kdtree_kv_compact_args a = good_args();
   a.k_caches = nullptr;
   expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "k_caches");
@@ -183,7 +146,7 @@ TEST_CASE("kv_compact C ABI: NULL and misaligned buffers") {
 
 TEST_CASE("kv_compact C ABI: valid arguments pass host validation") {
   if (kdtree::driver::available()) return;  // would launch on fake pointers
-  Fixture f;
+  Fixture f(kTempDir);
   for (const kdtree_kv_compact_args& a : {good_args(), gqa_args()}) {
     const kdtree_status status = kdtree_kv_compact(f.rt, &a);
     INFO(kdtree_last_error());

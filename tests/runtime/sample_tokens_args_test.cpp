@@ -3,51 +3,23 @@
 // (never dereferenced: every call here must fail validation).
 #include <doctest/doctest.h>
 
-#include <cctype>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
 #include <limits>
 #include <string>
 
 #include "kdtree/kdtree.h"
 #include "runtime/driver.hpp"
+#include "tests/support/c_api_fixture.hpp"
+
+using kdtree::test::expect_null_runtime_and_args_rejected;
+using kdtree::test::fake;
+using kdtree::test::Fixture;
+using kdtree::test::names;
 
 namespace {
 
-bool names(const std::string& msg, const std::string& field) {
-  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  for (size_t at = msg.find(field); at != std::string::npos; at = msg.find(field, at + 1)) {
-    const bool left = at == 0 || !word_char(msg[at - 1]);
-    const bool right = at + field.size() == msg.size() || !word_char(msg[at + field.size()]);
-    if (left && right) return true;
-  }
-  return false;
-}
-
-template <typename T>
-T* fake(uintptr_t slot, uintptr_t misalign = 0) {
-  return reinterpret_cast<T*>(0x7f0000000000ull + slot * 0x100000ull + misalign);
-}
-
-struct Fixture {
-  std::string dir;
-  kdtree_runtime* rt = nullptr;
-  Fixture() {
-    char tmpl[] = "/tmp/kdtree-sample-args-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir = tmpl;
-    REQUIRE(kdtree_runtime_create(0, dir.c_str(), &rt) == KDTREE_OK);
-  }
-  ~Fixture() {
-    kdtree_runtime_destroy(rt);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  Fixture(const Fixture&) = delete;
-  Fixture& operator=(const Fixture&) = delete;
-};
+const char* const kTempDir = "kdtree-sample-args";
 
 kdtree_sample_args good_args() {
   kdtree_sample_args a{};
@@ -64,27 +36,18 @@ kdtree_sample_args good_args() {
 }
 
 void expect_error(kdtree_runtime* rt, const kdtree_sample_args& a, kdtree_status status, const char* field) {
-  INFO("expected an error naming " << field);
-  CHECK(kdtree_sample_tokens(rt, &a) == status);
-  const std::string msg = kdtree_last_error();
-  INFO("message: " << msg);
-  CHECK(names(msg, field));
-  CHECK(names(msg, "kdtree_sample_tokens"));
+  kdtree::test::expect_error(kdtree_sample_tokens, "kdtree_sample_tokens", rt, a, status, field);
 }
 
 }  // namespace
 
 TEST_CASE("sample_tokens C ABI: NULL runtime and NULL args") {
-  kdtree_sample_args a = good_args();
-  CHECK(kdtree_sample_tokens(nullptr, &a) == KDTREE_ERROR_INVALID_ARGUMENT);
-  CHECK(names(kdtree_last_error(), "runtime"));
-  Fixture f;
-  CHECK(kdtree_sample_tokens(f.rt, nullptr) == KDTREE_ERROR_INVALID_ARGUMENT);
-  CHECK(names(kdtree_last_error(), "args"));
+  Fixture f(kTempDir);
+  expect_null_runtime_and_args_rejected(kdtree_sample_tokens, good_args(), f.rt);
 }
 
 TEST_CASE("sample_tokens C ABI: unsupported logits dtype") {
-  Fixture f;
+  Fixture f(kTempDir);
   kdtree_sample_args a = good_args();
   a.logits_dtype = KDTREE_DTYPE_F16;
   expect_error(f.rt, a, KDTREE_ERROR_UNSUPPORTED, "BF16");
@@ -93,7 +56,7 @@ TEST_CASE("sample_tokens C ABI: unsupported logits dtype") {
 }
 
 TEST_CASE("sample_tokens C ABI: bad sizes") {
-  Fixture f;
+  Fixture f(kTempDir);
   kdtree_sample_args a = good_args();
   a.num_rows = 0;
   expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "num_rows");
@@ -112,7 +75,7 @@ TEST_CASE("sample_tokens C ABI: bad sizes") {
 }
 
 TEST_CASE("sample_tokens C ABI: NULL and misaligned buffers") {
-  Fixture f;
+  Fixture f(kTempDir);
   kdtree_sample_args a = good_args();
   a.logits = nullptr;
   expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "logits");
@@ -135,7 +98,7 @@ TEST_CASE("sample_tokens C ABI: NULL and misaligned buffers") {
 }
 
 TEST_CASE("sample_tokens C ABI: temperature must be finite") {
-  Fixture f;
+  Fixture f(kTempDir);
   kdtree_sample_args a = good_args();
   a.temperature = std::numeric_limits<float>::quiet_NaN();
   expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "temperature");
@@ -145,7 +108,7 @@ TEST_CASE("sample_tokens C ABI: temperature must be finite") {
 
 TEST_CASE("sample_tokens C ABI: valid arguments pass host validation") {
   if (kdtree::driver::available()) return;  // would launch on fake pointers
-  Fixture f;
+  Fixture f(kTempDir);
   kdtree_sample_args a = good_args();
   const kdtree_status status = kdtree_sample_tokens(f.rt, &a);
   INFO(kdtree_last_error());

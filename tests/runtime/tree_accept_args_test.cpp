@@ -4,48 +4,20 @@
 // counts are device data, checked by the kernel (see tests/ops/tree_accept_gpu.cpp).
 #include <doctest/doctest.h>
 
-#include <cctype>
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 
 #include "kdtree/kdtree.h"
+#include "tests/support/c_api_fixture.hpp"
+
+using kdtree::test::expect_null_runtime_and_args_rejected;
+using kdtree::test::fake;
+using kdtree::test::Fixture;
+using kdtree::test::names;
 
 namespace {
 
-bool names(const std::string& msg, const std::string& field) {
-  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  for (size_t at = msg.find(field); at != std::string::npos; at = msg.find(field, at + 1)) {
-    const bool left = at == 0 || !word_char(msg[at - 1]);
-    const bool right = at + field.size() == msg.size() || !word_char(msg[at + field.size()]);
-    if (left && right) return true;
-  }
-  return false;
-}
-
-template <typename T>
-T* fake(uintptr_t slot) {
-  return reinterpret_cast<T*>(0x7f0000000000ull + slot * 0x100000ull);
-}
-
-struct Fixture {
-  std::string dir;
-  kdtree_runtime* rt = nullptr;
-  Fixture() {
-    char tmpl[] = "/tmp/kdtree-tree-accept-args-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir = tmpl;
-    REQUIRE(kdtree_runtime_create(0, dir.c_str(), &rt) == KDTREE_OK);
-  }
-  ~Fixture() {
-    kdtree_runtime_destroy(rt);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  Fixture(const Fixture&) = delete;
-  Fixture& operator=(const Fixture&) = delete;
-};
+const char* const kTempDir = "kdtree-tree-accept-args";
 
 kdtree_tree_accept_args good_args() {
   kdtree_tree_accept_args a{};
@@ -64,27 +36,18 @@ kdtree_tree_accept_args good_args() {
 }
 
 void expect_error(kdtree_runtime* rt, const kdtree_tree_accept_args& a, kdtree_status status, const char* field) {
-  INFO("expected an error naming " << field);
-  CHECK(kdtree_tree_accept(rt, &a) == status);
-  const std::string msg = kdtree_last_error();
-  INFO("message: " << msg);
-  CHECK(names(msg, field));
-  CHECK(names(msg, "kdtree_tree_accept"));
+  kdtree::test::expect_error(kdtree_tree_accept, "kdtree_tree_accept", rt, a, status, field);
 }
 
 }  // namespace
 
 TEST_CASE("tree_accept C ABI: NULL runtime and NULL args") {
-  kdtree_tree_accept_args a = good_args();
-  CHECK(kdtree_tree_accept(nullptr, &a) == KDTREE_ERROR_INVALID_ARGUMENT);
-  CHECK(names(kdtree_last_error(), "runtime"));
-  Fixture f;
-  CHECK(kdtree_tree_accept(f.rt, nullptr) == KDTREE_ERROR_INVALID_ARGUMENT);
-  CHECK(names(kdtree_last_error(), "args"));
+  Fixture f(kTempDir);
+  expect_null_runtime_and_args_rejected(kdtree_tree_accept, good_args(), f.rt);
 }
 
 TEST_CASE("tree_accept C ABI: unsupported max_tree_nodes and bad batch_size") {
-  Fixture f;
+  Fixture f(kTempDir);
   for (int w : {0, 1, 24, 100, 512}) {
     kdtree_tree_accept_args a = good_args();
     a.max_tree_nodes = w;
@@ -99,39 +62,21 @@ TEST_CASE("tree_accept C ABI: unsupported max_tree_nodes and bad batch_size") {
 }
 
 TEST_CASE("tree_accept C ABI: every required pointer is checked for NULL and alignment") {
-  Fixture f;
-  struct Field {
-    const char* name;
-    void (*null)(kdtree_tree_accept_args&);
-    void (*misalign)(kdtree_tree_accept_args&);
-  };
-#define KD_FIELD(F, T)                                                                  \
-  Field {                                                                               \
-    #F, [](kdtree_tree_accept_args& a) { a.F = nullptr; },                              \
-        [](kdtree_tree_accept_args& a) { a.F = reinterpret_cast<T*>(fake<char>(40) + 2); } \
-  }
-  const Field fields[] = {
-      KD_FIELD(tokens, const int32_t),        KD_FIELD(parents, const int32_t),
-      KD_FIELD(node_counts, const int32_t),   KD_FIELD(target_tokens, const int32_t),
-      KD_FIELD(accepted_path, int32_t),       KD_FIELD(accept_lens, int32_t),
-      KD_FIELD(bonus_tokens, int32_t),
-  };
-#undef KD_FIELD
-  for (const Field& field : fields) {
-    kdtree_tree_accept_args a = good_args();
-    field.null(a);
-    expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, field.name);
-    CHECK(std::string(kdtree_last_error()).find("NULL") != std::string::npos);
-    a = good_args();
-    field.misalign(a);
-    expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, field.name);
-  }
+  Fixture f(kTempDir);
+#define FIELD(F, T) KDTREE_TEST_POINTER_FIELD(kdtree_tree_accept_args, F, T)
+  kdtree::test::expect_pointers_checked(kdtree_tree_accept, "kdtree_tree_accept", f.rt, good_args(), {
+      FIELD(tokens, const int32_t),        FIELD(parents, const int32_t),
+      FIELD(node_counts, const int32_t),   FIELD(target_tokens, const int32_t),
+      FIELD(accepted_path, int32_t),       FIELD(accept_lens, int32_t),
+      FIELD(bonus_tokens, int32_t),
+  });
+#undef FIELD
   SUBCASE("optional node_indptr and error_flags must be aligned when given") {
     kdtree_tree_accept_args a = good_args();
-    a.node_indptr = reinterpret_cast<const int32_t*>(fake<char>(41) + 1);
+    a.node_indptr = fake<const int32_t>(41, 1);
     expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "node_indptr");
     a = good_args();
-    a.error_flags = reinterpret_cast<int32_t*>(fake<char>(42) + 3);
+    a.error_flags = fake<int32_t>(42, 3);
     expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "error_flags");
   }
 }

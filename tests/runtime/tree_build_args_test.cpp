@@ -3,49 +3,20 @@
 // dereferenced: every call here must fail validation).
 #include <doctest/doctest.h>
 
-#include <cctype>
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 
 #include "kdtree/kdtree.h"
+#include "tests/support/c_api_fixture.hpp"
+
+using kdtree::test::expect_null_runtime_and_args_rejected;
+using kdtree::test::fake;
+using kdtree::test::Fixture;
+using kdtree::test::names;
 
 namespace {
 
-// True when `field` occurs in `msg` as a whole word.
-bool names(const std::string& msg, const std::string& field) {
-  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  for (size_t at = msg.find(field); at != std::string::npos; at = msg.find(field, at + 1)) {
-    const bool left = at == 0 || !word_char(msg[at - 1]);
-    const bool right = at + field.size() == msg.size() || !word_char(msg[at + field.size()]);
-    if (left && right) return true;
-  }
-  return false;
-}
-
-template <typename T>
-T* fake(uintptr_t slot) {
-  return reinterpret_cast<T*>(0x7f0000000000ull + slot * 0x100000ull);
-}
-
-struct Fixture {
-  std::string dir;
-  kdtree_runtime* rt = nullptr;
-  Fixture() {
-    char tmpl[] = "/tmp/kdtree-tree-build-args-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir = tmpl;
-    REQUIRE(kdtree_runtime_create(0, dir.c_str(), &rt) == KDTREE_OK);
-  }
-  ~Fixture() {
-    kdtree_runtime_destroy(rt);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  Fixture(const Fixture&) = delete;
-  Fixture& operator=(const Fixture&) = delete;
-};
+const char* const kTempDir = "kdtree-tree-build-args";
 
 kdtree_tree_build_args good_args() {
   kdtree_tree_build_args a{};
@@ -70,29 +41,19 @@ kdtree_tree_build_args good_args() {
   return a;
 }
 
-// Runs the call; checks the status and that the message names `field`.
 void expect_error(kdtree_runtime* rt, const kdtree_tree_build_args& a, kdtree_status status, const char* field) {
-  INFO("expected an error naming " << field);
-  CHECK(kdtree_tree_build(rt, &a) == status);
-  const std::string msg = kdtree_last_error();
-  INFO("message: " << msg);
-  CHECK(names(msg, field));
-  CHECK(names(msg, "kdtree_tree_build"));
+  kdtree::test::expect_error(kdtree_tree_build, "kdtree_tree_build", rt, a, status, field);
 }
 
 }  // namespace
 
 TEST_CASE("tree_build C ABI: NULL runtime and NULL args") {
-  kdtree_tree_build_args a = good_args();
-  CHECK(kdtree_tree_build(nullptr, &a) == KDTREE_ERROR_INVALID_ARGUMENT);
-  CHECK(names(kdtree_last_error(), "runtime"));
-  Fixture f;
-  CHECK(kdtree_tree_build(f.rt, nullptr) == KDTREE_ERROR_INVALID_ARGUMENT);
-  CHECK(names(kdtree_last_error(), "args"));
+  Fixture f(kTempDir);
+  expect_null_runtime_and_args_rejected(kdtree_tree_build, good_args(), f.rt);
 }
 
 TEST_CASE("tree_build C ABI: unsupported max_tree_nodes names the supported widths") {
-  Fixture f;
+  Fixture f(kTempDir);
   for (int w : {0, 8, 48, 96, 256}) {
     kdtree_tree_build_args a = good_args();
     a.max_tree_nodes = w;
@@ -104,7 +65,7 @@ TEST_CASE("tree_build C ABI: unsupported max_tree_nodes names the supported widt
 }
 
 TEST_CASE("tree_build C ABI: out-of-range sizes name the argument and the range") {
-  Fixture f;
+  Fixture f(kTempDir);
   struct Case {
     const char* field;
     void (*breaks)(kdtree_tree_build_args&);
@@ -130,44 +91,25 @@ TEST_CASE("tree_build C ABI: out-of-range sizes name the argument and the range"
 }
 
 TEST_CASE("tree_build C ABI: every required pointer is checked for NULL and alignment") {
-  Fixture f;
-  struct Field {
-    const char* name;
-    void (*null)(kdtree_tree_build_args&);
-    void (*misalign)(kdtree_tree_build_args&);
-  };
-#define KD_FIELD(F, T)                                                                 \
-  Field {                                                                              \
-    #F, [](kdtree_tree_build_args& a) { a.F = nullptr; },                              \
-        [](kdtree_tree_build_args& a) { a.F = reinterpret_cast<T*>(fake<char>(40) + 2); } \
-  }
-  const Field fields[] = {
-      KD_FIELD(draft_tokens, const int32_t), KD_FIELD(draft_logprobs, const float),
-      KD_FIELD(root_tokens, const int32_t),  KD_FIELD(prefix_lens, const int32_t),
-      KD_FIELD(tokens, int32_t),             KD_FIELD(parents, int32_t),
-      KD_FIELD(depths, int32_t),             KD_FIELD(positions, int32_t),
-      KD_FIELD(tree_mask, uint64_t),         KD_FIELD(first_child, int32_t),
-      KD_FIELD(next_sibling, int32_t),       KD_FIELD(node_counts, int32_t),
-  };
-#undef KD_FIELD
-  for (const Field& field : fields) {
-    kdtree_tree_build_args a = good_args();
-    field.null(a);
-    expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, field.name);
-    CHECK(std::string(kdtree_last_error()).find("NULL") != std::string::npos);
-    a = good_args();
-    field.misalign(a);
-    expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, field.name);
-    CHECK(std::string(kdtree_last_error()).find("aligned") != std::string::npos);
-  }
+  Fixture f(kTempDir);
+#define FIELD(F, T) KDTREE_TEST_POINTER_FIELD(kdtree_tree_build_args, F, T)
+  kdtree::test::expect_pointers_checked(kdtree_tree_build, "kdtree_tree_build", f.rt, good_args(), {
+      FIELD(draft_tokens, const int32_t), FIELD(draft_logprobs, const float),
+      FIELD(root_tokens, const int32_t),  FIELD(prefix_lens, const int32_t),
+      FIELD(tokens, int32_t),             FIELD(parents, int32_t),
+      FIELD(depths, int32_t),             FIELD(positions, int32_t),
+      FIELD(tree_mask, uint64_t),         FIELD(first_child, int32_t),
+      FIELD(next_sibling, int32_t),       FIELD(node_counts, int32_t),
+  });
+#undef FIELD
   SUBCASE("scores is optional but must be aligned when given") {
     kdtree_tree_build_args a = good_args();
-    a.scores = reinterpret_cast<float*>(fake<char>(41) + 1);
+    a.scores = fake<float>(41, 1);
     expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "scores");
   }
   SUBCASE("tree_mask needs 8-byte alignment") {
     kdtree_tree_build_args a = good_args();
-    a.tree_mask = reinterpret_cast<uint64_t*>(fake<char>(42) + 4);
+    a.tree_mask = fake<uint64_t>(42, 4);
     expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "tree_mask");
   }
 }

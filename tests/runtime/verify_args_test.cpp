@@ -4,47 +4,19 @@
 // texts belong to the implementation; only the field names are checked.
 #include <doctest/doctest.h>
 
-#include <cctype>
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 
 #include "kdtree/kdtree.h"
+#include "tests/support/c_api_fixture.hpp"
+
+using kdtree::test::fake;
+using kdtree::test::Fixture;
+using kdtree::test::names;
 
 namespace {
 
-// True when `field` occurs in `msg` as a whole word (so "q" does not match "num_q_heads").
-bool names(const std::string& msg, const std::string& field) {
-  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  for (size_t at = msg.find(field); at != std::string::npos; at = msg.find(field, at + 1)) {
-    const bool left = at == 0 || !word_char(msg[at - 1]);
-    const bool right = at + field.size() == msg.size() || !word_char(msg[at + field.size()]);
-    if (left && right) return true;
-  }
-  return false;
-}
-
-const void* fake(uintptr_t slot) { return reinterpret_cast<const void*>(0x7f0000000000ull + slot * 0x100000ull); }
-
-struct Fixture {
-  std::string dir;
-  kdtree_runtime* rt = nullptr;
-  Fixture() {
-    char tmpl[] = "/tmp/kdtree-verify-args-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir = tmpl;
-    // A device runtime, never bound: creation must not need a driver.
-    REQUIRE(kdtree_runtime_create(0, dir.c_str(), &rt) == KDTREE_OK);
-  }
-  ~Fixture() {
-    kdtree_runtime_destroy(rt);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  Fixture(const Fixture&) = delete;
-  Fixture& operator=(const Fixture&) = delete;
-};
+const char* const kTempDir = "kdtree-verify-args";
 
 kdtree_verify_spec gqa_spec() {
   kdtree_verify_spec s{};
@@ -78,18 +50,18 @@ kdtree_verify_args good_args(const kdtree_verify_spec& spec) {
   a.total_nodes = 70;
   a.max_kv_len = 3000;
   a.num_pages = 200;
-  a.q = fake(1);
-  a.node_indptr = static_cast<const int32_t*>(fake(2));
-  a.k_cache = fake(3);
-  a.v_cache = spec.head_dim_qk == 576 ? nullptr : fake(4);
-  a.page_table = static_cast<const int32_t*>(fake(5));
+  a.q = fake<const void>(1);
+  a.node_indptr = fake<const int32_t>(2);
+  a.k_cache = fake<const void>(3);
+  a.v_cache = spec.head_dim_qk == 576 ? nullptr : fake<const void>(4);
+  a.page_table = fake<const int32_t>(5);
   a.max_pages_per_req = 64;
-  a.kv_lens = static_cast<const int32_t*>(fake(6));
-  a.tree_mask = static_cast<const uint64_t*>(fake(7));
+  a.kv_lens = fake<const int32_t>(6);
+  a.tree_mask = fake<const uint64_t>(7);
   a.sm_scale = 0.0625f;
-  a.out = const_cast<void*>(fake(8));
-  a.lse = static_cast<float*>(const_cast<void*>(fake(9)));
-  a.workspace = const_cast<void*>(fake(10));
+  a.out = fake<void>(8);
+  a.lse = fake<float>(9);
+  a.workspace = fake<void>(10);
   a.workspace_size = size_t(1) << 34;
   a.error_flags = nullptr;
   a.stream = nullptr;
@@ -113,7 +85,7 @@ void expect_rejected(kdtree_runtime* rt, const kdtree_verify_args& a, kdtree_sta
 }  // namespace
 
 TEST_CASE("verify_args: unsupported specs are KDTREE_ERROR_UNSUPPORTED and say what is supported") {
-  Fixture fx;
+  Fixture fx(kTempDir);
   SUBCASE("head dim 96") {
     kdtree_verify_args a = good_args(gqa_spec());
     a.spec.head_dim_qk = a.spec.head_dim_v = 96;
@@ -157,7 +129,7 @@ TEST_CASE("verify_args: unsupported specs are KDTREE_ERROR_UNSUPPORTED and say w
 }
 
 TEST_CASE("verify_args: inconsistent head counts are KDTREE_ERROR_INVALID_ARGUMENT") {
-  Fixture fx;
+  Fixture fx(kTempDir);
   SUBCASE("num_q_heads not a multiple of num_kv_heads") {
     kdtree_verify_args a = good_args(gqa_spec());
     a.spec.num_q_heads = 6;
@@ -182,10 +154,10 @@ TEST_CASE("verify_args: inconsistent head counts are KDTREE_ERROR_INVALID_ARGUME
 }
 
 TEST_CASE("verify_args: v_cache must be NULL for MLA and given for GQA") {
-  Fixture fx;
+  Fixture fx(kTempDir);
   SUBCASE("MLA with a v_cache") {
     kdtree_verify_args a = good_args(mla_spec());
-    a.v_cache = fake(4);
+    a.v_cache = fake<const void>(4);
     expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"v_cache"});
   }
   SUBCASE("GQA without a v_cache") {
@@ -196,50 +168,29 @@ TEST_CASE("verify_args: v_cache must be NULL for MLA and given for GQA") {
 }
 
 TEST_CASE("verify_args: NULL device pointers are named") {
-  Fixture fx;
+  Fixture fx(kTempDir);
+  struct Nulled {
+    const char* field;
+    void (*clear)(kdtree_verify_args&);
+  };
+#define NULLED(F) \
+  Nulled { #F, [](kdtree_verify_args& a) { a.F = nullptr; } }
+  const Nulled nulled[] = {NULLED(q),       NULLED(k_cache),     NULLED(out),      NULLED(page_table),
+                           NULLED(kv_lens), NULLED(node_indptr), NULLED(tree_mask)};
+#undef NULLED
   for (const kdtree_verify_spec& spec : {gqa_spec(), mla_spec()}) {
     const bool mla = spec.head_dim_qk == 576;
     INFO((mla ? "mla" : "gqa"));
-    {
+    for (const Nulled& n : nulled) {
       kdtree_verify_args a = good_args(spec);
-      a.q = nullptr;
-      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"q"});
-    }
-    {
-      kdtree_verify_args a = good_args(spec);
-      a.k_cache = nullptr;
-      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"k_cache"});
-    }
-    {
-      kdtree_verify_args a = good_args(spec);
-      a.out = nullptr;
-      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"out"});
-    }
-    {
-      kdtree_verify_args a = good_args(spec);
-      a.page_table = nullptr;
-      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"page_table"});
-    }
-    {
-      kdtree_verify_args a = good_args(spec);
-      a.kv_lens = nullptr;
-      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"kv_lens"});
-    }
-    {
-      kdtree_verify_args a = good_args(spec);
-      a.node_indptr = nullptr;
-      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"node_indptr"});
-    }
-    {
-      kdtree_verify_args a = good_args(spec);
-      a.tree_mask = nullptr;
-      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"tree_mask"});
+      n.clear(a);
+      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {n.field});
     }
   }
 }
 
 TEST_CASE("verify_args: sizes") {
-  Fixture fx;
+  Fixture fx(kTempDir);
   SUBCASE("batch_size 0") {
     kdtree_verify_args a = good_args(gqa_spec());
     a.batch_size = 0;
@@ -279,16 +230,12 @@ TEST_CASE("verify_args: sizes") {
 }
 
 TEST_CASE("verify_args: NULL runtime and NULL args") {
-  Fixture fx;
-  kdtree_verify_args a = good_args(gqa_spec());
-  CHECK(kdtree_verify_attention(nullptr, &a) == KDTREE_ERROR_INVALID_ARGUMENT);
-  CHECK(names(kdtree_last_error(), "runtime"));
-  CHECK(kdtree_verify_attention(fx.rt, nullptr) == KDTREE_ERROR_INVALID_ARGUMENT);
-  CHECK(names(kdtree_last_error(), "args"));
+  Fixture fx(kTempDir);
+  kdtree::test::expect_null_runtime_and_args_rejected(kdtree_verify_attention, good_args(gqa_spec()), fx.rt);
 }
 
 TEST_CASE("verify_args: kdtree_verify_workspace_size and kdtree_warm validate the spec too") {
-  Fixture fx;
+  Fixture fx(kTempDir);
   kdtree_verify_spec s = gqa_spec();
   s.head_dim_qk = s.head_dim_v = 96;
   size_t bytes = 0;
@@ -306,7 +253,7 @@ TEST_CASE("verify_args: kdtree_verify_workspace_size and kdtree_warm validate th
 
 TEST_CASE("verify_args: the last error describes the latest failed call") {
   // The thread-local message always describes the latest failed call.
-  Fixture fx;
+  Fixture fx(kTempDir);
   kdtree_verify_args a = good_args(gqa_spec());
   a.spec.page_size = 8;
   CHECK(kdtree_verify_attention(fx.rt, &a) == KDTREE_ERROR_UNSUPPORTED);

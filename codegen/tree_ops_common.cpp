@@ -1,0 +1,30 @@
+#include "codegen/tree_ops_common.hpp"
+
+#include <fmt/format.h>
+
+#include "codegen/template_store.hpp"
+#include "runtime/error.hpp"
+
+namespace kdtree::codegen {
+
+bool is_supported_tree_width(int w) { return w == 16 || w == 32 || w == 64 || w == 128; }
+
+void validate_tree_width(const char* op, int w) {
+  if (!is_supported_tree_width(w)) {
+    fail(KDTREE_ERROR_UNSUPPORTED,
+         fmt::format("{}: max_tree_nodes = {} is not supported: use 16, 32, 64 or 128", op, w));
+  }
+}
+
+KernelSource tree_op_source(const std::string& op, const std::string& label, const std::string& file_stem,
+                            const Params& params) {
+  KernelSource ks;
+  ks.op = op;
+  ks.label = label;
+  ks.file_stem = file_stem;
+  ks.source = template_text(op + "_params.h") + render(op + ".cu", template_text(op + ".cu"), params);
+  ks.entry_points = {"kdtree_" + op};
+  return ks;  // no options: the compiler adds the standard and ptxas ones
+}
+
+}  // namespace kdtree::codegen

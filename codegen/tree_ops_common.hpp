@@ -1,0 +1,24 @@
+// What the generators of the tree operations (tree_build, tree_accept,
+// sample_tokens, kv_compact) share: the supported tree widths and the shape of
+// their source (a params header plus one rendered kernel with one entry point).
+#pragma once
+#include <string>
+
+#include "codegen/kernel_source.hpp"
+#include "codegen/render.hpp"
+
+namespace kdtree::codegen {
+
+// True for the tree widths W (max_tree_nodes) kernels are built for: 16, 32, 64, 128.
+bool is_supported_tree_width(int max_tree_nodes);
+
+// Throws KDTREE_ERROR_UNSUPPORTED: "<op>: max_tree_nodes = W is not supported:
+// use 16, 32, 64 or 128".
+void validate_tree_width(const char* op, int max_tree_nodes);
+
+// templates/<op>_params.h followed by templates/<op>.cu rendered with `params`;
+// the entry point is "kdtree_<op>".
+KernelSource tree_op_source(const std::string& op, const std::string& label, const std::string& file_stem,
+                            const Params& params);
+
+}  // namespace kdtree::codegen
