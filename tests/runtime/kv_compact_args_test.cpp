@@ -11,10 +11,7 @@
 #include "runtime/driver.hpp"
 #include "tests/support/c_api_fixture.hpp"
 
-using kdtree::test::expect_null_runtime_and_args_rejected;
-using kdtree::test::fake;
-using kdtree::test::Fixture;
-using kdtree::test::names;
+using namespace kdtree::test;
 
 namespace {
 

@@ -10,10 +10,7 @@
 #include "kdtree/kdtree.h"
 #include "tests/support/c_api_fixture.hpp"
 
-using kdtree::test::expect_null_runtime_and_args_rejected;
-using kdtree::test::fake;
-using kdtree::test::Fixture;
-using kdtree::test::names;
+using namespace kdtree::test;
 
 namespace {
 
@@ -64,7 +61,7 @@ TEST_CASE("tree_accept C ABI: unsupported max_tree_nodes and bad batch_size") {
 TEST_CASE("tree_accept C ABI: every required pointer is checked for NULL and alignment") {
   Fixture f(kTempDir);
 #define FIELD(F, T) KDTREE_TEST_POINTER_FIELD(kdtree_tree_accept_args, F, T)
-  kdtree::test::expect_pointers_checked(kdtree_tree_accept, "kdtree_tree_accept", f.rt, good_args(), {
+  expect_pointers_checked(kdtree_tree_accept, "kdtree_tree_accept", f.rt, good_args(), {
       FIELD(tokens, const int32_t),        FIELD(parents, const int32_t),
       FIELD(node_counts, const int32_t),   FIELD(target_tokens, const int32_t),
       FIELD(accepted_path, int32_t),       FIELD(accept_lens, int32_t),

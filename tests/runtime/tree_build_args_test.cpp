@@ -9,10 +9,7 @@
 #include "kdtree/kdtree.h"
 #include "tests/support/c_api_fixture.hpp"
 
-using kdtree::test::expect_null_runtime_and_args_rejected;
-using kdtree::test::fake;
-using kdtree::test::Fixture;
-using kdtree::test::names;
+using namespace kdtree::test;
 
 namespace {
 
@@ -93,7 +90,7 @@ TEST_CASE("tree_build C ABI: out-of-range sizes name the argument and the range"
 TEST_CASE("tree_build C ABI: every required pointer is checked for NULL and alignment") {
   Fixture f(kTempDir);
 #define FIELD(F, T) KDTREE_TEST_POINTER_FIELD(kdtree_tree_build_args, F, T)
-  kdtree::test::expect_pointers_checked(kdtree_tree_build, "kdtree_tree_build", f.rt, good_args(), {
+  expect_pointers_checked(kdtree_tree_build, "kdtree_tree_build", f.rt, good_args(), {
       FIELD(draft_tokens, const int32_t), FIELD(draft_logprobs, const float),
       FIELD(root_tokens, const int32_t),  FIELD(prefix_lens, const int32_t),
       FIELD(tokens, int32_t),             FIELD(parents, int32_t),

@@ -10,9 +10,7 @@
 #include "kdtree/kdtree.h"
 #include "tests/support/c_api_fixture.hpp"
 
-using kdtree::test::fake;
-using kdtree::test::Fixture;
-using kdtree::test::names;
+using namespace kdtree::test;
 
 namespace {
 
@@ -231,7 +229,7 @@ TEST_CASE("verify_args: sizes") {
 
 TEST_CASE("verify_args: NULL runtime and NULL args") {
   Fixture fx(kTempDir);
-  kdtree::test::expect_null_runtime_and_args_rejected(kdtree_verify_attention, good_args(gqa_spec()), fx.rt);
+  expect_null_runtime_and_args_rejected(kdtree_verify_attention, good_args(gqa_spec()), fx.rt);
 }
 
 TEST_CASE("verify_args: kdtree_verify_workspace_size and kdtree_warm validate the spec too") {
