@@ -53,7 +53,12 @@ void load() {
             bind(lib, a.cuStreamSynchronize, "cuStreamSynchronize") &&
             bind(lib, a.cuEventCreate, "cuEventCreate") && bind(lib, a.cuEventDestroy, "cuEventDestroy_v2") &&
             bind(lib, a.cuEventRecord, "cuEventRecord") && bind(lib, a.cuEventSynchronize, "cuEventSynchronize") &&
-            bind(lib, a.cuEventElapsedTime, "cuEventElapsedTime_v2");
+            bind(lib, a.cuEventElapsedTime, "cuEventElapsedTime_v2") &&
+            bind(lib, a.cuStreamBeginCapture, "cuStreamBeginCapture_v2") &&
+            bind(lib, a.cuStreamEndCapture, "cuStreamEndCapture") &&
+            bind(lib, a.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags") &&
+            bind(lib, a.cuGraphLaunch, "cuGraphLaunch") && bind(lib, a.cuGraphExecDestroy, "cuGraphExecDestroy") &&
+            bind(lib, a.cuGraphDestroy, "cuGraphDestroy");
   if (!ok) return;
   CUresult r = a.cuInit(0);
   if (r != CUDA_SUCCESS) {

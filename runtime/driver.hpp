@@ -45,6 +45,13 @@ struct Api {
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+  // Graph capture: benchmarks replay captured calls (kdtree never captures itself).
+  CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
 };
 
 // Loads libcuda.so.1 and calls cuInit(0) once (thread-safe). Throws
