@@ -72,6 +72,20 @@ struct VerifyCase {
   size_t lse_elems() const { return size_t(total_nodes) * spec.num_q_heads; }
 };
 
+// A verify spec from its fields, in kdtree_verify_spec order.
+inline kdtree_verify_spec make_verify_spec(int head_dim_qk, int head_dim_v, int num_q_heads, int num_kv_heads,
+                                           int page_size, int max_tree_nodes, kdtree_dtype dtype) {
+  kdtree_verify_spec s{};
+  s.head_dim_qk = head_dim_qk;
+  s.head_dim_v = head_dim_v;
+  s.num_q_heads = num_q_heads;
+  s.num_kv_heads = num_kv_heads;
+  s.page_size = page_size;
+  s.max_tree_nodes = max_tree_nodes;
+  s.dtype = dtype;
+  return s;
+}
+
 // spec: head dims, head counts, page size, W, dtype. MLA when v is not a separate
 // cache, i.e. head_dim_qk == 576 (or any head_dim_v < head_dim_qk). Deterministic in seed.
 VerifyCase build_verify_case(const kdtree_verify_spec& spec, int batch_size, uint64_t seed,

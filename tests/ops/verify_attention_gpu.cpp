@@ -23,6 +23,8 @@
 
 namespace {
 
+using kdtree::ref::make_verify_spec;
+
 using kdtree::ref::VerifyCase;
 using kdtree::ref::VerifyCaseOptions;
 using kdtree::test::DeviceBuffer;
@@ -217,18 +219,6 @@ void check_launch(kdtree_runtime* rt, const VerifyCase& c, const kdtree::ref::Ve
   tally().record(label, c.spec.dtype == KDTREE_DTYPE_BF16 ? 0 : 1, cmp, ok);
 }
 
-kdtree_verify_spec make_spec(int dqk, int dv, int hq, int hkv, int page, int W, kdtree_dtype dtype) {
-  kdtree_verify_spec s{};
-  s.head_dim_qk = dqk;
-  s.head_dim_v = dv;
-  s.num_q_heads = hq;
-  s.num_kv_heads = hkv;
-  s.page_size = page;
-  s.max_tree_nodes = W;
-  s.dtype = dtype;
-  return s;
-}
-
 // Compiles every spec in parallel (NVRTC takes seconds per config).
 void warm(Session& s, const std::vector<kdtree_verify_spec>& specs) {
   std::atomic<size_t> next{0};
@@ -302,7 +292,7 @@ void run_head_grid(int dqk, int dv, int head_index) {
           hkv = gh.second;
           hq = gh.first * gh.second;
         }
-        p.spec = make_spec(dqk, dv, hq, hkv, page, W, dtype);
+        p.spec = make_verify_spec(dqk, dv, hq, hkv, page, W, dtype);
         // Over budget: fewer requests (down to 2), then shorter prefixes, then one request.
         auto over = [&] { return reference_flops(p.spec, p.batch, p.options.max_prefix) > flop_budget; };
         while (over() && p.batch > 2) --p.batch;
@@ -351,8 +341,8 @@ VerifyCase error_case(const kdtree_verify_spec& spec, uint64_t seed) {
 }
 
 std::vector<kdtree_verify_spec> error_specs() {
-  return {make_spec(576, 512, 16, 1, 64, 64, KDTREE_DTYPE_BF16), make_spec(128, 128, 8, 2, 16, 32, KDTREE_DTYPE_F16),
-          make_spec(64, 64, 4, 4, 1, 16, KDTREE_DTYPE_BF16)};
+  return {make_verify_spec(576, 512, 16, 1, 64, 64, KDTREE_DTYPE_BF16), make_verify_spec(128, 128, 8, 2, 16, 32, KDTREE_DTYPE_F16),
+          make_verify_spec(64, 64, 4, 4, 1, 16, KDTREE_DTYPE_BF16)};
 }
 
 // Checks request `good` against the reference rows of `ref` (same layout as c).

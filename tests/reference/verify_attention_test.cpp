@@ -20,6 +20,8 @@ using kdtree::ref::VerifyHostInputs;
 
 namespace {
 
+using kdtree::ref::make_verify_spec;
+
 // A small hand-written problem: page size 1 with the identity page table, so
 // logical token t of request b is physical page `first_page[b] + t`.
 struct Tiny {
@@ -147,18 +149,6 @@ kdtree::ref::VerifyReference dense_attention(const VerifyCase& c) {
     }
   }
   return r;
-}
-
-kdtree_verify_spec make_spec(int dqk, int dv, int hq, int hkv, int page, int W, kdtree_dtype dtype) {
-  kdtree_verify_spec s{};
-  s.head_dim_qk = dqk;
-  s.head_dim_v = dv;
-  s.num_q_heads = hq;
-  s.num_kv_heads = hkv;
-  s.page_size = page;
-  s.max_tree_nodes = W;
-  s.dtype = dtype;
-  return s;
 }
 
 }  // namespace
@@ -324,7 +314,7 @@ TEST_CASE("verify_attention reference: requests are independent") {
 }
 
 TEST_CASE("verify_attention reference: malformed input throws") {
-  const auto spec = make_spec(16, 16, 2, 1, 4, 16, KDTREE_DTYPE_BF16);
+  const auto spec = make_verify_spec(16, 16, 2, 1, 4, 16, KDTREE_DTYPE_BF16);
   VerifyCase c = kdtree::ref::build_verify_case(spec, 2, 7);
   CHECK_NOTHROW(kdtree::ref::verify_attention(c.host_inputs()));
   VerifyCase bad_page = c;
@@ -352,7 +342,7 @@ TEST_CASE("verify_attention reference: agrees with a dense formulation on random
     o.max_prefix = 150;
     o.q_scale = 2.0f;
     const VerifyCase c = kdtree::ref::build_verify_case(
-        make_spec(sh.dqk, sh.dv, sh.hq, sh.hkv, sh.page, sh.W, sh.dtype), 4, seed++, o);
+        make_verify_spec(sh.dqk, sh.dv, sh.hq, sh.hkv, sh.page, sh.W, sh.dtype), 4, seed++, o);
     INFO(c.label());
     const auto r = kdtree::ref::verify_attention(c.host_inputs());
     const auto d = dense_attention(c);
@@ -369,7 +359,7 @@ TEST_CASE("verify_attention reference: agrees with a dense formulation on random
 }
 
 TEST_CASE("verify_attention reference: the physical page layout does not matter") {
-  const auto spec = make_spec(32, 32, 4, 2, 16, 32, KDTREE_DTYPE_BF16);
+  const auto spec = make_verify_spec(32, 32, 4, 2, 16, 32, KDTREE_DTYPE_BF16);
   const VerifyCase c = kdtree::ref::build_verify_case(spec, 3, 11);
   // Move physical page p to num_pages - 1 - p.
   VerifyCase m = c;
@@ -396,8 +386,8 @@ TEST_CASE("verify_case: random trees - lengths and pages hold their invariants")
   for (int W : widths) {
     for (int P : pages) {
       const bool mla = (W + P) % 2 == 0;
-      const auto spec = mla ? make_spec(576, 512, 4, 1, P, W, KDTREE_DTYPE_BF16)
-                            : make_spec(64, 64, 4, 2, P, W, KDTREE_DTYPE_F16);
+      const auto spec = mla ? make_verify_spec(576, 512, 4, 1, P, W, KDTREE_DTYPE_BF16)
+                            : make_verify_spec(64, 64, 4, 2, P, W, KDTREE_DTYPE_F16);
       kdtree::ref::VerifyCaseOptions o;
       o.max_prefix = 300;
       const int B = 5;
@@ -457,7 +447,7 @@ TEST_CASE("verify_case: random trees - lengths and pages hold their invariants")
     }
   }
   // The same seed gives the same case; another seed does not.
-  const auto spec = make_spec(128, 128, 8, 2, 16, 64, KDTREE_DTYPE_BF16);
+  const auto spec = make_verify_spec(128, 128, 8, 2, 16, 64, KDTREE_DTYPE_BF16);
   const VerifyCase a = kdtree::ref::build_verify_case(spec, 3, 42), b = kdtree::ref::build_verify_case(spec, 3, 42),
                    d = kdtree::ref::build_verify_case(spec, 3, 43);
   CHECK(a.q == b.q);
@@ -469,7 +459,7 @@ TEST_CASE("verify_case: random trees - lengths and pages hold their invariants")
 }
 
 TEST_CASE("verify_case: compare_verify measures rounding - catches NaN and lse errors") {
-  const auto spec = make_spec(576, 512, 8, 1, 64, 64, KDTREE_DTYPE_BF16);
+  const auto spec = make_verify_spec(576, 512, 8, 1, 64, 64, KDTREE_DTYPE_BF16);
   kdtree::ref::VerifyCaseOptions o;
   o.max_prefix = 200;
   const VerifyCase c = kdtree::ref::build_verify_case(spec, 3, 5, o);
