@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "codegen/verify_attention.hpp"
+#include "runtime/arg_checks.hpp"
 #include "runtime/c_api.hpp"
 #include "verify_attention_params.h"
 
@@ -14,14 +15,6 @@ namespace kdtree {
 namespace {
 
 int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
-
-void require_ptr(const void* p, const char* name) {
-  require(p != nullptr, "{} is NULL", name);
-}
-
-void require_aligned(const void* p, size_t alignment, const char* name) {
-  require(reinterpret_cast<uintptr_t>(p) % alignment == 0, "{} must be {}-byte aligned", name, alignment);
-}
 
 Module& verify_module(Runtime& rt, const codegen::VerifySpec& spec) {
   return rt.module(spec.fast_key(), [&] { return codegen::generate_verify_attention(spec, rt.arch()); });
@@ -79,22 +72,20 @@ VerifyPlan plan_verify(Runtime& rt, const kdtree_verify_spec& s, int batch_size,
 
 void verify_attention(Runtime& rt, const kdtree_verify_args& a) {
   codegen::VerifySpec spec = codegen::validate_verify_spec(a.spec);
-  require_ptr(a.q, "q");
-  require_ptr(a.node_indptr, "node_indptr");
-  require_ptr(a.k_cache, "k_cache");
-  require_ptr(a.page_table, "page_table");
-  require_ptr(a.kv_lens, "kv_lens");
-  require_ptr(a.tree_mask, "tree_mask");
-  require_ptr(a.out, "out");
+  // 16-byte cp.async rows for q and the caches; 4-byte stores of out.
+  require_buffer(a.q, 16, "q");
+  require_buffer(a.node_indptr, 4, "node_indptr");
+  require_buffer(a.k_cache, 16, "k_cache");
+  require_buffer(a.page_table, 4, "page_table");
+  require_buffer(a.kv_lens, 4, "kv_lens");
+  require_buffer(a.tree_mask, 8, "tree_mask");
+  require_buffer(a.out, 4, "out");
+  require_optional_buffer(a.lse, 4, "lse");
   if (spec.mla()) {
     require(a.v_cache == nullptr, "v_cache must be NULL for MLA (V is the first head_dim_v dims of the k_cache row)");
   } else {
-    require_ptr(a.v_cache, "v_cache");
-    require_aligned(a.v_cache, 16, "v_cache");
+    require_buffer(a.v_cache, 16, "v_cache");
   }
-  require_aligned(a.q, 16, "q");
-  require_aligned(a.k_cache, 16, "k_cache");
-  require_aligned(a.out, 4, "out");
   require(a.num_pages >= 1, "num_pages {} must be >= 1", a.num_pages);
   require(a.max_pages_per_req >= 1, "max_pages_per_req {} must be >= 1", a.max_pages_per_req);
   require(std::isfinite(a.sm_scale), "sm_scale must be finite");
