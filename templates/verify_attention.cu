@@ -122,44 +122,42 @@ static __device__ void poison_request(const kdtree_verify_params& p, const Reque
 // Tokens at or past t_end are zero-filled: masked scores give P = 0, and 0 * 0 stays 0.
 constexpr int ROW_LANES = QK_CHUNKS >= 32 ? 32 : QK_CHUNKS;
 constexpr int ROWS_PER_PASS = THREADS / ROW_LANES;
+static_assert(ROW_LANES % 8 == 0 && (IS_MLA || V_CHUNKS == QK_CHUNKS), "row copies keep the 8-chunk swizzle");
 
-template <int CHUNKS>
-static __device__ __forceinline__ kd_u32 swizzled_chunk(int row, int chunk) {
-  return CHUNKS >= 8 ? (chunk ^ (row & 7)) : chunk;
-}
+// Per-CTA constants of the KV tile loads, so a token row costs one page-table
+// read, one multiply for its address and the cp.async instructions.
+struct KvSource {
+  const char* k_base;        // k_cache at this KV head (bytes)
+  const char* v_base;        // v_cache at this KV head (GQA)
+  unsigned long long k_slot_bytes;  // bytes between token slots of the K cache
+  unsigned long long v_slot_bytes;
+  const int* pages;          // this request's page-table row
+};
 
-static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& p, int b, int kv_head, int t0,
+static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& p, const KvSource& src, int t0,
                                                     int t_end, kd_u32 sk, kd_u32 sv, bool& bad_page) {
-  const int* pages = p.page_table + (long long)b * p.max_pages_per_req;
-  const int lane_chunk = threadIdx.x % ROW_LANES;
-  for (int row = threadIdx.x / ROW_LANES; row < BLOCK_N; row += ROWS_PER_PASS) {
-    const int t = t0 + row;
-    long long slot = 0;
-    bool ok = t < t_end;
-    if (ok) {
-      const int page = pages[t / PAGE_SIZE];
-      if (page < 0 || page >= p.num_pages) {
-        bad_page = true;
-        ok = false;
-      } else {
-        slot = (long long)page * PAGE_SIZE + t % PAGE_SIZE;
-      }
-    }
+  const int lane_chunk = threadIdx.x % ROW_LANES;  // a multiple of 8 lanes per row: the XOR swizzle
+  for (int row = threadIdx.x / ROW_LANES; row < BLOCK_N; row += ROWS_PER_PASS) {  // touches lane_chunk's low bits only
+    const unsigned t = unsigned(t0 + row);
+    const bool in_range = t < unsigned(t_end);
+    const unsigned page = in_range ? unsigned(__ldg(src.pages + t / PAGE_SIZE)) : 0u;
+    const bool ok = in_range && page < unsigned(p.num_pages);  // a negative id fails too
+    bad_page |= in_range && !ok;
+    const unsigned long long slot = ok ? (unsigned long long)(page * PAGE_SIZE + t % PAGE_SIZE) : 0ull;
     const int bytes = ok ? 16 : 0;
-    const kd_u16* krow = (const kd_u16*)p.k_cache + (slot * p.num_kv_heads + kv_head) * HEAD_DIM;
+    const int chunk0 = ((lane_chunk ^ row) & 7) | (lane_chunk & ~7);
+    const char* krow = src.k_base + slot * src.k_slot_bytes + lane_chunk * 16;
+    const kd_u32 kdst = sk + (row * QK_CHUNKS + chunk0) * 16;
 #pragma unroll
     for (int k = 0; k < (QK_CHUNKS + ROW_LANES - 1) / ROW_LANES; ++k) {
-      const int c = lane_chunk + k * ROW_LANES;
-      if (c < QK_CHUNKS)
-        kd_cp_async16(sk + (row * QK_CHUNKS + swizzled_chunk<QK_CHUNKS>(row, c)) * 16, krow + c * 8, bytes);
+      if (lane_chunk + k * ROW_LANES < QK_CHUNKS) kd_cp_async16(kdst + k * ROW_LANES * 16, krow + k * ROW_LANES * 16, bytes);
     }
     if (!IS_MLA) {
-      const kd_u16* vrow = (const kd_u16*)p.v_cache + (slot * p.num_kv_heads + kv_head) * HEAD_DIM_V;
+      const char* vrow = src.v_base + slot * src.v_slot_bytes + lane_chunk * 16;
+      const kd_u32 vdst = sv + (row * V_CHUNKS + chunk0) * 16;
 #pragma unroll
       for (int k = 0; k < (V_CHUNKS + ROW_LANES - 1) / ROW_LANES; ++k) {
-        const int c = lane_chunk + k * ROW_LANES;
-        if (c < V_CHUNKS)
-          kd_cp_async16(sv + (row * V_CHUNKS + swizzled_chunk<V_CHUNKS>(row, c)) * 16, vrow + c * 8, bytes);
+        if (lane_chunk + k * ROW_LANES < V_CHUNKS) kd_cp_async16(vdst + k * ROW_LANES * 16, vrow + k * ROW_LANES * 16, bytes);
       }
     }
   }
@@ -240,12 +238,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   }
 
   bool bad_page = false;
+  KvSource kv_src;
+  kv_src.k_base = (const char*)p.k_cache + (long long)kv_head * HEAD_DIM * 2;
+  kv_src.v_base = (const char*)p.v_cache + (long long)kv_head * HEAD_DIM_V * 2;
+  kv_src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * 2;
+  kv_src.v_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM_V * 2;
+  kv_src.pages = p.page_table + (long long)b * p.max_pages_per_req;
   const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < n_tiles)
-      load_kv_tile(p, b, kv_head, t_begin + s * BLOCK_N, t_end, sk_addr + s * K_TILE_BYTES,
-                   sv_addr + s * V_TILE_BYTES, bad_page);
+      load_kv_tile(p, kv_src, t_begin + s * BLOCK_N, t_end, sk_addr + s * K_TILE_BYTES, sv_addr + s * V_TILE_BYTES,
+                   bad_page);
     kd_cp_async_commit();  // the Q copies ride in the first group
   }
 
@@ -272,7 +276,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
       int next = it + STAGES - 1;
       if (next < n_tiles) {
         int st = next % STAGES;
-        load_kv_tile(p, b, kv_head, t_begin + next * BLOCK_N, t_end, sk_addr + st * K_TILE_BYTES,
+        load_kv_tile(p, kv_src, t_begin + next * BLOCK_N, t_end, sk_addr + st * K_TILE_BYTES,
                      sv_addr + st * V_TILE_BYTES, bad_page);
       }
       kd_cp_async_commit();
