@@ -118,26 +118,24 @@ int verify_smem_bytes(const VerifySpec& spec, const VerifyTiles& t) {
   return q + t.stages * kv + p + red;
 }
 
-// The unroll and accumulator choice of the QK loop (measured on the H200, docs/PERFORMANCE.md).
+// The unroll of the QK loop (×1, ×3 and ×9 measured alike on the H200, docs/PERFORMANCE.md).
 void choose_qk_loop(const VerifySpec& spec, VerifyTiles* t) {
   const int steps = spec.head_dim_qk / 64;
   t->qk_unroll = steps <= 4 ? steps : 3;
-  t->qk_acc = 1;
 }
 
-// KDTREE_VERIFY_TILES="block_m,block_n,warps,stages[,qk_unroll,qk_acc]" overrides the
-// choice (tuning only).
+// KDTREE_VERIFY_TILES="block_m,block_n,warps,stages[,qk_unroll]" overrides the choice
+// (tuning only).
 bool tiles_from_env(const VerifySpec& spec, const Arch& arch, VerifyTiles* t) {
   const char* env = std::getenv("KDTREE_VERIFY_TILES");
   if (!env || !*env) return false;
   VerifyTiles c;
   choose_qk_loop(spec, &c);
-  int fields = std::sscanf(env, "%d,%d,%d,%d,%d,%d", &c.block_m, &c.block_n, &c.warps, &c.stages, &c.qk_unroll,
-                           &c.qk_acc);
+  int fields = std::sscanf(env, "%d,%d,%d,%d,%d", &c.block_m, &c.block_n, &c.warps, &c.stages, &c.qk_unroll);
   const int warps_n = c.block_m >= 16 && c.block_m % 16 == 0 ? c.warps / (c.block_m / 16) : 0;
   // A column warp's V slice must keep whole 8-chunk swizzle groups (head_dim_v / warps_n % 64 == 0).
   if (fields < 4 || c.block_m % 16 || c.warps % (c.block_m / 16) || warps_n < 1 || spec.head_dim_v % (64 * warps_n) ||
-      c.block_n % 16 || c.block_n % (8 * warps_n) || c.stages < 2 || c.qk_unroll < 1 || c.qk_acc < 1 || c.qk_acc > 2) {
+      c.block_n % 16 || c.block_n % (8 * warps_n) || c.stages < 2 || c.qk_unroll < 1) {
     fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("KDTREE_VERIFY_TILES='{}' is not block_m,block_n,warps,stages", env));
   }
   c.smem_bytes = verify_smem_bytes(spec, c);
@@ -187,7 +185,6 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch)
       {"WARPS_N", std::to_string(warps_n)},
       {"STAGES", std::to_string(tiles.stages)},
       {"QK_UNROLL", std::to_string(tiles.qk_unroll)},
-      {"QK_ACC", std::to_string(tiles.qk_acc)},
   };
   KernelSource src;
   src.op = "verify_attention";

@@ -43,7 +43,6 @@ struct VerifyTiles {
   int stages = 2;
   int smem_bytes = 0; // dynamic shared memory per CTA
   int qk_unroll = 1;  // unroll of the 64-dim steps of S = Q K^T
-  int qk_acc = 1;     // independent accumulator sets of S (ILP over the QK contraction)
 };
 VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch);
 

@@ -21,7 +21,6 @@ constexpr int BLOCK_N = ${BLOCK_N};
 constexpr int WARPS_M = ${WARPS_M};
 constexpr int WARPS_N = ${WARPS_N};
 constexpr int STAGES = ${STAGES};
-constexpr int QK_ACC = ${QK_ACC};        // independent accumulator sets for S (ILP over k)
 
 constexpr int MASK_WORDS = (MAX_TREE_NODES + 63) / 64;
 constexpr int THREADS = WARPS_M * WARPS_N * 32;
@@ -287,17 +286,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     const int t0 = t_begin + it * BLOCK_N;
 
     // ---- S = Q K^T for this warp's 16 rows x BLOCK_N / WARPS_N columns
-    float s[S_TILES][4], s2[S_TILES][4];
+    float s[S_TILES][4];
 #pragma unroll
-    for (int j = 0; j < S_TILES; ++j) {
-      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-      s2[j][0] = s2[j][1] = s2[j][2] = s2[j][3] = 0.f;
-    }
+    for (int j = 0; j < S_TILES; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll ${QK_UNROLL}
     for (int k4 = 0; k4 < HEAD_DIM / 64; ++k4) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        float(&acc)[S_TILES][4] = (QK_ACC > 1 && (i & 1)) ? s2 : s;
         kd_u32 a[4];
         kd_ldmatrix_x4(a, sq_addr + q_lane.at(k4, i));
         const kd_u32 kb = tk_addr + k_lane.at(k4, i);
@@ -305,24 +300,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         for (int j = 0; j + 1 < S_TILES; j += 2) {
           kd_u32 bf[4];
           kd_ldmatrix_x4(bf, kb + j * 8 * QK_CHUNKS * 16);
-          kd_mma16816<IS_BF16>(acc[j], a, bf[0], bf[1]);
-          kd_mma16816<IS_BF16>(acc[j + 1], a, bf[2], bf[3]);
+          kd_mma16816<IS_BF16>(s[j], a, bf[0], bf[1]);
+          kd_mma16816<IS_BF16>(s[j + 1], a, bf[2], bf[3]);
         }
         if (S_TILES % 2) {
           // Lanes 0-15 give the addresses of an x2 load: rows (S_TILES - 1) * 8 + lane % 8.
           kd_u32 bf[2];
           kd_ldmatrix_x2(bf, kb + (S_TILES - 1) * 8 * QK_CHUNKS * 16);
-          kd_mma16816<IS_BF16>(acc[S_TILES - 1], a, bf[0], bf[1]);
+          kd_mma16816<IS_BF16>(s[S_TILES - 1], a, bf[0], bf[1]);
         }
       }
     }
-    if (QK_ACC > 1) {
-#pragma unroll
-      for (int j = 0; j < S_TILES; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[j][e] += s2[j][e];
-    }
-
     // ---- scale, mask (prefix visible; tree tokens by the mask bits; past t_end hidden)
     const bool edge = t0 + BLOCK_N > req.prefix || t0 + BLOCK_N > t_end;
     float mx[2] = {-KD_INF, -KD_INF};
