@@ -66,14 +66,8 @@ int run(uint64_t seed) {
   int sm = 0;
   check(kdtree_runtime_arch(rt, &sm), "kdtree_runtime_arch");
 
-  kdtree_verify_spec spec{};
-  spec.head_dim_qk = 576;
-  spec.head_dim_v = 512;
-  spec.num_q_heads = 16;
-  spec.num_kv_heads = 1;
-  spec.page_size = 64;
-  spec.max_tree_nodes = 64;
-  spec.dtype = KDTREE_DTYPE_BF16;
+  // MLA 576/512: 16 query heads on one latent KV head, pages of 64, W = 64.
+  const kdtree_verify_spec spec = kdtree::ref::make_verify_spec(576, 512, 16, 1, 64, 64, KDTREE_DTYPE_BF16);
   kdtree::ref::VerifyCaseOptions options;
   options.min_prefix = 1000;
   options.max_prefix = 4000;
