@@ -1,5 +1,5 @@
 // NVRTC compiles the whole default grid for sm_120 and sm_90 (no GPU needed),
-// and the compiled kernels respect sm_120's limits: <= 99 KB of shared memory
+// and the compiled kernels respect sm_120's limits: no wgmma/tcgen05, <= 99 KB of shared memory
 // per block (static, read from ptxas's report of the compiled kernel, plus the
 // dynamic amount the launch asks for) and no register spills.
 #include <doctest/doctest.h>
@@ -52,14 +52,21 @@ void compile_grid(int sm) {
     for (size_t i; (i = next++) < items.size();) {
       std::string failure;
       std::shared_ptr<const CompiledModule> m;
+      std::string source;
       try {
-        m = rt->compile(items[i].make());
+        codegen::KernelSource src = items[i].make();
+        source = src.source;
+        m = rt->compile(src);
       } catch (const std::exception& e) {
         failure = e.what();
       }
       std::lock_guard<std::mutex> lock(report);
       INFO(items[i].label << " for " << arch.name());
       CHECK_MESSAGE(failure.empty(), failure);
+      // Only instructions sm_120 has: no Hopper warpgroup MMA, no Blackwell tcgen05.
+      for (const char* banned : {"wgmma", "tcgen05", "setmaxnreg", "cp.async.bulk.tensor"}) {
+        CHECK_MESSAGE(source.find(banned) == std::string::npos, "uses " << banned);
+      }
       if (!m) continue;
       ++compiled;
       CHECK(!m->usage.empty());
