@@ -64,6 +64,7 @@ VerifyPlan plan_verify(Runtime& rt, const kdtree_verify_spec& s, int batch_size,
     splits = ceil_div(kv_tiles, ceil_div(kv_tiles, splits));  // no empty trailing split
   }
   VerifyPlan plan;
+  plan.tiles = tiles;
   plan.num_splits = splits;
   plan.split_tokens = ceil_div(kv_tiles, splits) * tiles.block_n;
   plan.workspace_bytes = verify_workspace_bytes(s, total_nodes, splits);
@@ -98,8 +99,7 @@ void verify_attention(Runtime& rt, const kdtree_verify_args& a) {
   VerifyPlan plan = plan_verify(rt, a.spec, a.batch_size, a.total_nodes, a.max_kv_len, a.num_splits);
   check_workspace(plan.workspace_bytes);
 
-  const codegen::Arch& arch = rt.arch();
-  codegen::VerifyTiles tiles = codegen::choose_verify_tiles(spec, arch);
+  const codegen::VerifyTiles& tiles = plan.tiles;
   Module& module = verify_module(rt, spec);
 
   kdtree_verify_params p{};

@@ -2,12 +2,14 @@
 #pragma once
 #include <cstddef>
 
+#include "codegen/verify_attention.hpp"
 #include "kdtree/kdtree.h"
 #include "runtime/runtime.hpp"
 
 namespace kdtree {
 
 struct VerifyPlan {
+  codegen::VerifyTiles tiles;  // the generated kernel's tiles for the runtime's arch
   int num_splits = 1;
   int split_tokens = 0;  // KV tokens per split (multiple of the tile)
   size_t workspace_bytes = 0;

@@ -67,14 +67,6 @@ static __device__ __forceinline__ kd_u32 kd_pack2(float lo, float hi) {
   return r;
 }
 
-template <bool BF16>
-static __device__ __forceinline__ float kd_to_float(kd_u16 h) {
-  if (BF16) return __int_as_float(int(kd_u32(h) << 16));
-  float f;
-  asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(h));
-  return f;
-}
-
 static __device__ __forceinline__ float kd_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
