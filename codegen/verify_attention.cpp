@@ -110,7 +110,7 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
 namespace {
 
 int verify_smem_bytes(const VerifySpec& spec, const VerifyTiles& t) {
-  const int warps_n = t.warps / (t.block_m / 16);
+  const int warps_n = t.warps / (t.block_m / t.warp_rows);
   int q = t.block_m * spec.head_dim_qk * 2;
   int kv = t.block_n * (spec.head_dim_qk + (spec.mla() ? 0 : spec.head_dim_v)) * 2;
   int p = warps_n > 1 ? t.block_m * t.block_n * 2 : 0;
@@ -118,25 +118,27 @@ int verify_smem_bytes(const VerifySpec& spec, const VerifyTiles& t) {
   return q + t.stages * kv + p + red;
 }
 
-// The unroll of the QK loop (×1, ×3 and ×9 measured alike on the H200, docs/PERFORMANCE.md).
-void choose_qk_loop(const VerifySpec& spec, VerifyTiles* t) {
-  const int steps = spec.head_dim_qk / 64;
-  t->qk_unroll = steps <= 4 ? steps : 3;
-}
+// The QK loop is unrolled fully (MLA with 32-row warps: 2.6% faster than ×3 on the
+// H200; with 16-row warps ×1, ×3 and ×9 measured alike, docs/PERFORMANCE.md).
+void choose_qk_loop(const VerifySpec& spec, VerifyTiles* t) { t->qk_unroll = spec.head_dim_qk / 64; }
 
-// KDTREE_VERIFY_TILES="block_m,block_n,warps,stages[,qk_unroll]" overrides the choice
-// (tuning only).
+// KDTREE_VERIFY_TILES="block_m,block_n,warps,stages[,qk_unroll[,warp_rows]]" overrides
+// the choice (tuning only).
 bool tiles_from_env(const VerifySpec& spec, const Arch& arch, VerifyTiles* t) {
   const char* env = std::getenv("KDTREE_VERIFY_TILES");
   if (!env || !*env) return false;
   VerifyTiles c;
   choose_qk_loop(spec, &c);
-  int fields = std::sscanf(env, "%d,%d,%d,%d,%d", &c.block_m, &c.block_n, &c.warps, &c.stages, &c.qk_unroll);
-  const int warps_n = c.block_m >= 16 && c.block_m % 16 == 0 ? c.warps / (c.block_m / 16) : 0;
+  int fields = std::sscanf(env, "%d,%d,%d,%d,%d,%d", &c.block_m, &c.block_n, &c.warps, &c.stages, &c.qk_unroll,
+                           &c.warp_rows);
+  const bool rows_ok = (c.warp_rows == 16 || c.warp_rows == 32) && c.block_m >= c.warp_rows && c.block_m % c.warp_rows == 0;
+  const int warps_m = rows_ok ? c.block_m / c.warp_rows : 0;
+  const int warps_n = warps_m > 0 && c.warps % warps_m == 0 ? c.warps / warps_m : 0;
   // A column warp's V slice must keep whole 8-chunk swizzle groups (head_dim_v / warps_n % 64 == 0).
-  if (fields < 4 || c.block_m % 16 || c.warps % (c.block_m / 16) || warps_n < 1 || spec.head_dim_v % (64 * warps_n) ||
-      c.block_n % 16 || c.block_n % (8 * warps_n) || c.stages < 2 || c.qk_unroll < 1) {
-    fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("KDTREE_VERIFY_TILES='{}' is not block_m,block_n,warps,stages", env));
+  if (fields < 4 || warps_n < 1 || spec.head_dim_v % (64 * warps_n) || c.block_n % 16 || c.block_n % (8 * warps_n) ||
+      c.stages < 2 || c.qk_unroll < 1) {
+    fail(KDTREE_ERROR_INVALID_ARGUMENT,
+         fmt::format("KDTREE_VERIFY_TILES='{}' is not block_m,block_n,warps,stages[,qk_unroll[,warp_rows]]", env));
   }
   c.smem_bytes = verify_smem_bytes(spec, c);
   if (c.smem_bytes > arch.max_smem_per_block) return false;
@@ -151,13 +153,25 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   if (tiles_from_env(spec, arch, &chosen)) return chosen;
   // Candidates in order of preference; the first that fits the arch's shared memory wins.
   std::vector<VerifyTiles> candidates;
+  // Fields: block_m, block_n, warps, stages, smem (computed), qk_unroll (chosen), warp_rows.
   if (spec.mla()) {
     // MLA's 576-wide rows make Q and K tiles large: V columns are split over
-    // column warps so the O accumulator (16 x 512 fp32 per row block) fits in registers.
-    candidates = {{64, 64, 8, 2, 0}, {64, 32, 8, 2, 0}, {32, 16, 4, 3, 0}, {32, 16, 4, 2, 0}};
+    // column warps so the O accumulator (64 x 512 fp32 per CTA) fits in registers;
+    // 32-row warps (2 x 4) read each V fragment for two m16 fragments.
+    candidates = {{64, 64, 8, 2, 0, 0, 32}, {64, 32, 8, 2, 0, 0, 32}, {32, 16, 4, 3, 0, 0, 16},
+                  {32, 16, 4, 2, 0, 0, 16}};
+  } else if (spec.head_dim_v <= 128) {
+    // GQA: one column warp, P stays in registers. 32-row warps where the O slice
+    // (32 x head_dim fp32) and S leave room without spills (gqa128: 32 KV tokens
+    // per tile); deepest pipeline that fits.
+    const int bn = spec.head_dim_v == 64 ? 64 : 32;
+    candidates = {{128, bn, 4, 3, 0, 0, 32}, {128, bn, 4, 2, 0, 0, 32}, {64, 64, 4, 3, 0, 0, 16},
+                  {64, 64, 4, 2, 0, 0, 16}};
   } else {
-    // GQA: one column warp, P stays in registers; deepest pipeline that fits.
-    candidates = {{64, 64, 4, 3, 0}, {64, 64, 4, 2, 0}, {64, 32, 4, 3, 0}, {64, 32, 4, 2, 0}};
+    // gqa256: a 32-row O slice over all 256 columns would not fit in registers;
+    // two column warps (P through shared memory) take 128 columns each.
+    candidates = {{128, 64, 8, 2, 0, 0, 32}, {64, 64, 4, 3, 0, 0, 16}, {64, 64, 4, 2, 0, 0, 16},
+                  {64, 32, 4, 3, 0, 0, 16}, {64, 32, 4, 2, 0, 0, 16}};
   }
   for (VerifyTiles c : candidates) {
     c.smem_bytes = verify_smem_bytes(spec, c);
@@ -170,7 +184,7 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
 
 KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch) {
   const VerifyTiles tiles = choose_verify_tiles(spec, arch);
-  const int warps_m = tiles.block_m / 16;
+  const int warps_m = tiles.block_m / tiles.warp_rows;
   const int warps_n = tiles.warps / warps_m;
   Params params = {
       {"HEAD_DIM_QK", std::to_string(spec.head_dim_qk)},
@@ -183,6 +197,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch)
       {"BLOCK_N", std::to_string(tiles.block_n)},
       {"WARPS_M", std::to_string(warps_m)},
       {"WARPS_N", std::to_string(warps_n)},
+      {"WARP_ROWS", std::to_string(tiles.warp_rows)},
       {"STAGES", std::to_string(tiles.stages)},
       {"QK_UNROLL", std::to_string(tiles.qk_unroll)},
   };

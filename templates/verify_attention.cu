@@ -4,10 +4,11 @@
 // One CTA owns BLOCK_M rows of one (request, kv head): row r is tree node r / GROUP,
 // query head r % GROUP, so every node and every head sharing the KV head reads
 // each KV tile once. KV tiles of BLOCK_N tokens stream through a STAGES-deep
-// cp.async pipeline. Warps form WARPS_M x WARPS_N: a warp row owns 16 rows; the
-// WARPS_N warps of a row split the tile's columns for S = Q K^T and the V columns
-// for O += P V, exchanging the row max and P through shared memory (with one
-// column warp, P stays in registers). Split-KV: blockIdx.z takes split_tokens
+// cp.async pipeline. Warps form WARPS_M x WARPS_N: a warp row owns WARP_ROWS rows
+// (16 or 32: MF m16 fragments; 32 halves the B-operand ldmatrix traffic per mma);
+// the WARPS_N warps of a row split the tile's columns for S = Q K^T and the V
+// columns for O += P V, exchanging the row max and P through shared memory (with
+// one column warp, P stays in registers). Split-KV: blockIdx.z takes split_tokens
 // tokens and writes fp32 partials that kdtree_verify_combine merges by LSE.
 
 constexpr int HEAD_DIM = ${HEAD_DIM_QK};
@@ -20,7 +21,9 @@ constexpr int BLOCK_M = ${BLOCK_M};
 constexpr int BLOCK_N = ${BLOCK_N};
 constexpr int WARPS_M = ${WARPS_M};
 constexpr int WARPS_N = ${WARPS_N};
+constexpr int WARP_ROWS = ${WARP_ROWS};
 constexpr int STAGES = ${STAGES};
+constexpr int MF = WARP_ROWS / 16;  // m16 fragments per warp
 
 constexpr int MASK_WORDS = (MAX_TREE_NODES + 63) / 64;
 constexpr int THREADS = WARPS_M * WARPS_N * 32;
@@ -32,7 +35,7 @@ constexpr int O_TILES = HEAD_DIM_V / WARPS_N / 8;   // n8 tiles of O per warp
 constexpr int V_COLS = HEAD_DIM_V / WARPS_N;
 constexpr int K_TILE_ELEMS = BLOCK_N * HEAD_DIM;
 constexpr int V_TILE_ELEMS = IS_MLA ? 0 : BLOCK_N * HEAD_DIM_V;
-static_assert(BLOCK_M == WARPS_M * 16, "a warp row owns 16 rows");
+static_assert(BLOCK_M == WARPS_M * WARP_ROWS && WARP_ROWS % 16 == 0, "a warp row owns WARP_ROWS rows");
 static_assert(S_TILES >= 1 && O_TILES % 2 == 0, "tile split");
 static_assert(WARPS_N == 1 || V_COLS % 64 == 0, "a column warp's V slice keeps whole swizzle groups");
 static_assert(IS_MLA || HEAD_DIM_V == HEAD_DIM, "GQA: V rows as wide as K rows");
@@ -162,17 +165,28 @@ static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& 
   }
 }
 
-// O(16 x V_COLS) += P(16 x 16) V(16 x V_COLS) for one k16 step; tv is the byte
-// address of the step's first V row at this warp's first column.
+// Barrier of the WARPS_N warps of warp row wm (ids 1..WARPS_M; 0 is __syncthreads').
+// The row-max and P exchanges involve one warp row only, so warp rows drift apart
+// between the per-tile CTA barriers and one row's softmax overlaps another's mma.
+static __device__ __forceinline__ void row_sync(int wm) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(1 + wm), "n"(WARPS_N * 32) : "memory");
+}
+
+// O(WARP_ROWS x V_COLS) += P(WARP_ROWS x 16) V(16 x V_COLS) for one k16 step; tv
+// is the byte address of the step's first V row at this warp's first column. Each
+// V fragment serves all MF row fragments.
 template <int ROW_CHUNKS>
-static __device__ __forceinline__ void pv_step(float (&o)[O_TILES][4], const kd_u32 (&a)[4], kd_u32 tv,
+static __device__ __forceinline__ void pv_step(float (&o)[MF][O_TILES][4], const kd_u32 (&a)[MF][4], kd_u32 tv,
                                                const LaneRow<ROW_CHUNKS>& v_lane) {
 #pragma unroll
   for (int j = 0; j < O_TILES; j += 2) {
     kd_u32 bf[4];
     kd_ldmatrix_x4_trans(bf, tv + v_lane.at(j / 8, (j / 2) % 4));
-    kd_mma16816<IS_BF16>(o[j], a, bf[0], bf[1]);
-    kd_mma16816<IS_BF16>(o[j + 1], a, bf[2], bf[3]);
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf) {
+      kd_mma16816<IS_BF16>(o[mf][j], a[mf], bf[0], bf[1]);
+      kd_mma16816<IS_BF16>(o[mf][j + 1], a[mf], bf[2], bf[3]);
+    }
   }
 }
 
@@ -225,15 +239,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     }
   }
 
-  // ---- tree mask words of this thread's two rows (lane / 4 and lane / 4 + 8 of the warp's 16)
-  kd_u64 mask[2][MASK_WORDS];
+  // ---- the tree node of each of this thread's rows (fragment mf, half h: row
+  // lane / 4 + 8 h of the fragment), -1 past the request's rows. The mask words
+  // are read (L1) only on edge tiles, so they hold no registers through the loop.
+  int row_node[MF][2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    int gr = row0 + wm * 16 + lane / 4 + h * 8;
-    bool ok = gr < rows_total;
-    int node = ok ? req.node_base + gr / p.group : 0;
+  for (int mf = 0; mf < MF; ++mf) {
 #pragma unroll
-    for (int w = 0; w < MASK_WORDS; ++w) mask[h][w] = ok ? p.tree_mask[(long long)node * MASK_WORDS + w] : 0ull;
+    for (int h = 0; h < 2; ++h) {
+      int gr = row0 + wm * WARP_ROWS + mf * 16 + lane / 4 + h * 8;
+      row_node[mf][h] = gr < rows_total ? req.node_base + gr / p.group : -1;
+    }
   }
 
   bool bad_page = false;
@@ -252,13 +268,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     kd_cp_async_commit();  // the Q copies ride in the first group
   }
 
-  float o[O_TILES][4];
+  float o[MF][O_TILES][4];
+  float m_run[MF][2], l_run[MF][2];  // running row max (log2 domain, scaled); this thread's share of the row sum
 #pragma unroll
-  for (int j = 0; j < O_TILES; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-  float m_run[2] = {-KD_INF, -KD_INF};  // running row max (log2 domain, scaled)
-  float l_run[2] = {0.f, 0.f};          // this thread's share of the row sum
+  for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+    for (int j = 0; j < O_TILES; ++j) o[mf][j][0] = o[mf][j][1] = o[mf][j][2] = o[mf][j][3] = 0.f;
+    m_run[mf][0] = m_run[mf][1] = -KD_INF;
+    l_run[mf][0] = l_run[mf][1] = 0.f;
+  }
 
-  const int q_row = wm * 16 + (lane & 15);
+  const int q_row = wm * WARP_ROWS + (lane & 15);  // fragment mf adds 16 rows: the same swizzle phase
   const int s_col0 = wn * (BLOCK_N / WARPS_N);
   constexpr int V_ROW_CHUNKS = IS_MLA ? QK_CHUNKS : V_CHUNKS;
   const kd_u32 sp_addr = kd_smem_addr(sp);
@@ -285,93 +305,125 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     const kd_u32 tv_addr = (IS_MLA ? tk_addr : sv_addr + stage * V_TILE_BYTES) + v_col_bytes;
     const int t0 = t_begin + it * BLOCK_N;
 
-    // ---- S = Q K^T for this warp's 16 rows x BLOCK_N / WARPS_N columns
-    float s[S_TILES][4];
+    // ---- S = Q K^T for this warp's WARP_ROWS rows x BLOCK_N / WARPS_N columns
+    float s[MF][S_TILES][4];
 #pragma unroll
-    for (int j = 0; j < S_TILES; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+      for (int j = 0; j < S_TILES; ++j) s[mf][j][0] = s[mf][j][1] = s[mf][j][2] = s[mf][j][3] = 0.f;
+    }
 #pragma unroll ${QK_UNROLL}
     for (int k4 = 0; k4 < HEAD_DIM / 64; ++k4) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        kd_u32 a[4];
-        kd_ldmatrix_x4(a, sq_addr + q_lane.at(k4, i));
+        kd_u32 a[MF][4];
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) kd_ldmatrix_x4(a[mf], sq_addr + q_lane.at(k4, i) + mf * 16 * QK_CHUNKS * 16);
         const kd_u32 kb = tk_addr + k_lane.at(k4, i);
 #pragma unroll
         for (int j = 0; j + 1 < S_TILES; j += 2) {
           kd_u32 bf[4];
           kd_ldmatrix_x4(bf, kb + j * 8 * QK_CHUNKS * 16);
-          kd_mma16816<IS_BF16>(s[j], a, bf[0], bf[1]);
-          kd_mma16816<IS_BF16>(s[j + 1], a, bf[2], bf[3]);
+#pragma unroll
+          for (int mf = 0; mf < MF; ++mf) {
+            kd_mma16816<IS_BF16>(s[mf][j], a[mf], bf[0], bf[1]);
+            kd_mma16816<IS_BF16>(s[mf][j + 1], a[mf], bf[2], bf[3]);
+          }
         }
         if (S_TILES % 2) {
           // Lanes 0-15 give the addresses of an x2 load: rows (S_TILES - 1) * 8 + lane % 8.
           kd_u32 bf[2];
           kd_ldmatrix_x2(bf, kb + (S_TILES - 1) * 8 * QK_CHUNKS * 16);
-          kd_mma16816<IS_BF16>(s[S_TILES - 1], a, bf[0], bf[1]);
+#pragma unroll
+          for (int mf = 0; mf < MF; ++mf) kd_mma16816<IS_BF16>(s[mf][S_TILES - 1], a[mf], bf[0], bf[1]);
         }
       }
     }
     // ---- scale, mask (prefix visible; tree tokens by the mask bits; past t_end hidden)
     const bool edge = t0 + BLOCK_N > req.prefix || t0 + BLOCK_N > t_end;
-    float mx[2] = {-KD_INF, -KD_INF};
+    float mx[MF][2];
 #pragma unroll
-    for (int j = 0; j < S_TILES; ++j) {
+    for (int mf = 0; mf < MF; ++mf) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float v = s[j][e] * p.scale_log2;
+      for (int h = 0; h < 2; ++h) {
+        mx[mf][h] = -KD_INF;
+        kd_u64 words[MASK_WORDS];
         if (edge) {
-          int t = t0 + s_col0 + j * 8 + (lane & 3) * 2 + (e & 1);
-          int tree = t - req.prefix;
-          bool visible = t < t_end && (tree < 0 || mask_bit(mask[e >> 1], tree));
-          v = visible ? v : -KD_INF;
-        }
-        s[j][e] = v;
-        mx[e >> 1] = fmaxf(mx[e >> 1], v);
-      }
-    }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+          for (int w = 0; w < MASK_WORDS; ++w)
+            words[w] = row_node[mf][h] >= 0 ? __ldg(p.tree_mask + (long long)row_node[mf][h] * MASK_WORDS + w) : 0ull;
+        }
+#pragma unroll
+        for (int j = 0; j < S_TILES; ++j) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            float v = s[mf][j][2 * h + c] * p.scale_log2;
+            if (edge) {
+              int t = t0 + s_col0 + j * 8 + (lane & 3) * 2 + c;
+              int tree = t - req.prefix;
+              bool visible = t < t_end && (tree < 0 || mask_bit(words, tree));
+              v = visible ? v : -KD_INF;
+            }
+            s[mf][j][2 * h + c] = v;
+            mx[mf][h] = fmaxf(mx[mf][h], v);
+          }
+        }
+        mx[mf][h] = fmaxf(mx[mf][h], __shfl_xor_sync(0xffffffffu, mx[mf][h], 1));
+        mx[mf][h] = fmaxf(mx[mf][h], __shfl_xor_sync(0xffffffffu, mx[mf][h], 2));
+      }
     }
     if (WARPS_N > 1) {
       if ((lane & 3) == 0) {
-        sred[wn * BLOCK_M + wm * 16 + lane / 4] = mx[0];
-        sred[wn * BLOCK_M + wm * 16 + lane / 4 + 8] = mx[1];
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) {
+          sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4] = mx[mf][0];
+          sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8] = mx[mf][1];
+        }
       }
-      __syncthreads();
+      row_sync(wm);
 #pragma unroll
       for (int w = 0; w < WARPS_N; ++w) {
-        mx[0] = fmaxf(mx[0], sred[w * BLOCK_M + wm * 16 + lane / 4]);
-        mx[1] = fmaxf(mx[1], sred[w * BLOCK_M + wm * 16 + lane / 4 + 8]);
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) {
+          mx[mf][0] = fmaxf(mx[mf][0], sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4]);
+          mx[mf][1] = fmaxf(mx[mf][1], sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8]);
+        }
       }
     }
-    float alpha[2], m_use[2];
+    float alpha[MF][2];
+    bool rescale = false;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float m_new = fmaxf(m_run[h], mx[h]);
-      m_use[h] = m_new == -KD_INF ? 0.f : m_new;  // a fully masked row stays at zero
-      alpha[h] = kd_exp2(m_run[h] - m_use[h]);
-      m_run[h] = m_new;
-      l_run[h] *= alpha[h];
-    }
+    for (int mf = 0; mf < MF; ++mf) {
 #pragma unroll
-    for (int j = 0; j < S_TILES; ++j) {
+      for (int h = 0; h < 2; ++h) {
+        float m_new = fmaxf(m_run[mf][h], mx[mf][h]);
+        float m_use = m_new == -KD_INF ? 0.f : m_new;  // a fully masked row stays at zero
+        alpha[mf][h] = kd_exp2(m_run[mf][h] - m_use);
+        rescale |= alpha[mf][h] != 1.f;
+        m_run[mf][h] = m_new;
+        l_run[mf][h] *= alpha[mf][h];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[j][e] = kd_exp2(s[j][e] - m_use[e >> 1]);
-        l_run[e >> 1] += s[j][e];
+        for (int j = 0; j < S_TILES; ++j) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            s[mf][j][2 * h + c] = kd_exp2(s[mf][j][2 * h + c] - m_use);
+            l_run[mf][h] += s[mf][j][2 * h + c];
+          }
+        }
       }
     }
     // Once the row maxima settle (most tiles of a long prefix), alpha is 1 for the
     // whole warp and the O_TILES * 4 rescales are skipped.
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+    if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
-      for (int j = 0; j < O_TILES; ++j) {
-        o[j][0] *= alpha[0];
-        o[j][1] *= alpha[0];
-        o[j][2] *= alpha[1];
-        o[j][3] *= alpha[1];
+      for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+        for (int j = 0; j < O_TILES; ++j) {
+          o[mf][j][0] *= alpha[mf][0];
+          o[mf][j][1] *= alpha[mf][0];
+          o[mf][j][2] *= alpha[mf][1];
+          o[mf][j][3] *= alpha[mf][1];
+        }
       }
     }
 
@@ -380,29 +432,36 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
       // P straight from the S accumulators: the C layout of two n8 tiles is the A layout of one k16 step.
 #pragma unroll
       for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-        kd_u32 a[4];
-        a[0] = kd_pack2<IS_BF16>(s[2 * kk][0], s[2 * kk][1]);
-        a[1] = kd_pack2<IS_BF16>(s[2 * kk][2], s[2 * kk][3]);
-        a[2] = kd_pack2<IS_BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[3] = kd_pack2<IS_BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        kd_u32 a[MF][4];
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) {
+          a[mf][0] = kd_pack2<IS_BF16>(s[mf][2 * kk][0], s[mf][2 * kk][1]);
+          a[mf][1] = kd_pack2<IS_BF16>(s[mf][2 * kk][2], s[mf][2 * kk][3]);
+          a[mf][2] = kd_pack2<IS_BF16>(s[mf][2 * kk + 1][0], s[mf][2 * kk + 1][1]);
+          a[mf][3] = kd_pack2<IS_BF16>(s[mf][2 * kk + 1][2], s[mf][2 * kk + 1][3]);
+        }
         pv_step(o, a, tv_addr + kk * 16 * V_ROW_CHUNKS * 16, v_lane);
       }
     } else {
 #pragma unroll
-      for (int j = 0; j < S_TILES; ++j) {
-        int col = s_col0 + j * 8 + (lane & 3) * 2;
+      for (int mf = 0; mf < MF; ++mf) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          int row = wm * 16 + lane / 4 + h * 8;
-          kd_u32* dst = (kd_u32*)(sp + swizzle<P_CHUNKS>(row, col / 8) * 8 + col % 8);
-          *dst = kd_pack2<IS_BF16>(s[j][2 * h], s[j][2 * h + 1]);
+        for (int j = 0; j < S_TILES; ++j) {
+          int col = s_col0 + j * 8 + (lane & 3) * 2;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            int row = wm * WARP_ROWS + mf * 16 + lane / 4 + h * 8;
+            kd_u32* dst = (kd_u32*)(sp + swizzle<P_CHUNKS>(row, col / 8) * 8 + col % 8);
+            *dst = kd_pack2<IS_BF16>(s[mf][j][2 * h], s[mf][j][2 * h + 1]);
+          }
         }
       }
-      __syncthreads();
+      row_sync(wm);
 #pragma unroll
       for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-        kd_u32 a[4];
-        kd_ldmatrix_x4(a, sp_addr + p_lane.at(kk / 4, kk % 4));
+        kd_u32 a[MF][4];
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) kd_ldmatrix_x4(a[mf], sp_addr + p_lane.at(kk / 4, kk % 4) + mf * 16 * P_CHUNKS * 16);
         pv_step(o, a, tv_addr + kk * 16 * V_ROW_CHUNKS * 16, v_lane);
       }
     }
@@ -411,22 +470,31 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 
   // ---- row sums: the quad, then the warps of the row
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+  for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l_run[mf][h] += __shfl_xor_sync(0xffffffffu, l_run[mf][h], 1);
+      l_run[mf][h] += __shfl_xor_sync(0xffffffffu, l_run[mf][h], 2);
+    }
   }
   if (WARPS_N > 1) {
-    __syncthreads();
+    row_sync(wm);
     if ((lane & 3) == 0) {
-      sred[wn * BLOCK_M + wm * 16 + lane / 4] = l_run[0];
-      sred[wn * BLOCK_M + wm * 16 + lane / 4 + 8] = l_run[1];
-    }
-    __syncthreads();
-    l_run[0] = l_run[1] = 0.f;
 #pragma unroll
-    for (int w = 0; w < WARPS_N; ++w) {
-      l_run[0] += sred[w * BLOCK_M + wm * 16 + lane / 4];
-      l_run[1] += sred[w * BLOCK_M + wm * 16 + lane / 4 + 8];
+      for (int mf = 0; mf < MF; ++mf) {
+        sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4] = l_run[mf][0];
+        sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8] = l_run[mf][1];
+      }
+    }
+    row_sync(wm);
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf) {
+      l_run[mf][0] = l_run[mf][1] = 0.f;
+#pragma unroll
+      for (int w = 0; w < WARPS_N; ++w) {
+        l_run[mf][0] += sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4];
+        l_run[mf][1] += sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8];
+      }
     }
   }
   // A bad page or request poisons its rows with NaN (the flag says why).
@@ -435,40 +503,44 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 
   const bool partial = p.num_splits > 1;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    int gr = row0 + wm * 16 + lane / 4 + h * 8;
-    if (gr >= rows_total) continue;
-    long long orow = (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group + gr % p.group;
-    float inv = l_run[h] > 0.f ? 1.f / l_run[h] : 0.f;
-    if (poisoned) inv = KD_NAN;
-    // log2-domain LSE of this row (over this split); -inf when nothing was visible.
-    float lse2 = l_run[h] > 0.f ? m_run[h] + kd_log2(l_run[h]) : -KD_INF;
-    if (poisoned) lse2 = KD_NAN;
-    if (partial) {
-      float* po = p.partial_o + ((long long)split * p.total_nodes * p.num_q_heads + orow) * HEAD_DIM_V;
+  for (int mf = 0; mf < MF; ++mf) {
 #pragma unroll
-      for (int j = 0; j < O_TILES; ++j) {
-        int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
-        *(float2*)(po + col) = make_float2(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
-      }
-      if (wn == 0 && (lane & 3) == 0) p.partial_lse[(long long)split * p.total_nodes * p.num_q_heads + orow] = lse2;
-    } else {
-      if (l_run[h] == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
-      kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V;
+    for (int h = 0; h < 2; ++h) {
+      int gr = row0 + wm * WARP_ROWS + mf * 16 + lane / 4 + h * 8;
+      if (gr >= rows_total) continue;
+      long long orow = (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group + gr % p.group;
+      const float l = l_run[mf][h];
+      float inv = l > 0.f ? 1.f / l : 0.f;
+      if (poisoned) inv = KD_NAN;
+      // log2-domain LSE of this row (over this split); -inf when nothing was visible.
+      float lse2 = l > 0.f ? m_run[mf][h] + kd_log2(l) : -KD_INF;
+      if (poisoned) lse2 = KD_NAN;
+      if (partial) {
+        float* po = p.partial_o + ((long long)split * p.total_nodes * p.num_q_heads + orow) * HEAD_DIM_V;
 #pragma unroll
-      for (int j = 0; j < O_TILES; ++j) {
-        int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
-        *(kd_u32*)(out + col) = kd_pack2<IS_BF16>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+        for (int j = 0; j < O_TILES; ++j) {
+          int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
+          *(float2*)(po + col) = make_float2(o[mf][j][2 * h] * inv, o[mf][j][2 * h + 1] * inv);
+        }
+        if (wn == 0 && (lane & 3) == 0) p.partial_lse[(long long)split * p.total_nodes * p.num_q_heads + orow] = lse2;
+      } else {
+        if (l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
+        kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V;
+#pragma unroll
+        for (int j = 0; j < O_TILES; ++j) {
+          int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
+          *(kd_u32*)(out + col) = kd_pack2<IS_BF16>(o[mf][j][2 * h] * inv, o[mf][j][2 * h + 1] * inv);
+        }
+        if (p.lse && wn == 0 && (lane & 3) == 0) p.lse[orow] = lse2 * 0.69314718055994531f;
       }
-      if (p.lse && wn == 0 && (lane & 3) == 0) p.lse[orow] = lse2 * 0.69314718055994531f;
     }
   }
 }
 
 // Merges the split partials of each (node, head) row by their LSE. A row is
-// HEAD_DIM_V / 4 threads, each owning four columns (16-byte loads); the split
-// loop is unrolled so that several loads are in flight per thread.
+// HEAD_DIM_V / 4 threads, each owning four columns (16-byte loads).
 constexpr int COMBINE_THREADS = 128;
+constexpr int COMBINE_BATCH = 8;
 constexpr int COMBINE_ROW_THREADS = HEAD_DIM_V / 4 < COMBINE_THREADS ? HEAD_DIM_V / 4 : COMBINE_THREADS;
 constexpr int COMBINE_ROWS = COMBINE_THREADS / COMBINE_ROW_THREADS;
 static_assert(HEAD_DIM_V % (4 * COMBINE_ROW_THREADS) == 0, "combine columns");
@@ -489,29 +561,48 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_comb
   if (!req.valid) return;  // the main kernel wrote its rows as NaN
   const int splits = min(p.num_splits, (req.kv_len + p.split_tokens - 1) / p.split_tokens);
   const float* lse = p.partial_lse + row;
-  float m = -KD_INF;
-  bool nan = false;
-  for (int s = 0; s < splits; ++s) {
-    float v = lse[s * rows];
-    nan |= v != v;
-    m = fmaxf(m, v);
-  }
-  const float m_use = m == -KD_INF ? 0.f : m;
-  float wsum = 0.f;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   const float* po = p.partial_o + row * HEAD_DIM_V;
+  // One pass with a running max: each batch issues all of its COMBINE_BATCH LSE and
+  // 16-byte partial loads before using any, so a thread waits on memory once per
+  // batch rather than once per split.
+  bool nan = false;
+  float m_use = 0.f, wsum = 0.f;
   for (int c = col0; c < HEAD_DIM_V; c += COMBINE_ROW_THREADS * 4) {
-    acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float m = -KD_INF;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     wsum = 0.f;
-#pragma unroll 4
-    for (int s = 0; s < splits; ++s) {
-      float w = kd_exp2(lse[s * rows] - m_use);
-      float4 v = *(const float4*)(po + s * rows * HEAD_DIM_V + c);
-      wsum += w;
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
+    for (int s0 = 0; s0 < splits; s0 += COMBINE_BATCH) {
+      float4 v[COMBINE_BATCH];
+      float w[COMBINE_BATCH];
+#pragma unroll
+      for (int i = 0; i < COMBINE_BATCH; ++i) {
+        const bool in = s0 + i < splits;
+        w[i] = in ? lse[(long long)(s0 + i) * rows] : -KD_INF;
+        v[i] = in ? *(const float4*)(po + (long long)(s0 + i) * rows * HEAD_DIM_V + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      float m_new = m;
+#pragma unroll
+      for (int i = 0; i < COMBINE_BATCH; ++i) {
+        nan |= w[i] != w[i];
+        m_new = fmaxf(m_new, w[i]);
+      }
+      m_use = m_new == -KD_INF ? 0.f : m_new;  // splits that saw nothing weigh 0
+      const float rescale = kd_exp2(m - m_use);
+      m = m_new;
+      wsum *= rescale;
+      acc.x *= rescale;
+      acc.y *= rescale;
+      acc.z *= rescale;
+      acc.w *= rescale;
+#pragma unroll
+      for (int i = 0; i < COMBINE_BATCH; ++i) {
+        const float wi = kd_exp2(w[i] - m_use);
+        wsum += wi;
+        acc.x += wi * v[i].x;
+        acc.y += wi * v[i].y;
+        acc.z += wi * v[i].z;
+        acc.w += wi * v[i].w;
+      }
     }
     const float inv = nan ? KD_NAN : (wsum > 0.f ? 1.f / wsum : KD_NAN);
     kd_u32* out = (kd_u32*)((kd_u16*)p.out + row * HEAD_DIM_V + c);

@@ -73,7 +73,8 @@ TEST_CASE("tiles fit each arch's shared memory") {
       VerifyTiles t = choose_verify_tiles(spec, arch);
       INFO(spec.label() << " on " << arch.name());
       CHECK(t.smem_bytes <= arch.max_smem_per_block);
-      CHECK(t.block_m % 16 == 0);
+      CHECK((t.warp_rows == 16 || t.warp_rows == 32));
+      CHECK(t.block_m % t.warp_rows == 0);
       CHECK(t.stages >= 2);
     }
   }
@@ -111,6 +112,15 @@ TEST_CASE("KDTREE_VERIFY_TILES overrides the tiles and is validated") {
   // gqa64 split over two column warps would cut a swizzle group: rejected by name.
   CHECK_THROWS_AS(choose_verify_tiles(gqa64, arch_from_sm(90)), kdtree::Error);
   ::setenv("KDTREE_VERIFY_TILES", "64,64", 1);
+  CHECK_THROWS_AS(choose_verify_tiles(mla, arch_from_sm(90)), kdtree::Error);
+  // The sixth field sets the rows per warp: 64 rows of 32-row warps, 8 warps = 2 x 4.
+  ::setenv("KDTREE_VERIFY_TILES", "64,64,8,2,3,32", 1);
+  t = choose_verify_tiles(mla, arch_from_sm(90));
+  CHECK(t.warp_rows == 32);
+  CHECK(t.qk_unroll == 3);
+  CHECK(generate_verify_attention(mla, arch_from_sm(90)).source.find("constexpr int WARP_ROWS = 32;") !=
+        std::string::npos);
+  ::setenv("KDTREE_VERIFY_TILES", "64,64,8,2,3,24", 1);  // rows per warp are 16 or 32
   CHECK_THROWS_AS(choose_verify_tiles(mla, arch_from_sm(90)), kdtree::Error);
   ::unsetenv("KDTREE_VERIFY_TILES");
   CHECK(choose_verify_tiles(mla, arch_from_sm(90)).block_n == 64);
