@@ -183,7 +183,8 @@ VerifyCase build_verify_case(const kdtree_verify_spec& spec, int batch_size, uin
       const int page = c.page_table[size_t(b) * c.max_pages_per_req + t / P];
       for (int h = 0; h < hkv; ++h) {
         const size_t row = (size_t(page) * P + t % P) * hkv + h;
-        for (int d = 0; d < dqk; ++d) c.k_cache[row * dqk + d] = values.next();
+        const float k_scale = 1.0f + o.k_ramp * float(t) / float(c.kv_lens[b]);
+        for (int d = 0; d < dqk; ++d) c.k_cache[row * dqk + d] = values.next(k_scale);
         if (!c.mla)
           for (int d = 0; d < dv; ++d) c.v_cache[row * dv + d] = values.next();
       }

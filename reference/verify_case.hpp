@@ -32,6 +32,10 @@ struct VerifyCaseOptions {
   int max_kv_len_slack = 0;   // args.max_kv_len = longest kv_len + this
   ValueDist dist = ValueDist::uniform;
   float q_scale = 1.0f;       // multiplies q: > 1 sharpens the softmax
+  // K of token t is scaled by 1 + k_ramp * t / kv_len: with k_ramp > 0 the scores
+  // keep rising along the sequence, so the running softmax max moves late (the
+  // kernels' rescale path) instead of settling in the first tiles.
+  float k_ramp = 0.0f;
   float sm_scale = 0.0f;      // 0 = 1 / sqrt(head_dim_qk)
   UnusedFill unused = UnusedFill::nan;
   std::vector<int> prefix_lens;  // per request; overrides the random draw when not empty

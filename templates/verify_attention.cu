@@ -26,6 +26,7 @@ constexpr int STAGES = ${STAGES};
 constexpr int MF = WARP_ROWS / 16;  // m16 fragments per warp
 
 constexpr int MASK_WORDS = (MAX_TREE_NODES + 63) / 64;
+constexpr float LAZY_MAX_LOG2 = 8.f;
 constexpr int THREADS = WARPS_M * WARPS_N * 32;
 constexpr int QK_CHUNKS = HEAD_DIM / 8;     // 16-byte chunks per Q/K row
 constexpr int V_CHUNKS = HEAD_DIM_V / 8;
@@ -122,7 +123,7 @@ static __device__ void poison_request(const kdtree_verify_params& p, const Reque
 // stage (shared-memory byte addresses). A token row is copied by ROW_LANES lanes,
 // so the page-table lookup and the row address are computed once per row.
 // Tokens at or past t_end are zero-filled: masked scores give P = 0, and 0 * 0 stays 0.
-constexpr int ROW_LANES = QK_CHUNKS >= 32 ? 32 : QK_CHUNKS;
+constexpr int ROW_LANES = 8;  // few lanes per row: a thread computes few row addresses
 constexpr int ROWS_PER_PASS = THREADS / ROW_LANES;
 static_assert(ROW_LANES % 8 == 0 && (IS_MLA || V_CHUNKS == QK_CHUNKS), "row copies keep the 8-chunk swizzle");
 
@@ -163,13 +164,6 @@ static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& 
       }
     }
   }
-}
-
-// Barrier of the WARPS_N warps of warp row wm (ids 1..WARPS_M; 0 is __syncthreads').
-// The row-max and P exchanges involve one warp row only, so warp rows drift apart
-// between the per-tile CTA barriers and one row's softmax overlaps another's mma.
-static __device__ __forceinline__ void row_sync(int wm) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(1 + wm), "n"(WARPS_N * 32) : "memory");
 }
 
 // O(WARP_ROWS x V_COLS) += P(WARP_ROWS x 16) V(16 x V_COLS) for one k16 step; tv
@@ -380,7 +374,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
           sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8] = mx[mf][1];
         }
       }
-      row_sync(wm);
+      __syncthreads();
 #pragma unroll
       for (int w = 0; w < WARPS_N; ++w) {
 #pragma unroll
@@ -396,7 +390,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     for (int mf = 0; mf < MF; ++mf) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float m_new = fmaxf(m_run[mf][h], mx[mf][h]);
+        // The reference max moves only when the row max passes it by more than
+        // LAZY_MAX_LOG2: P = exp2(s - m) stays <= 2^LAZY_MAX_LOG2 (far inside the
+        // range of every 16-bit type) and l shares the reference, so the result is
+        // the same while most tiles of a long prefix skip the O rescale.
+        float m_new = mx[mf][h] > m_run[mf][h] + LAZY_MAX_LOG2 ? mx[mf][h] : m_run[mf][h];
         float m_use = m_new == -KD_INF ? 0.f : m_new;  // a fully masked row stays at zero
         alpha[mf][h] = kd_exp2(m_run[mf][h] - m_use);
         rescale |= alpha[mf][h] != 1.f;
@@ -412,8 +410,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         }
       }
     }
-    // Once the row maxima settle (most tiles of a long prefix), alpha is 1 for the
-    // whole warp and the O_TILES * 4 rescales are skipped.
+    // Once the reference maxima settle, alpha is 1 for the whole warp and the
+    // O_TILES * 4 rescales are skipped.
     if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
       for (int mf = 0; mf < MF; ++mf) {
@@ -456,7 +454,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
           }
         }
       }
-      row_sync(wm);
+      __syncthreads();
 #pragma unroll
       for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
         kd_u32 a[MF][4];
@@ -478,7 +476,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     }
   }
   if (WARPS_N > 1) {
-    row_sync(wm);
+    __syncthreads();
     if ((lane & 3) == 0) {
 #pragma unroll
       for (int mf = 0; mf < MF; ++mf) {
@@ -486,7 +484,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8] = l_run[mf][1];
       }
     }
-    row_sync(wm);
+    __syncthreads();
 #pragma unroll
     for (int mf = 0; mf < MF; ++mf) {
       l_run[mf][0] = l_run[mf][1] = 0.f;
@@ -540,7 +538,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 // Merges the split partials of each (node, head) row by their LSE. A row is
 // HEAD_DIM_V / 4 threads, each owning four columns (16-byte loads).
 constexpr int COMBINE_THREADS = 128;
-constexpr int COMBINE_BATCH = 8;
+constexpr int COMBINE_BATCH = 16;
 constexpr int COMBINE_ROW_THREADS = HEAD_DIM_V / 4 < COMBINE_THREADS ? HEAD_DIM_V / 4 : COMBINE_THREADS;
 constexpr int COMBINE_ROWS = COMBINE_THREADS / COMBINE_ROW_THREADS;
 static_assert(HEAD_DIM_V % (4 * COMBINE_ROW_THREADS) == 0, "combine columns");

@@ -302,6 +302,10 @@ void run_head_grid(int dqk, int dv, int head_index) {
         }
         while (over() && p.batch > 1) --p.batch;
         p.options.q_scale = k % 3 == 1 ? 4.0f : 1.0f;  // sharper softmax now and then
+        if (k % 5 == 2) {  // scores rising along the sequence: the reference max moves late
+          p.options.q_scale = 4.0f;
+          p.options.k_ramp = 3.0f;
+        }
         p.options.dist = k % 4 == 3 ? kdtree::ref::ValueDist::normal : kdtree::ref::ValueDist::uniform;
         p.options.max_kv_len_slack = k % 2 ? 0 : 37;
         points.push_back(p);
