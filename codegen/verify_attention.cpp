@@ -118,27 +118,21 @@ int verify_smem_bytes(const VerifySpec& spec, const VerifyTiles& t) {
   return q + t.stages * kv + p + red;
 }
 
-// The QK loop is unrolled fully (MLA with 32-row warps: 2.6% faster than ×3 on the
-// H200; with 16-row warps ×1, ×3 and ×9 measured alike, docs/PERFORMANCE.md).
-void choose_qk_loop(const VerifySpec& spec, VerifyTiles* t) { t->qk_unroll = spec.head_dim_qk / 64; }
-
-// KDTREE_VERIFY_TILES="block_m,block_n,warps,stages[,qk_unroll[,warp_rows]]" overrides
-// the choice (tuning only).
+// KDTREE_VERIFY_TILES="block_m,block_n,warps,stages[,warp_rows]" overrides the choice
+// (tuning only).
 bool tiles_from_env(const VerifySpec& spec, const Arch& arch, VerifyTiles* t) {
   const char* env = std::getenv("KDTREE_VERIFY_TILES");
   if (!env || !*env) return false;
   VerifyTiles c;
-  choose_qk_loop(spec, &c);
-  int fields = std::sscanf(env, "%d,%d,%d,%d,%d,%d", &c.block_m, &c.block_n, &c.warps, &c.stages, &c.qk_unroll,
-                           &c.warp_rows);
+  int fields = std::sscanf(env, "%d,%d,%d,%d,%d", &c.block_m, &c.block_n, &c.warps, &c.stages, &c.warp_rows);
   const bool rows_ok = (c.warp_rows == 16 || c.warp_rows == 32) && c.block_m >= c.warp_rows && c.block_m % c.warp_rows == 0;
   const int warps_m = rows_ok ? c.block_m / c.warp_rows : 0;
   const int warps_n = warps_m > 0 && c.warps % warps_m == 0 ? c.warps / warps_m : 0;
   // A column warp's V slice must keep whole 8-chunk swizzle groups (head_dim_v / warps_n % 64 == 0).
   if (fields < 4 || warps_n < 1 || spec.head_dim_v % (64 * warps_n) || c.block_n % 16 || c.block_n % (8 * warps_n) ||
-      c.stages < 2 || c.qk_unroll < 1) {
+      c.stages < 2) {
     fail(KDTREE_ERROR_INVALID_ARGUMENT,
-         fmt::format("KDTREE_VERIFY_TILES='{}' is not block_m,block_n,warps,stages[,qk_unroll[,warp_rows]]", env));
+         fmt::format("KDTREE_VERIFY_TILES='{}' is not block_m,block_n,warps,stages[,warp_rows]", env));
   }
   c.smem_bytes = verify_smem_bytes(spec, c);
   if (c.smem_bytes > arch.max_smem_per_block) return false;
@@ -153,29 +147,28 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   if (tiles_from_env(spec, arch, &chosen)) return chosen;
   // Candidates in order of preference; the first that fits the arch's shared memory wins.
   std::vector<VerifyTiles> candidates;
-  // Fields: block_m, block_n, warps, stages, smem (computed), qk_unroll (chosen), warp_rows.
+  // Fields: block_m, block_n, warps, stages, smem (computed), warp_rows.
   if (spec.mla()) {
     // MLA's 576-wide rows make Q and K tiles large: V columns are split over
     // column warps so the O accumulator (64 x 512 fp32 per CTA) fits in registers;
     // 32-row warps (2 x 4) read each V fragment for two m16 fragments.
-    candidates = {{64, 64, 8, 2, 0, 0, 32}, {64, 32, 8, 2, 0, 0, 32}, {32, 16, 4, 3, 0, 0, 16},
-                  {32, 16, 4, 2, 0, 0, 16}};
+    candidates = {{64, 64, 8, 2, 0, 32}, {64, 32, 8, 2, 0, 32}, {32, 16, 4, 3, 0, 16},
+                  {32, 16, 4, 2, 0, 16}};
   } else if (spec.head_dim_v <= 128) {
     // GQA: one column warp, P stays in registers. 32-row warps where the O slice
     // (32 x head_dim fp32) and S leave room without spills (gqa128: 32 KV tokens
     // per tile); deepest pipeline that fits.
     const int bn = spec.head_dim_v == 64 ? 64 : 32;
-    candidates = {{128, bn, 4, 3, 0, 0, 32}, {128, bn, 4, 2, 0, 0, 32}, {64, 64, 4, 3, 0, 0, 16},
-                  {64, 64, 4, 2, 0, 0, 16}};
+    candidates = {{128, bn, 4, 3, 0, 32}, {128, bn, 4, 2, 0, 32}, {64, 64, 4, 3, 0, 16},
+                  {64, 64, 4, 2, 0, 16}};
   } else {
     // gqa256: a 32-row O slice over all 256 columns would not fit in registers;
     // two column warps (P through shared memory) take 128 columns each.
-    candidates = {{128, 64, 8, 2, 0, 0, 32}, {64, 64, 4, 3, 0, 0, 16}, {64, 64, 4, 2, 0, 0, 16},
-                  {64, 32, 4, 3, 0, 0, 16}, {64, 32, 4, 2, 0, 0, 16}};
+    candidates = {{128, 64, 8, 2, 0, 32}, {64, 64, 4, 3, 0, 16}, {64, 64, 4, 2, 0, 16},
+                  {64, 32, 4, 3, 0, 16}, {64, 32, 4, 2, 0, 16}};
   }
   for (VerifyTiles c : candidates) {
     c.smem_bytes = verify_smem_bytes(spec, c);
-    choose_qk_loop(spec, &c);
     if (c.smem_bytes <= arch.max_smem_per_block) return c;
   }
   fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("{} does not fit {} ({} bytes of shared memory per block)",
@@ -199,7 +192,6 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch)
       {"WARPS_N", std::to_string(warps_n)},
       {"WARP_ROWS", std::to_string(tiles.warp_rows)},
       {"STAGES", std::to_string(tiles.stages)},
-      {"QK_UNROLL", std::to_string(tiles.qk_unroll)},
   };
   KernelSource src;
   src.op = "verify_attention";

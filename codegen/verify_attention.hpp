@@ -42,7 +42,6 @@ struct VerifyTiles {
   int warps = 4;
   int stages = 2;
   int smem_bytes = 0; // dynamic shared memory per CTA
-  int qk_unroll = 1;  // unroll of the 64-dim steps of S = Q K^T
   int warp_rows = 16; // rows per warp (16 or 32): 32 halves the B-operand loads per mma
 };
 VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch);

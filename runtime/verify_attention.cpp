@@ -89,7 +89,9 @@ void verify_attention(Runtime& rt, const kdtree_verify_args& a) {
   }
   require(a.num_pages >= 1, "num_pages {} must be >= 1", a.num_pages);
   require(a.max_pages_per_req >= 1, "max_pages_per_req {} must be >= 1", a.max_pages_per_req);
-  require(std::isfinite(a.sm_scale), "sm_scale must be finite");
+  // Positive: the kernel takes row maxima of the raw scores and scales them once.
+  require(std::isfinite(a.sm_scale) && a.sm_scale > 0.0f, "sm_scale {} must be positive and finite (e.g. 1/sqrt(head_dim_qk))",
+          a.sm_scale);
   auto check_workspace = [&](size_t needed) {
     require(needed == 0 || (a.workspace != nullptr && a.workspace_size >= needed), "workspace too small: {} bytes given, {} needed (kdtree_verify_workspace_size)",
                         a.workspace ? a.workspace_size : 0, needed);

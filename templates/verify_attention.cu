@@ -166,20 +166,69 @@ static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& 
   }
 }
 
-// O(WARP_ROWS x V_COLS) += P(WARP_ROWS x 16) V(16 x V_COLS) for one k16 step; tv
-// is the byte address of the step's first V row at this warp's first column. Each
-// V fragment serves all MF row fragments.
-template <int ROW_CHUNKS>
-static __device__ __forceinline__ void pv_step(float (&o)[MF][O_TILES][4], const kd_u32 (&a)[MF][4], kd_u32 tv,
-                                               const LaneRow<ROW_CHUNKS>& v_lane) {
+// ---- S = Q K^T, one k16 step (16 of HEAD_DIM) at a time: the A fragments of the
+// warp's MF row fragments and the B fragments of its S_TILES column tiles.
+constexpr int QK_STEPS = HEAD_DIM / 16;
+constexpr int S_PAIRS = S_TILES / 2;
+struct QkFrags {
+  kd_u32 a[MF][4];
+  kd_u32 b[S_PAIRS > 0 ? S_PAIRS : 1][4];
+  kd_u32 b_odd[2];  // the last column tile when S_TILES is odd
+};
+
+static __device__ __forceinline__ void load_qk_frags(QkFrags& f, int k, kd_u32 sq_addr, kd_u32 tk_addr,
+                                                     const LaneRow<QK_CHUNKS>& q_lane,
+                                                     const LaneRow<QK_CHUNKS>& k_lane) {
 #pragma unroll
-  for (int j = 0; j < O_TILES; j += 2) {
-    kd_u32 bf[4];
-    kd_ldmatrix_x4_trans(bf, tv + v_lane.at(j / 8, (j / 2) % 4));
+  for (int mf = 0; mf < MF; ++mf) kd_ldmatrix_x4(f.a[mf], sq_addr + q_lane.at(k / 4, k % 4) + mf * 16 * QK_CHUNKS * 16);
+  const kd_u32 kb = tk_addr + k_lane.at(k / 4, k % 4);
+#pragma unroll
+  for (int jp = 0; jp < S_PAIRS; ++jp) kd_ldmatrix_x4(f.b[jp], kb + jp * 16 * QK_CHUNKS * 16);
+  // Lanes 0-15 give the addresses of an x2 load: rows (S_TILES - 1) * 8 + lane % 8.
+  if (S_TILES % 2) kd_ldmatrix_x2(f.b_odd, kb + (S_TILES - 1) * 8 * QK_CHUNKS * 16);
+}
+
+static __device__ __forceinline__ void qk_mma(float (&s)[MF][S_TILES][4], const QkFrags& f) {
+#pragma unroll
+  for (int jp = 0; jp < S_PAIRS; ++jp) {
 #pragma unroll
     for (int mf = 0; mf < MF; ++mf) {
-      kd_mma16816<IS_BF16>(o[mf][j], a[mf], bf[0], bf[1]);
-      kd_mma16816<IS_BF16>(o[mf][j + 1], a[mf], bf[2], bf[3]);
+      kd_mma16816<IS_BF16>(s[mf][2 * jp], f.a[mf], f.b[jp][0], f.b[jp][1]);
+      kd_mma16816<IS_BF16>(s[mf][2 * jp + 1], f.a[mf], f.b[jp][2], f.b[jp][3]);
+    }
+  }
+  if (S_TILES % 2) {
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf) kd_mma16816<IS_BF16>(s[mf][S_TILES - 1], f.a[mf], f.b_odd[0], f.b_odd[1]);
+  }
+}
+
+// ---- O(WARP_ROWS x V_COLS) += P(WARP_ROWS x BLOCK_N) V(BLOCK_N x V_COLS), in steps
+// of one k16 slice (kk) x two n8 column tiles (jp); tv is the byte address of the
+// tile's first V row at this warp's first column. A V fragment serves all MF row
+// fragments, and the next step's V fragment is loaded before this step's mma.
+constexpr int PV_PAIRS = O_TILES / 2;
+constexpr int PV_STEPS = BLOCK_N / 16 * PV_PAIRS;
+template <int ROW_CHUNKS>
+static __device__ __forceinline__ void load_v_frag(kd_u32 (&b)[4], int step, kd_u32 tv, const LaneRow<ROW_CHUNKS>& v_lane) {
+  const int kk = step / PV_PAIRS, j = 2 * (step % PV_PAIRS);
+  kd_ldmatrix_x4_trans(b, tv + kk * 16 * ROW_CHUNKS * 16 + v_lane.at(j / 8, (j / 2) % 4));
+}
+
+// P's A fragments of slice kk: from the S accumulators (one column warp: the C
+// layout of two n8 tiles is the A layout of one k16 step) or from shared memory.
+template <int P_ROW_CHUNKS>
+static __device__ __forceinline__ void load_p_frags(kd_u32 (&a)[MF][4], int kk, const float (&s)[MF][S_TILES][4],
+                                                    kd_u32 sp_addr, const LaneRow<P_ROW_CHUNKS>& p_lane) {
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf) {
+    if (WARPS_N == 1) {
+      a[mf][0] = kd_pack2<IS_BF16>(s[mf][2 * kk][0], s[mf][2 * kk][1]);
+      a[mf][1] = kd_pack2<IS_BF16>(s[mf][2 * kk][2], s[mf][2 * kk][3]);
+      a[mf][2] = kd_pack2<IS_BF16>(s[mf][2 * kk + 1][0], s[mf][2 * kk + 1][1]);
+      a[mf][3] = kd_pack2<IS_BF16>(s[mf][2 * kk + 1][2], s[mf][2 * kk + 1][3]);
+    } else {
+      kd_ldmatrix_x4(a[mf], sp_addr + p_lane.at(kk / 4, kk % 4) + mf * 16 * P_ROW_CHUNKS * 16);
     }
   }
 }
@@ -306,34 +355,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 #pragma unroll
       for (int j = 0; j < S_TILES; ++j) s[mf][j][0] = s[mf][j][1] = s[mf][j][2] = s[mf][j][3] = 0.f;
     }
-#pragma unroll ${QK_UNROLL}
-    for (int k4 = 0; k4 < HEAD_DIM / 64; ++k4) {
+    // Fragments are double-buffered in registers: step k + 1's ldmatrix are issued
+    // before step k's mma, so the shared-memory latency hides under the mma.
+    QkFrags qf[2];
+    load_qk_frags(qf[0], 0, sq_addr, tk_addr, q_lane, k_lane);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        kd_u32 a[MF][4];
-#pragma unroll
-        for (int mf = 0; mf < MF; ++mf) kd_ldmatrix_x4(a[mf], sq_addr + q_lane.at(k4, i) + mf * 16 * QK_CHUNKS * 16);
-        const kd_u32 kb = tk_addr + k_lane.at(k4, i);
-#pragma unroll
-        for (int j = 0; j + 1 < S_TILES; j += 2) {
-          kd_u32 bf[4];
-          kd_ldmatrix_x4(bf, kb + j * 8 * QK_CHUNKS * 16);
-#pragma unroll
-          for (int mf = 0; mf < MF; ++mf) {
-            kd_mma16816<IS_BF16>(s[mf][j], a[mf], bf[0], bf[1]);
-            kd_mma16816<IS_BF16>(s[mf][j + 1], a[mf], bf[2], bf[3]);
-          }
-        }
-        if (S_TILES % 2) {
-          // Lanes 0-15 give the addresses of an x2 load: rows (S_TILES - 1) * 8 + lane % 8.
-          kd_u32 bf[2];
-          kd_ldmatrix_x2(bf, kb + (S_TILES - 1) * 8 * QK_CHUNKS * 16);
-#pragma unroll
-          for (int mf = 0; mf < MF; ++mf) kd_mma16816<IS_BF16>(s[mf][S_TILES - 1], a[mf], bf[0], bf[1]);
-        }
-      }
+    for (int k = 0; k < QK_STEPS; ++k) {
+      if (k + 1 < QK_STEPS) load_qk_frags(qf[(k + 1) & 1], k + 1, sq_addr, tk_addr, q_lane, k_lane);
+      qk_mma(s, qf[k & 1]);
     }
-    // ---- scale, mask (prefix visible; tree tokens by the mask bits; past t_end hidden)
+    // ---- mask (prefix visible; tree tokens by the mask bits; past t_end hidden) and
+    // row max on the raw scores: the scale is positive (checked by the host), so it
+    // is applied once per row max and folded into the exponent's FFMA.
     const bool edge = t0 + BLOCK_N > req.prefix || t0 + BLOCK_N > t_end;
     float mx[MF][2];
 #pragma unroll
@@ -351,7 +384,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            float v = s[mf][j][2 * h + c] * p.scale_log2;
+            float v = s[mf][j][2 * h + c];
             if (edge) {
               int t = t0 + s_col0 + j * 8 + (lane & 3) * 2 + c;
               int tree = t - req.prefix;
@@ -394,7 +427,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         // LAZY_MAX_LOG2: P = exp2(s - m) stays <= 2^LAZY_MAX_LOG2 (far inside the
         // range of every 16-bit type) and l shares the reference, so the result is
         // the same while most tiles of a long prefix skip the O rescale.
-        float m_new = mx[mf][h] > m_run[mf][h] + LAZY_MAX_LOG2 ? mx[mf][h] : m_run[mf][h];
+        const float mx2 = mx[mf][h] * p.scale_log2;  // log2 domain
+        float m_new = mx2 > m_run[mf][h] + LAZY_MAX_LOG2 ? mx2 : m_run[mf][h];
         float m_use = m_new == -KD_INF ? 0.f : m_new;  // a fully masked row stays at zero
         alpha[mf][h] = kd_exp2(m_run[mf][h] - m_use);
         rescale |= alpha[mf][h] != 1.f;
@@ -404,7 +438,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            s[mf][j][2 * h + c] = kd_exp2(s[mf][j][2 * h + c] - m_use);
+            s[mf][j][2 * h + c] = kd_exp2(fmaf(s[mf][j][2 * h + c], p.scale_log2, -m_use));
             l_run[mf][h] += s[mf][j][2 * h + c];
           }
         }
@@ -425,22 +459,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
       }
     }
 
-    // ---- O += P V
-    if (WARPS_N == 1) {
-      // P straight from the S accumulators: the C layout of two n8 tiles is the A layout of one k16 step.
-#pragma unroll
-      for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-        kd_u32 a[MF][4];
-#pragma unroll
-        for (int mf = 0; mf < MF; ++mf) {
-          a[mf][0] = kd_pack2<IS_BF16>(s[mf][2 * kk][0], s[mf][2 * kk][1]);
-          a[mf][1] = kd_pack2<IS_BF16>(s[mf][2 * kk][2], s[mf][2 * kk][3]);
-          a[mf][2] = kd_pack2<IS_BF16>(s[mf][2 * kk + 1][0], s[mf][2 * kk + 1][1]);
-          a[mf][3] = kd_pack2<IS_BF16>(s[mf][2 * kk + 1][2], s[mf][2 * kk + 1][3]);
-        }
-        pv_step(o, a, tv_addr + kk * 16 * V_ROW_CHUNKS * 16, v_lane);
-      }
-    } else {
+    // ---- O += P V (P through shared memory when the row's columns span warps)
+    if (WARPS_N > 1) {
 #pragma unroll
       for (int mf = 0; mf < MF; ++mf) {
 #pragma unroll
@@ -455,12 +475,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         }
       }
       __syncthreads();
+    }
+    {
+      kd_u32 pa[2][MF][4], vb[2][4];
+      load_p_frags(pa[0], 0, s, sp_addr, p_lane);
+      load_v_frag(vb[0], 0, tv_addr, v_lane);
 #pragma unroll
-      for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-        kd_u32 a[MF][4];
+      for (int step = 0; step < PV_STEPS; ++step) {
+        const int kk = step / PV_PAIRS, jp = step % PV_PAIRS;
+        if (jp == 0 && kk + 1 < BLOCK_N / 16) load_p_frags(pa[(kk + 1) & 1], kk + 1, s, sp_addr, p_lane);
+        if (step + 1 < PV_STEPS) load_v_frag(vb[(step + 1) & 1], step + 1, tv_addr, v_lane);
+        const kd_u32(&b)[4] = vb[step & 1];
 #pragma unroll
-        for (int mf = 0; mf < MF; ++mf) kd_ldmatrix_x4(a[mf], sp_addr + p_lane.at(kk / 4, kk % 4) + mf * 16 * P_CHUNKS * 16);
-        pv_step(o, a, tv_addr + kk * 16 * V_ROW_CHUNKS * 16, v_lane);
+        for (int mf = 0; mf < MF; ++mf) {
+          kd_mma16816<IS_BF16>(o[mf][2 * jp], pa[kk & 1][mf], b[0], b[1]);
+          kd_mma16816<IS_BF16>(o[mf][2 * jp + 1], pa[kk & 1][mf], b[2], b[3]);
+        }
       }
     }
   }

@@ -113,7 +113,7 @@ typedef struct kdtree_verify_args {
   int max_pages_per_req;
   const int32_t* kv_lens;        /* device [batch_size]: prefix + tree nodes */
   const uint64_t* tree_mask;     /* device [total_nodes, ceil(max_tree_nodes / 64)] */
-  float sm_scale;                /* e.g. 1/sqrt(head_dim) */
+  float sm_scale;                /* > 0, e.g. 1/sqrt(head_dim_qk) */
   void* out;                     /* device [total_nodes, num_q_heads, head_dim_v] */
   float* lse;                    /* device [total_nodes, num_q_heads], natural log; may be NULL */
   void* workspace;               /* device, >= kdtree_verify_workspace_size bytes; may be NULL if that is 0 */

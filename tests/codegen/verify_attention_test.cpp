@@ -113,14 +113,13 @@ TEST_CASE("KDTREE_VERIFY_TILES overrides the tiles and is validated") {
   CHECK_THROWS_AS(choose_verify_tiles(gqa64, arch_from_sm(90)), kdtree::Error);
   ::setenv("KDTREE_VERIFY_TILES", "64,64", 1);
   CHECK_THROWS_AS(choose_verify_tiles(mla, arch_from_sm(90)), kdtree::Error);
-  // The sixth field sets the rows per warp: 64 rows of 32-row warps, 8 warps = 2 x 4.
-  ::setenv("KDTREE_VERIFY_TILES", "64,64,8,2,3,32", 1);
+  // The fifth field sets the rows per warp: 64 rows of 32-row warps, 8 warps = 2 x 4.
+  ::setenv("KDTREE_VERIFY_TILES", "64,64,8,2,32", 1);
   t = choose_verify_tiles(mla, arch_from_sm(90));
   CHECK(t.warp_rows == 32);
-  CHECK(t.qk_unroll == 3);
   CHECK(generate_verify_attention(mla, arch_from_sm(90)).source.find("constexpr int WARP_ROWS = 32;") !=
         std::string::npos);
-  ::setenv("KDTREE_VERIFY_TILES", "64,64,8,2,3,24", 1);  // rows per warp are 16 or 32
+  ::setenv("KDTREE_VERIFY_TILES", "64,64,8,2,24", 1);  // rows per warp are 16 or 32
   CHECK_THROWS_AS(choose_verify_tiles(mla, arch_from_sm(90)), kdtree::Error);
   ::unsetenv("KDTREE_VERIFY_TILES");
   CHECK(choose_verify_tiles(mla, arch_from_sm(90)).block_n == 64);

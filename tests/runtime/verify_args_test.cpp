@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "kdtree/kdtree.h"
@@ -209,6 +210,13 @@ TEST_CASE("verify_args: sizes") {
     kdtree_verify_args a = good_args(mla_spec());
     a.total_nodes = 0;
     expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"total_nodes"});
+  }
+  for (float scale : {0.0f, -0.125f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    SUBCASE(("sm_scale " + std::to_string(scale)).c_str()) {
+      kdtree_verify_args a = good_args(mla_spec());
+      a.sm_scale = scale;
+      expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"sm_scale", "positive"});
+    }
   }
   SUBCASE("workspace too small for forced splits") {
     kdtree_verify_args a = good_args(mla_spec());
