@@ -312,7 +312,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   }
 
   float o[MF][O_TILES][4];
-  float m_run[MF][2], l_run[MF][2];  // running row max (log2 domain, scaled); this thread's share of the row sum
+  float m_run[MF][2], l_run[MF][2];  // reference row max (log2 domain, see LAZY_MAX_LOG2); this thread's share of the row sum
 #pragma unroll
   for (int mf = 0; mf < MF; ++mf) {
 #pragma unroll
@@ -356,7 +356,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
       for (int j = 0; j < S_TILES; ++j) s[mf][j][0] = s[mf][j][1] = s[mf][j][2] = s[mf][j][3] = 0.f;
     }
     // Fragments are double-buffered in registers: step k + 1's ldmatrix are issued
-    // before step k's mma, so the shared-memory latency hides under the mma.
+    // before step k's mma, so their latency hides under the mma (the schedule ptxas
+    // picks for the plain loop too; written out so the source says what it relies on).
     QkFrags qf[2];
     load_qk_frags(qf[0], 0, sq_addr, tk_addr, q_lane, k_lane);
 #pragma unroll
