@@ -493,3 +493,29 @@ TEST_CASE("verify_case: compare_verify measures rounding - catches NaN and lse e
   CHECK(kdtree::ref::request_all_nan(c, 2, nan_req));
   CHECK(!kdtree::ref::request_all_nan(c, 1, nan_req));
 }
+
+TEST_CASE("verify_case: k_ramp moves the row max by more than 2^8 after the first tile") {
+  // The GPU parity grid relies on this to reach the kernels' lazy-rescale path: the
+  // reference max (log2 units) only moves when the row max passes it by more than 8.
+  const auto spec = make_verify_spec(576, 512, 8, 1, 64, 16, KDTREE_DTYPE_BF16);
+  kdtree::ref::VerifyCaseOptions o;
+  o.prefix_lens = {1000};
+  o.q_scale = 4.0f;
+  o.k_ramp = 3.0f;
+  const VerifyCase c = kdtree::ref::build_verify_case(spec, 1, 7, o);
+  const int P = spec.page_size, d = spec.head_dim_qk;
+  for (int h = 0; h < spec.num_q_heads; ++h) {
+    double first_tile = -INFINITY, all = -INFINITY;
+    for (int t = 0; t < c.kv_lens[0]; ++t) {
+      const size_t row = size_t(c.page_table[t / P]) * P + t % P;
+      double dot = 0.0;
+      for (int i = 0; i < d; ++i)
+        dot += double(from_half(c.q[size_t(h) * d + i], spec.dtype)) * from_half(c.k_cache[row * d + i], spec.dtype);
+      const double score_log2 = dot * c.sm_scale / std::log(2.0);
+      if (t < 64) first_tile = std::max(first_tile, score_log2);
+      all = std::max(all, score_log2);
+    }
+    INFO("head " << h << ": first tile max " << first_tile << ", overall max " << all);
+    CHECK(all - first_tile > 8.0);
+  }
+}
