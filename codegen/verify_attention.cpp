@@ -110,7 +110,7 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
 namespace {
 
 int verify_smem_bytes(const VerifySpec& spec, const VerifyTiles& t) {
-  const int warps_n = t.warps / (t.block_m / t.warp_rows);
+  const int warps_n = t.warps_n();
   int q = t.block_m * spec.head_dim_qk * 2;
   int kv = t.block_n * (spec.head_dim_qk + (spec.mla() ? 0 : spec.head_dim_v)) * 2;
   int p = warps_n > 1 ? t.block_m * t.block_n * 2 : 0;
@@ -126,8 +126,7 @@ bool tiles_from_env(const VerifySpec& spec, const Arch& arch, VerifyTiles* t) {
   VerifyTiles c;
   int fields = std::sscanf(env, "%d,%d,%d,%d,%d", &c.block_m, &c.block_n, &c.warps, &c.stages, &c.warp_rows);
   const bool rows_ok = (c.warp_rows == 16 || c.warp_rows == 32) && c.block_m >= c.warp_rows && c.block_m % c.warp_rows == 0;
-  const int warps_m = rows_ok ? c.block_m / c.warp_rows : 0;
-  const int warps_n = warps_m > 0 && c.warps % warps_m == 0 ? c.warps / warps_m : 0;
+  const int warps_n = rows_ok && c.warps % c.warps_m() == 0 ? c.warps_n() : 0;
   // A column warp's V slice must keep whole 8-chunk swizzle groups (head_dim_v / warps_n % 64 == 0).
   if (fields < 4 || warps_n < 1 || spec.head_dim_v % (64 * warps_n) || c.block_n % 16 || c.block_n % (8 * warps_n) ||
       c.stages < 2) {
@@ -177,8 +176,6 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
 
 KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch) {
   const VerifyTiles tiles = choose_verify_tiles(spec, arch);
-  const int warps_m = tiles.block_m / tiles.warp_rows;
-  const int warps_n = tiles.warps / warps_m;
   Params params = {
       {"HEAD_DIM_QK", std::to_string(spec.head_dim_qk)},
       {"HEAD_DIM_V", std::to_string(spec.head_dim_v)},
@@ -188,8 +185,8 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch)
       {"IS_BF16", spec.dtype == KDTREE_DTYPE_BF16 ? "true" : "false"},
       {"BLOCK_M", std::to_string(tiles.block_m)},
       {"BLOCK_N", std::to_string(tiles.block_n)},
-      {"WARPS_M", std::to_string(warps_m)},
-      {"WARPS_N", std::to_string(warps_n)},
+      {"WARPS_M", std::to_string(tiles.warps_m())},
+      {"WARPS_N", std::to_string(tiles.warps_n())},
       {"WARP_ROWS", std::to_string(tiles.warp_rows)},
       {"STAGES", std::to_string(tiles.stages)},
   };

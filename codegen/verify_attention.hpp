@@ -43,6 +43,9 @@ struct VerifyTiles {
   int stages = 2;
   int smem_bytes = 0; // dynamic shared memory per CTA
   int warp_rows = 16; // rows per warp (16 or 32): 32 halves the B-operand loads per mma
+
+  int warps_m() const { return block_m / warp_rows; }  // warp rows
+  int warps_n() const { return warps / warps_m(); }     // column warps per warp row
 };
 VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch);
 
