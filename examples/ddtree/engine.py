@@ -127,10 +127,9 @@ class Engine:
             if len(p) < 2:
                 raise ValueError(f"prompt {i} has {len(p)} tokens; at least 2 are needed")
             if len(p) > self.max_prompt:
-                raise ValueError(f"prompt {i} has {len(p)} tokens, longer than the cache allows per request "
-                                 f"(max_prompt {self.max_prompt}: {self.M} pages of {ps} tokens hold "
-                                 f"{self.M * ps} tokens, {self.max_kv - self.max_prompt} of them reserved "
-                                 f"for {self.max_new} new tokens and one tree)")
+                raise ValueError(f"prompt {i} has {len(p)} tokens; this engine's cache takes prompts of at most "
+                                 f"{self.max_prompt} tokens (max_prompt: {self.M} pages of {ps} tokens per request "
+                                 f"hold the prompt, {self.max_new} new tokens, the drafter's lookahead and one tree)")
             if any(not 0 <= t < self.cfg.vocab for t in p):
                 raise ValueError(f"prompt {i} has a token outside 0..{self.cfg.vocab - 1}")
         for pages in self.pages_of:
@@ -304,14 +303,7 @@ class Engine:
                          self.acc_log, self.step_no), snap):
             t.copy_(v)
 
-    @torch.no_grad()
-    def capture(self):
-        """Captures one step as a CUDA graph, after eager warm-up steps (which compile kdtree's
-        kernels). The request state is restored afterwards: positions past kv_lens are rewritten by
-        the next tree before they are read, so the cache needs no restoring."""
-        if self.device.type != "cuda":
-            raise RuntimeError("CUDA graphs need a CUDA device")
-        snap = self._snapshot()
+    def _warm(self):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -320,6 +312,16 @@ class Engine:
                     f()
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
+
+    @torch.no_grad()
+    def capture(self):
+        """Captures one step as a CUDA graph, after eager warm-up steps (which compile kdtree's
+        kernels). The request state is restored afterwards: positions past kv_lens are rewritten by
+        the next tree before they are read, so the cache needs no restoring."""
+        if self.device.type != "cuda":
+            raise RuntimeError("CUDA graphs need a CUDA device")
+        snap = self._snapshot()
+        self._warm()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             for _, f in self.stages():
@@ -332,10 +334,7 @@ class Engine:
     def stage_graphs(self):
         """One CUDA graph per stage (for the per-op breakdown), captured like `capture`."""
         snap = self._snapshot()
-        for _ in range(2):
-            for _, f in self.stages():
-                f()
-        torch.cuda.synchronize()
+        self._warm()
         graphs = []
         for name, f in self.stages():
             g = torch.cuda.CUDAGraph()
