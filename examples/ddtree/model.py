@@ -167,7 +167,9 @@ class Target(nn.Module):
             x = x + blk.attn.absorbed_output(attend(i, q, row))
             x = x + blk.mlp(x)
         h = rms_norm(x, self.norm)
-        return self.head(h), h
+        # float32 logits: bf16 would round top-2 margins to ~0.1 and make exact ties common,
+        # which the greedy-equality check would then have to excuse
+        return F.linear(h.float(), self.head.weight.float()), h
 
 
 class Drafter(nn.Module):
