@@ -45,24 +45,26 @@ class Config:
 
 
 def rms_norm(x, weight, eps=1e-6):
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)  # one fused kernel on CUDA
 
 
 _INV_FREQ = {}
 
 
-def rope(x, positions, theta, heads=False):
-    """Rotate-half RoPE. x [..., N, dim] (or [..., N, H, dim] with heads) at positions [N] (int)."""
-    dim = x.shape[-1]
-    key = (dim, theta, x.device)
+def rope_angles(positions, dim, theta):
+    """(cos, sin) [N, dim/2] float32 of rotate-half RoPE at integer positions [N]."""
+    key = (dim, theta, positions.device)
     if key not in _INV_FREQ:  # made once (before any CUDA-graph capture: the first call is eager)
-        _INV_FREQ[key] = 1.0 / (theta ** (torch.arange(0, dim, 2, device=x.device, dtype=torch.float32) / dim))
-    inv = _INV_FREQ[key]
-    ang = positions.float()[:, None] * inv[None, :]  # [N, dim/2]
+        _INV_FREQ[key] = 1.0 / (theta ** (torch.arange(0, dim, 2, device=positions.device, dtype=torch.float32) / dim))
+    ang = positions.float()[:, None] * _INV_FREQ[key][None, :]
+    return ang.cos(), ang.sin()
+
+
+def rope(x, cs, heads=False):
+    """Rotate-half RoPE: x [..., N, dim] (or [..., N, H, dim] with heads), cs = rope_angles(...)."""
+    cos, sin = cs
     if heads:
-        ang = ang[:, None, :]
-    cos, sin = ang.cos(), ang.sin()
+        cos, sin = cos[:, None, :], sin[:, None, :]
     x1, x2 = x.float().chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
 
@@ -78,26 +80,25 @@ class MLA(nn.Module):
         self.w_uv = nn.Parameter(torch.randn(c.n_heads, c.v_dim, c.kv_lora_rank) / math.sqrt(c.kv_lora_rank))
         self.wo = nn.Linear(c.n_heads * c.v_dim, c.d_model, bias=False)
 
-    def kv_row(self, x, positions):
+    def kv_row(self, x, cs):
         """The cached row [c_kv | rope(k_rope)] of each token: x [..., N, d] -> [..., N, 576]."""
         c = self.c
         ckv, kr = self.wdkv(x).split([c.kv_lora_rank, c.rope_dim], dim=-1)
-        return torch.cat([rms_norm(ckv, self.kv_norm), rope(kr, positions, c.rope_theta)], dim=-1)
+        return torch.cat([rms_norm(ckv, self.kv_norm), rope(kr, cs)], dim=-1)
 
-    def queries(self, x, positions):
+    def queries(self, x, cs):
         c = self.c
         q = self.wq(x).unflatten(-1, (c.n_heads, c.nope_dim + c.rope_dim))
         q_nope, q_rope = q.split([c.nope_dim, c.rope_dim], dim=-1)
-        return q_nope, rope(q_rope, positions, c.rope_theta, heads=True)
+        return q_nope, rope(q_rope, cs, heads=True)
 
-    def forward_full(self, x, positions):
-        """Causal attention over a whole sequence (training, prefill): x [B, T, d].
-
-        Returns the output and the cached rows [B, T, 576]."""
+    def forward_full(self, x, cs):
+        """Causal attention over a whole sequence (training, prefill): x [B, T, d] at positions
+        0..T-1 (cs = their rope_angles). Returns the output and the cached rows [B, T, 576]."""
         c = self.c
-        row = self.kv_row(x, positions)
+        row = self.kv_row(x, cs)
         ckv, kr = row.split([c.kv_lora_rank, c.rope_dim], dim=-1)
-        q_nope, q_rope = self.queries(x, positions)  # [B, T, H, *]
+        q_nope, q_rope = self.queries(x, cs)  # [B, T, H, *]
         k_nope = torch.einsum("btl,hcl->bhtc", ckv, self.w_uk)
         v = torch.einsum("btl,hvl->bhtv", ckv, self.w_uv)
         q = torch.cat([q_nope, q_rope], dim=-1).transpose(1, 2)  # [B, H, T, 192]
@@ -105,9 +106,9 @@ class MLA(nn.Module):
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=c.sm_scale)
         return self.wo(o.transpose(1, 2).flatten(2)), row
 
-    def absorbed_query(self, x, positions):
+    def absorbed_query(self, x, cs):
         """x [N, d] -> the 576-dim absorbed query per head, [N, H, 576]."""
-        q_nope, q_rope = self.queries(x, positions)
+        q_nope, q_rope = self.queries(x, cs)
         q_lat = torch.einsum("nhc,hcl->nhl", q_nope, self.w_uk)
         return torch.cat([q_lat, q_rope], dim=-1)
 
@@ -146,10 +147,11 @@ class Target(nn.Module):
     def forward(self, tokens):
         """Training/prefill: tokens [B, T] at positions 0..T-1 -> (logits, hidden, rows per layer)."""
         pos = torch.arange(tokens.shape[1], device=tokens.device)
+        cs = rope_angles(pos, self.c.rope_dim, self.c.rope_theta)
         x = self.emb(tokens)
         rows = []
         for blk in self.blocks:
-            a, row = blk.attn.forward_full(rms_norm(x, blk.n1), pos)
+            a, row = blk.attn.forward_full(rms_norm(x, blk.n1), cs)
             rows.append(row)
             x = x + a
             x = x + blk.mlp(x)
@@ -159,11 +161,12 @@ class Target(nn.Module):
     def forward_nodes(self, tokens, positions, attend):
         """Decode/verify: tokens [N] at RoPE positions [N]; attend(layer, q [N, H, 576], rows [N, 576])
         writes the rows into the cache and returns the latent attention output [N, H, 512]."""
+        cs = rope_angles(positions, self.c.rope_dim, self.c.rope_theta)  # shared by every layer
         x = self.emb(tokens)
         for i, blk in enumerate(self.blocks):
             xn = rms_norm(x, blk.n1)
-            row = blk.attn.kv_row(xn, positions)
-            q = blk.attn.absorbed_query(xn, positions)
+            row = blk.attn.kv_row(xn, cs)
+            q = blk.attn.absorbed_query(xn, cs)
             x = x + blk.attn.absorbed_output(attend(i, q, row))
             x = x + blk.mlp(x)
         h = rms_norm(x, self.norm)

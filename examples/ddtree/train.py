@@ -160,7 +160,7 @@ def get_models(preset="h200", device="cuda", log=print, use_cache=True, cfg=None
     cfg, st = cfg or pcfg, settings or pst
     t0 = time.time()
     train_bytes, held = data.load_corpus(st.corpus_bytes)
-    key_src = json.dumps([cfg.to_dict(), asdict(st), data.fingerprint(train_bytes), 2], sort_keys=True)
+    key_src = json.dumps([cfg.to_dict(), asdict(st), data.fingerprint(train_bytes), 3], sort_keys=True)
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
     path = cache_dir() / f"{preset}-{key}.pt"
     target, drafter = Target(cfg), Drafter(cfg)
