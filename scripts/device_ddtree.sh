@@ -18,11 +18,19 @@ export PYTHONUNBUFFERED=1
 export KDTREE_DDTREE_CACHE=${KDTREE_DDTREE_CACHE:-/tmp/kdtree-ddtree-weights}
 export PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH}
 
+# The cubin cache scripts/device_python.sh uses (kernels it compiled are reused), seeded from .carry/cache.
+export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-py-cache}
+mkdir -p "$KDTREE_CACHE_DIR"
+[[ -d $root/.carry/cache ]] && cp -rn "$root/.carry/cache/." "$KDTREE_CACHE_DIR/" 2>/dev/null
+
+# kdtree: already importable, else the wheel device_python.sh installed into /tmp/site, else the
+# carried wheel (.whl/kdtree-*.whl) installed the same way.
 if ! python3 -c "import kdtree" 2>/dev/null; then
-  if [[ -f $root/build/libkdtree.so && -d $root/python/kdtree ]]; then
-    echo "kdtree is not installed: using the source tree (python/ + build/libkdtree.so)"
-    export PYTHONPATH=$root/python:$PYTHONPATH KDTREE_LIBRARY=$root/build/libkdtree.so
+  wheel=$(ls "$root"/.whl/kdtree-*.whl 2>/dev/null | head -1)
+  if [[ ! -d /tmp/site/kdtree && -n $wheel ]]; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site "$wheel"
   fi
+  [[ -d /tmp/site/kdtree ]] && export PYTHONPATH=/tmp/site:$PYTHONPATH
 fi
 if ! python3 -c "import kdtree, torch; assert torch.cuda.is_available(), 'no CUDA device'"; then
   echo "device_ddtree: needs torch with a CUDA device and the kdtree package (run scripts/device_python.sh first)" >&2

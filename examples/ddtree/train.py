@@ -94,16 +94,20 @@ def train_target(cfg, st, train_bytes, device, log):
 
 
 def drafter_batch(target, x, D, device):
-    """Drafter inputs/labels from windows x [B, T]: root at t+1, hidden at t, labels t+2..t+1+D."""
+    """Drafter inputs and labels from windows x [B, T]: the root at t+1, the target's hidden state
+    at t; for depth d = 1..D the byte at t+1+d (hard label) and the target's own distribution of
+    it given the true prefix (soft label, the target's logits at t+d). Training on the soft labels
+    distils the target: what tree acceptance rewards is agreeing with the target, not the data."""
     with torch.no_grad(), _autocast(device):
-        _, h, _ = target(x)
+        logits, h, _ = target(x)
     T = x.shape[1]
     n = T - D - 1
     hid = h[:, :n].float().flatten(0, 1)
     root = x[:, 1:n + 1].flatten()
     idx = torch.arange(n, device=x.device)[:, None] + 2 + torch.arange(D, device=x.device)[None, :]
     labels = x[:, idx].flatten(0, 1)  # [B*n, D]
-    return hid, root, labels
+    soft = torch.softmax(logits[:, idx - 1].float(), -1).flatten(0, 1)  # [B*n, D, V]
+    return hid, root, labels, soft
 
 
 def train_drafter(cfg, st, target, train_bytes, device, log):
@@ -121,10 +125,10 @@ def train_drafter(cfg, st, target, train_bytes, device, log):
         for g in opt.param_groups:
             g["lr"] = _lr(step, st.drafter_steps, st.drafter_lr)
         x = data.random_windows(train_bytes, st.batch // 2, st.seq + D + 1, gen).to(device)
-        hid, root, labels = drafter_batch(target, x, D, device)
+        hid, root, _, soft = drafter_batch(target, x, D, device)
         with _autocast(device):
             logits = dr(hid, root)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
+        loss = -(soft * torch.log_softmax(logits.float(), -1)).sum(-1).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(dr.parameters(), 1.0)
@@ -145,12 +149,14 @@ def evaluate(cfg, target, drafter, held, device, windows=32, seq=256):
     lp = torch.log_softmax(logits.float(), -1)
     nll = -lp.gather(-1, x[:, 1:, None]).mean().item() / math.log(2)
     top1 = lp.exp().amax(-1).mean().item()
-    hid, root, labels = drafter_batch(target, x, cfg.draft_depth, device)
+    hid, root, labels, soft = drafter_batch(target, x, cfg.draft_depth, device)
     with _autocast(device):
         dl = drafter(hid, root)
     acc = (dl.argmax(-1) == labels).float().mean(0).tolist()
+    agree = (dl.argmax(-1) == soft.argmax(-1)).float().mean(0).tolist()
     return {"target_bits_per_byte": round(nll, 4), "target_mean_top1_prob": round(top1, 4),
-            "drafter_top1_acc_by_depth": [round(a, 3) for a in acc]}
+            "drafter_top1_acc_by_depth": [round(a, 3) for a in acc],
+            "drafter_top1_agrees_with_target_by_depth": [round(a, 3) for a in agree]}
 
 
 def get_models(preset="h200", device="cuda", log=print, use_cache=True, cfg=None, settings=None):
@@ -160,7 +166,7 @@ def get_models(preset="h200", device="cuda", log=print, use_cache=True, cfg=None
     cfg, st = cfg or pcfg, settings or pst
     t0 = time.time()
     train_bytes, held = data.load_corpus(st.corpus_bytes)
-    key_src = json.dumps([cfg.to_dict(), asdict(st), data.fingerprint(train_bytes), 3], sort_keys=True)
+    key_src = json.dumps([cfg.to_dict(), asdict(st), data.fingerprint(train_bytes), 4], sort_keys=True)
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
     path = cache_dir() / f"{preset}-{key}.pt"
     target, drafter = Target(cfg), Drafter(cfg)
@@ -182,7 +188,7 @@ def get_models(preset="h200", device="cuda", log=print, use_cache=True, cfg=None
     info = {"train_seconds": round(time.time() - t0, 1), "target_steps": t_steps, "drafter_steps": d_steps,
             "settings": asdict(st), "config": cfg.to_dict()}
     info.update(evaluate(cfg, target, drafter, held, device, seq=min(256, st.seq * 2)))
-    log(f"trained in {info['train_seconds']} s: {json.dumps({k: info[k] for k in ('target_bits_per_byte', 'target_mean_top1_prob', 'drafter_top1_acc_by_depth')})}")
+    log(f"trained in {info['train_seconds']} s: {json.dumps({k: info[k] for k in ('target_bits_per_byte', 'target_mean_top1_prob', 'drafter_top1_acc_by_depth', 'drafter_top1_agrees_with_target_by_depth')})}")
     if use_cache:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
