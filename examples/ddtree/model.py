@@ -45,7 +45,8 @@ class Config:
 
 
 def rms_norm(x, weight, eps=1e-6):
-    return F.rms_norm(x, (x.shape[-1],), weight, eps)  # one fused kernel on CUDA
+    # one fused kernel on CUDA; the weight in x's dtype (bf16 activations under autocast)
+    return F.rms_norm(x, (x.shape[-1],), weight.to(x.dtype), eps)
 
 
 _INV_FREQ = {}

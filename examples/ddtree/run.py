@@ -37,7 +37,8 @@ def main(argv=None):
     ap.add_argument("--budgets", default="16,32,64,128")
     ap.add_argument("--top-k", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=256)
-    ap.add_argument("--prompt-lens", default="32,256", help="min,max prompt length (bytes)")
+    ap.add_argument("--prompt-lens", default="32,224",
+                    help="min,max prompt length (bytes); with --max-new within the training length 512")
     ap.add_argument("--check-budget", type=int, default=63, help="tree budget of the correctness checks")
     ap.add_argument("--greedy-requests", type=int, default=32)
     ap.add_argument("--tv-samples", type=int, default=4096)

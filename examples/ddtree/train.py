@@ -23,10 +23,10 @@ from .model import Config, Drafter, Target
 
 @dataclass(frozen=True)
 class TrainSettings:
-    target_steps: int = 900
-    drafter_steps: int = 400
-    batch: int = 96
-    seq: int = 256
+    target_steps: int = 1200
+    drafter_steps: int = 500
+    batch: int = 48
+    seq: int = 512              # >= the longest position decoded (prompt + new tokens + tree depth)
     lr: float = 2e-3
     drafter_lr: float = 2e-3
     seed: int = 1234
