@@ -6,13 +6,13 @@
 #      tokens/s vs autoregressive at batch 1/4/16/64 (CUDA graphs) and the per-op breakdown,
 #   3. the GPU tests tests/python/test_ddtree_gpu.py (load the cached weights).
 # Needs: torch with CUDA and an importable kdtree package (scripts/device_python.sh installs it;
-# a source build with build/libkdtree.so also works). Output under $OUT (default ./out-ddtree):
+# a source build with build/libkdtree.so also works). Output under $OUT (default /tmp/kdtree-ddtree-out):
 # ddtree.txt, ddtree.json, pytest_ddtree.txt, warm.txt.
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-OUT=${OUT:-$root/out-ddtree}
+OUT=${OUT:-/tmp/kdtree-ddtree-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export KDTREE_DDTREE_CACHE=${KDTREE_DDTREE_CACHE:-/tmp/kdtree-ddtree-weights}
@@ -45,14 +45,14 @@ warm_pid=$!
 
 status=0
 echo "== python -m examples.ddtree.run"
-timeout 420 python3 -m examples.ddtree.run --json "$OUT/ddtree.json" "$@" 2>&1 | tee "$OUT/ddtree.txt"
+timeout 390 python3 -m examples.ddtree.run --json "$OUT/ddtree.json" "$@" 2>&1 | tee "$OUT/ddtree.txt"
 rc=${PIPESTATUS[0]}
 [[ $rc -ne 0 ]] && { echo "run.py exited with $rc"; status=1; }
 wait "$warm_pid" || echo "kdtree warm exited non-zero (see warm.txt); kernels compile at first use instead"
 tail -n 2 "$OUT/warm.txt"
 
 echo "== GPU tests"
-timeout 240 python3 -m pytest -q -rs tests/python/test_ddtree_gpu.py 2>&1 | tee "$OUT/pytest_ddtree.txt"
+timeout 170 python3 -m pytest -q -rs tests/python/test_ddtree_gpu.py 2>&1 | tee "$OUT/pytest_ddtree.txt"
 rc=${PIPESTATUS[0]}
 [[ $rc -ne 0 ]] && { echo "pytest exited with $rc"; status=1; }
 exit $status
