@@ -6,7 +6,7 @@
 #      tokens/s vs autoregressive at batch 1/4/16/64 (CUDA graphs) and the per-op breakdown,
 #   3. the GPU tests tests/python/test_ddtree_gpu.py (load the cached weights).
 # Needs: torch with CUDA and an importable kdtree package (scripts/device_python.sh installs it;
-# a source build with build/libkdtree.so also works). Output under $OUT (default /tmp/kdtree-ddtree-out):
+# or the carried wheel .whl/kdtree-*.whl is installed into /tmp/site). Output under $OUT (default /tmp/kdtree-ddtree-out):
 # ddtree.txt, ddtree.json, pytest_ddtree.txt, warm.txt.
 set -uo pipefail
 

@@ -22,6 +22,16 @@ def log(*a):
     print(*a, flush=True)
 
 
+def run_section(name, fn, failed):
+    """Runs one part of the report; a failure is printed with its traceback and the rest still runs."""
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - report and go on: the device run is expensive
+        import traceback
+        log(f"!! section {name} failed:\n{traceback.format_exc()}")
+        failed.append(name)
+
+
 def prompt_set(preset, n, lo, hi, seed):
     gen = torch.Generator().manual_seed(seed)
     lengths = torch.randint(lo, hi + 1, (n,), generator=gen).tolist()
@@ -78,105 +88,140 @@ def main(argv=None):
         log(f"device: {torch.cuda.get_device_name(device)}, backend {a.backend}, "
             f"CUDA graphs {'off' if a.no_graphs else 'on'}")
     kw = dict(device=device, dtype=dtype)
-
-    log(f"\n== greedy: speculative (budget {a.check_budget}) vs autoregressive, {a.greedy_requests} requests")
-    prompts = prompt_set(a.preset, a.greedy_requests, lo, hi, seed=1)
-    g = checks.greedy_equality(models, ops, prompts, max_new=a.max_new, budget=a.check_budget, top_k=a.top_k, **kw)
-    report["greedy"] = {k: v for k, v in g.items() if not k.endswith("_tokens")}
-    log(f"identical: {g['equal']}/{len(prompts)} requests; divergences at near-ties: {g['near_tie_divergences']}, "
-        f"elsewhere: {g['other_divergences']} (numeric margin noise {g['numeric_margin_noise']:.4f})")
-    for r in g["requests"]:
-        if not r["equal"]:
-            log(f"  request {r['request']} (prompt {r['prompt_len']}): first divergence at token "
-                f"{r['first_divergence']}, target top-2 margin {r['ar_margin']:.4f} "
-                f"({'near-tie' if r['near_tie'] else 'NOT a near-tie'})")
-    log("sample (request 0): " + repr(bytes(g["spec_tokens"][0][:120]).decode("utf-8", "replace")))
-
-    log(f"\n== sampling at temperature 1: first 3 tokens, {a.tv_samples} streams each (spec vs AR, disjoint streams)")
-    tv = checks.sampling_tv(models, ops, prompts[0], n_samples=a.tv_samples, budget=a.check_budget, top_k=a.top_k,
-                            **kw)
-    report["sampling_tv"] = tv
-    for name, st in tv["stats"].items():
-        ok = "ok" if st["tv"] <= st["threshold"] else "EXCEEDS"
-        log(f"  {name:16s} TV {st['tv']:.4f}  threshold {st['threshold']:.4f} (permutation, alpha {tv['alpha']}; "
-            f"null mean {st['null_mean_tv']:.4f}; {st['support_seen']} values seen)  p={st['p_value']:.3f}  {ok}")
-    log(f"  same streams, spec vs AR: {100 * tv['coupled_identical_fraction']:.2f}% identical token triples")
-
-    log(f"\n== throughput: {a.max_new} new tokens per request, prompts {lo}..{hi} bytes, "
-        f"{'CUDA graphs' if device.type == 'cuda' and not a.no_graphs else 'eager'}")
     rows = []
-    for B in batches:
-        ps = prompt_set(a.preset, B, lo, hi, seed=100 + B)
-        ar = bench.throughput(models, ops, ps, mode="ar", max_new=a.max_new, graphs=not a.no_graphs, **kw)
-        row = {"batch": B, "ar": {k: v for k, v in ar.items() if k not in ("engine", "accept_lens")}, "spec": []}
-        log(f"  batch {B:3d}  AR: {ar['tokens_per_s']:9.0f} tok/s  ({ar['step_ms']:.3f} ms/step)")
-        for bud in budgets:
-            sp = bench.throughput(models, ops, ps, mode="spec", max_new=a.max_new, budget=bud, top_k=a.top_k,
-                                  graphs=not a.no_graphs, **kw)
-            hist = torch.bincount(torch.tensor(sp["accept_lens"]), minlength=cfg.draft_depth + 1).tolist()
-            entry = {k: v for k, v in sp.items() if k not in ("engine", "accept_lens")}
-            entry.update(W=tree_width(bud), accept_hist=hist, speedup=sp["tokens_per_s"] / ar["tokens_per_s"],
-                         predicted_speedup=sp["tokens_per_step"] * ar["step_ms"] / sp["step_ms"])
-            row["spec"].append(entry)
-            log(f"             DDTree budget {bud:3d} (W={entry['W']:3d}): {sp['tokens_per_s']:9.0f} tok/s  "
-                f"{sp['step_ms']:.3f} ms/step  {sp['tokens_per_step']:.2f} tok/step  speedup {entry['speedup']:.2f}x "
-                f"(= {sp['tokens_per_step']:.2f} tok/step x AR/spec step time {ar['step_ms'] / sp['step_ms']:.3f}"
-                f" -> {entry['predicted_speedup']:.2f}x)")
-        rows.append(row)
-    report["throughput"] = rows
+    prompts = prompt_set(a.preset, a.greedy_requests, lo, hi, seed=1)
 
-    log("\n== acceptance length per step (greedy; from the largest batch's runs)")
-    log(f"  {'budget':>6} {'W':>4} {'mean accepted':>14} {'tokens/step':>12}  histogram of accepted draft tokens 0..{cfg.draft_depth}")
-    for e in rows[-1]["spec"]:
-        h = e["accept_hist"]
-        mean_acc = sum(i * c for i, c in enumerate(h)) / max(1, sum(h))
-        log(f"  {e['budget']:>6} {e['W']:>4} {mean_acc:>14.2f} {e['tokens_per_step']:>12.2f}  {h}")
+    failed = []
+    state = {}
+    def sec_greedy():
+        nonlocal rows
+        log(f"\n== greedy: speculative (budget {a.check_budget}) vs autoregressive, {a.greedy_requests} requests")
+        g = checks.greedy_equality(models, ops, prompts, max_new=a.max_new, budget=a.check_budget, top_k=a.top_k, **kw)
+        report["greedy"] = {k: v for k, v in g.items() if not k.endswith("_tokens")}
+        log(f"identical: {g['equal']}/{len(prompts)} requests; divergences at near-ties: {g['near_tie_divergences']}, "
+            f"elsewhere: {g['other_divergences']} (numeric margin noise {g['numeric_margin_noise']:.4f})")
+        for r in g["requests"]:
+            if not r["equal"]:
+                log(f"  request {r['request']} (prompt {r['prompt_len']}): first divergence at token "
+                    f"{r['first_divergence']}, target top-2 margin {r['ar_margin']:.4f} "
+                    f"({'near-tie' if r['near_tie'] else 'NOT a near-tie'})")
+        log("sample (request 0): " + repr(bytes(g["spec_tokens"][0][:120]).decode("utf-8", "replace")))
 
-    log("\n== speedup table (tokens/s, DDTree at its best budget for the batch)")
-    log(f"  {'batch':>5} {'AR tok/s':>10} {'DDTree tok/s':>13} {'budget':>6} {'speedup':>8} {'tok/step':>9} "
-        f"{'AR ms/step':>11} {'DDTree ms/step':>15}")
-    for row in rows:
-        best = max(row["spec"], key=lambda e: e["tokens_per_s"])
-        row["best_budget"] = best["budget"]
-        log(f"  {row['batch']:>5} {row['ar']['tokens_per_s']:>10.0f} {best['tokens_per_s']:>13.0f} {best['budget']:>6} "
-            f"{best['speedup']:>7.2f}x {best['tokens_per_step']:>9.2f} {row['ar']['step_ms']:>11.3f} "
-            f"{best['step_ms']:>15.3f}")
+    run_section('greedy', sec_greedy, failed)
 
-    log("\n== time per step of each op (ms, median; " +
-        ("one CUDA graph per stage)" if device.type == "cuda" else "host time of each eager stage)"))
-    report["ops"] = {}
-    for B in sorted({batches[0], batches[-1]}):
-        row = next(r for r in rows if r["batch"] == B)
-        ps = prompt_set(a.preset, B, lo, hi, seed=100 + B)
-        for mode, bud in (("ar", None), ("spec", row["best_budget"])):
-            from .engine import Engine
-            e = Engine(target, drafter, cfg, ops, mode=mode, batch_size=B, max_prompt=max(map(len, ps)),
-                       max_new=a.max_new, budget=bud or 63, top_k=a.top_k, **kw)
-            t = bench.op_breakdown(e, ps)
-            key = f"batch {B} {mode}" + (f" budget {bud}" if bud else "")
-            report["ops"][key] = t
-            log(f"  {key}: " + ", ".join(f"{k} {v:.3f}" for k, v in t.items()))
+    def sec_sampling():
+        nonlocal rows
+        log(f"\n== sampling at temperature 1: first 3 tokens, {a.tv_samples} streams each (spec vs AR, disjoint streams)")
+        tv = checks.sampling_tv(models, ops, prompts[0], n_samples=a.tv_samples, budget=a.check_budget, top_k=a.top_k,
+                                **kw)
+        report["sampling_tv"] = tv
+        for name, st in tv["stats"].items():
+            ok = "ok" if st["tv"] <= st["threshold"] else "EXCEEDS"
+            log(f"  {name:16s} TV {st['tv']:.4f}  threshold {st['threshold']:.4f} (permutation, alpha {tv['alpha']}; "
+                f"null mean {st['null_mean_tv']:.4f}; {st['support_seen']} values seen)  p={st['p_value']:.3f}  {ok}")
+        log(f"  same streams, spec vs AR: {100 * tv['coupled_identical_fraction']:.2f}% identical token triples")
 
-    log("\n== bad input")
-    from .engine import Engine
-    try:
-        e = Engine(target, drafter, cfg, ops, mode="spec", batch_size=1, max_prompt=64, max_new=16, budget=15,
-                   top_k=a.top_k, **kw)
-        e.admit([[32] * 200])
-    except ValueError as ex:
-        log(f"  prompt longer than the cache: ValueError: {ex}")
-    try:
-        e = Engine(target, drafter, cfg, ops, mode="spec", batch_size=8, max_prompt=64, max_new=16, budget=15,
-                   top_k=a.top_k, num_pages=4, **kw)
-        e.admit([[32] * 64] * 8)
-    except ValueError as ex:
-        log(f"  batch larger than the pages allow: ValueError: {ex}")
+    run_section('sampling', sec_sampling, failed)
 
+    def sec_throughput():
+        nonlocal rows
+        log(f"\n== throughput: {a.max_new} new tokens per request, prompts {lo}..{hi} bytes, "
+            f"{'CUDA graphs' if device.type == 'cuda' and not a.no_graphs else 'eager'}")
+        rows = []
+        for B in batches:
+            ps = prompt_set(a.preset, B, lo, hi, seed=100 + B)
+            ar = bench.throughput(models, ops, ps, mode="ar", max_new=a.max_new, graphs=not a.no_graphs, **kw)
+            row = {"batch": B, "ar": {k: v for k, v in ar.items() if k not in ("engine", "accept_lens")}, "spec": []}
+            log(f"  batch {B:3d}  AR: {ar['tokens_per_s']:9.0f} tok/s  ({ar['step_ms']:.3f} ms/step)")
+            for bud in budgets:
+                sp = bench.throughput(models, ops, ps, mode="spec", max_new=a.max_new, budget=bud, top_k=a.top_k,
+                                      graphs=not a.no_graphs, **kw)
+                hist = torch.bincount(torch.tensor(sp["accept_lens"]), minlength=cfg.draft_depth + 1).tolist()
+                entry = {k: v for k, v in sp.items() if k not in ("engine", "accept_lens")}
+                entry.update(W=tree_width(bud), accept_hist=hist, speedup=sp["tokens_per_s"] / ar["tokens_per_s"],
+                             predicted_speedup=sp["tokens_per_step"] * ar["step_ms"] / sp["step_ms"])
+                row["spec"].append(entry)
+                log(f"             DDTree budget {bud:3d} (W={entry['W']:3d}): {sp['tokens_per_s']:9.0f} tok/s  "
+                    f"{sp['step_ms']:.3f} ms/step  {sp['tokens_per_step']:.2f} tok/step  speedup {entry['speedup']:.2f}x "
+                    f"(= {sp['tokens_per_step']:.2f} tok/step x AR/spec step time {ar['step_ms'] / sp['step_ms']:.3f}"
+                    f" -> {entry['predicted_speedup']:.2f}x)")
+            rows.append(row)
+        report["throughput"] = rows
+
+    run_section('throughput', sec_throughput, failed)
+
+    def sec_acceptance():
+        nonlocal rows
+        log("\n== acceptance length per step (greedy; from the largest batch's runs)")
+        log(f"  {'budget':>6} {'W':>4} {'mean accepted':>14} {'tokens/step':>12}  histogram of accepted draft tokens 0..{cfg.draft_depth}")
+        for e in rows[-1]["spec"]:
+            h = e["accept_hist"]
+            mean_acc = sum(i * c for i, c in enumerate(h)) / max(1, sum(h))
+            log(f"  {e['budget']:>6} {e['W']:>4} {mean_acc:>14.2f} {e['tokens_per_step']:>12.2f}  {h}")
+
+    run_section('acceptance', sec_acceptance, failed)
+
+    def sec_speedup():
+        nonlocal rows
+        log("\n== speedup table (tokens/s, DDTree at its best budget for the batch)")
+        log(f"  {'batch':>5} {'AR tok/s':>10} {'DDTree tok/s':>13} {'budget':>6} {'speedup':>8} {'tok/step':>9} "
+            f"{'AR ms/step':>11} {'DDTree ms/step':>15}")
+        for row in rows:
+            best = max(row["spec"], key=lambda e: e["tokens_per_s"])
+            row["best_budget"] = best["budget"]
+            log(f"  {row['batch']:>5} {row['ar']['tokens_per_s']:>10.0f} {best['tokens_per_s']:>13.0f} {best['budget']:>6} "
+                f"{best['speedup']:>7.2f}x {best['tokens_per_step']:>9.2f} {row['ar']['step_ms']:>11.3f} "
+                f"{best['step_ms']:>15.3f}")
+
+    run_section('speedup', sec_speedup, failed)
+
+    def sec_ops():
+        nonlocal rows
+        log("\n== time per step of each op (ms, median; " +
+            ("one CUDA graph per stage)" if device.type == "cuda" else "host time of each eager stage)"))
+        report["ops"] = {}
+        for B in sorted({batches[0], batches[-1]}):
+            row = next(r for r in rows if r["batch"] == B)
+            ps = prompt_set(a.preset, B, lo, hi, seed=100 + B)
+            for mode, bud in (("ar", None), ("spec", row["best_budget"])):
+                from .engine import Engine
+                e = Engine(target, drafter, cfg, ops, mode=mode, batch_size=B, max_prompt=max(map(len, ps)),
+                           max_new=a.max_new, budget=bud or 63, top_k=a.top_k, **kw)
+                t = bench.op_breakdown(e, ps)
+                key = f"batch {B} {mode}" + (f" budget {bud}" if bud else "")
+                report["ops"][key] = t
+                log(f"  {key}: " + ", ".join(f"{k} {v:.3f}" for k, v in t.items()))
+
+    run_section('ops', sec_ops, failed)
+
+    def sec_bad_input():
+        nonlocal rows
+        log("\n== bad input")
+        from .engine import Engine
+        try:
+            e = Engine(target, drafter, cfg, ops, mode="spec", batch_size=1, max_prompt=64, max_new=16, budget=15,
+                       top_k=a.top_k, **kw)
+            e.admit([[32] * 200])
+        except ValueError as ex:
+            log(f"  prompt longer than the cache: ValueError: {ex}")
+        try:
+            e = Engine(target, drafter, cfg, ops, mode="spec", batch_size=8, max_prompt=64, max_new=16, budget=15,
+                       top_k=a.top_k, num_pages=4, **kw)
+            e.admit([[32] * 64] * 8)
+        except ValueError as ex:
+            log(f"  batch larger than the pages allow: ValueError: {ex}")
+
+    run_section('bad_input', sec_bad_input, failed)
+
+    report["failed_sections"] = failed
     report["seconds"] = time.time() - t_start
     log(f"\ndone in {report['seconds']:.0f} s")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(report, f, indent=1, default=str)
+    if failed:
+        log(f"FAILED sections: {', '.join(failed)}")
+        sys.exit(1)
     return report
 
 
