@@ -180,19 +180,19 @@ class Drafter(nn.Module):
     """Per-depth distributions of the next D tokens in one pass (what DDTree's tree build consumes).
 
     Input: the target's hidden state at the position before the root (the one that predicted the
-    root token) and the root token. A sequence of D + 1 slots, [root] + D query slots, each slot
-    = proj(hidden) + (root embedding | depth embedding), goes through a small bidirectional
-    transformer block; slot d's output gives the distribution of the token d positions after the
-    root. Nothing is cached, so the drafter adds no KV state to the serving loop.
+    root token) and the root token. z = proj([hidden; embedding(root)]) seeds D query slots, slot d
+    = z + depth embedding d; a small bidirectional transformer block over the D slots lets each
+    depth see the others, and slot d's output is the distribution of the token d positions after
+    the root. Nothing is cached, so the drafter adds no KV state to the serving loop.
     """
 
     def __init__(self, c: Config):
         super().__init__()
         self.c = c
         d = c.d_model
-        self.proj = nn.Linear(d, d, bias=False)
-        self.emb = nn.Embedding(c.vocab, d)
-        self.depth_emb = nn.Parameter(torch.randn(c.draft_depth + 1, d) * 0.02)
+        self.emb = nn.Embedding(c.vocab, d)  # N(0, 1), like the normalised hidden state it joins
+        self.proj = nn.Linear(2 * d, d, bias=False)
+        self.depth_emb = nn.Parameter(torch.randn(c.draft_depth, d) * 0.5)
         self.n_heads = 8
         self.layers = nn.ModuleList()
         for _ in range(c.draft_layers):
@@ -203,20 +203,18 @@ class Drafter(nn.Module):
             self.register_parameter(f"n2_{len(self.layers) - 1}", nn.Parameter(torch.ones(d)))
         self.norm = nn.Parameter(torch.ones(d))
         self.head = nn.Linear(d, c.vocab, bias=False)
-        nn.init.normal_(self.emb.weight, std=0.02)
 
     def forward(self, hidden, root):
         """hidden [N, d], root [N] -> logits [N, D, vocab] for the tokens 1..D after the root."""
-        D = self.c.draft_depth
-        x = self.proj(hidden)[:, None, :] + self.depth_emb[None]  # [N, D+1, d]
-        x = torch.cat([x[:, :1] + self.emb(root)[:, None], x[:, 1:]], dim=1)
+        z = self.proj(torch.cat([hidden, self.emb(root).to(hidden.dtype)], dim=-1))
+        x = z[:, None, :] + self.depth_emb[None].to(z.dtype)  # [N, D, d]
         for i, L in enumerate(self.layers):
             xn = rms_norm(x, getattr(self, f"n1_{i}"))
             q, k, v = L["qkv"](xn).unflatten(-1, (3, self.n_heads, -1)).permute(2, 0, 3, 1, 4)
             a = F.scaled_dot_product_attention(q, k, v)
             x = x + L["o"](a.transpose(1, 2).flatten(2))
             x = x + L["down"](F.gelu(L["up"](rms_norm(x, getattr(self, f"n2_{i}")))))
-        return self.head(rms_norm(x[:, 1:], self.norm))
+        return self.head(rms_norm(x, self.norm))
 
     def topk(self, hidden, root, k):
         """Top-k tokens [N, D, k] int32 and their log-probs [N, D, k] float32, descending."""

@@ -166,7 +166,7 @@ def get_models(preset="h200", device="cuda", log=print, use_cache=True, cfg=None
     cfg, st = cfg or pcfg, settings or pst
     t0 = time.time()
     train_bytes, held = data.load_corpus(st.corpus_bytes)
-    key_src = json.dumps([cfg.to_dict(), asdict(st), data.fingerprint(train_bytes), 4], sort_keys=True)
+    key_src = json.dumps([cfg.to_dict(), asdict(st), data.fingerprint(train_bytes), 5], sort_keys=True)
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
     path = cache_dir() / f"{preset}-{key}.pt"
     target, drafter = Target(cfg), Drafter(cfg)
@@ -187,7 +187,7 @@ def get_models(preset="h200", device="cuda", log=print, use_cache=True, cfg=None
         p.requires_grad_(False)
     info = {"train_seconds": round(time.time() - t0, 1), "target_steps": t_steps, "drafter_steps": d_steps,
             "settings": asdict(st), "config": cfg.to_dict()}
-    info.update(evaluate(cfg, target, drafter, held, device, seq=min(256, st.seq * 2)))
+    info.update(evaluate(cfg, target, drafter, held, device, seq=st.seq - cfg.draft_depth - 1))
     log(f"trained in {info['train_seconds']} s: {json.dumps({k: info[k] for k in ('target_bits_per_byte', 'target_mean_top1_prob', 'drafter_top1_acc_by_depth', 'drafter_top1_agrees_with_target_by_depth')})}")
     if use_cache:
         try:
