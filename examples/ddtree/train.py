@@ -23,8 +23,8 @@ from .model import Config, Drafter, Target
 
 @dataclass(frozen=True)
 class TrainSettings:
-    target_steps: int = 1200
-    drafter_steps: int = 500
+    target_steps: int = 1000
+    drafter_steps: int = 700
     batch: int = 48
     seq: int = 512              # >= the longest position decoded (prompt + new tokens + tree depth)
     lr: float = 2e-3
@@ -74,7 +74,7 @@ def train_target(cfg, st, train_bytes, device, log):
     t0 = time.time()
     steps = 0
     for step in range(st.target_steps):
-        if time.time() - t0 > st.time_cap_s * 0.7:
+        if time.time() - t0 > st.time_cap_s * 0.6:
             log(f"  target: time cap reached after {step} of {st.target_steps} steps")
             break
         for g in opt.param_groups:
@@ -119,7 +119,7 @@ def train_drafter(cfg, st, target, train_bytes, device, log):
     t0 = time.time()
     steps = 0
     for step in range(st.drafter_steps):
-        if time.time() - t0 > st.time_cap_s * 0.3:
+        if time.time() - t0 > st.time_cap_s * 0.4:
             log(f"  drafter: time cap reached after {step} of {st.drafter_steps} steps")
             break
         for g in opt.param_groups:
