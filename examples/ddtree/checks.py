@@ -118,5 +118,6 @@ def sampling_tv(models, ops, prompt, *, n_samples, n_tokens=3, budget, top_k, se
     names = [f"token{i + 1}" for i in range(n_tokens)] + ["tokens1-2 joint"]
     stats = dict(zip(names, permutation_thresholds(pairs, alpha=alpha, rounds=rounds)))
     coupled = (spec == ar_same).all(1).float().mean().item()
+    chance = (spec == ar).all(1).float().mean().item()  # independent streams: agreement by chance
     return {"n_samples": n_samples, "n_tokens": n_tokens, "alpha": alpha, "stats": stats,
-            "coupled_identical_fraction": coupled}
+            "coupled_identical_fraction": coupled, "independent_identical_fraction": chance}

@@ -59,7 +59,11 @@ class Result:
 
 
 class Engine:
-    """mode 'spec' (DDTree) or 'ar'. Greedy for temperature <= 0."""
+    """mode 'spec' (DDTree) or 'ar'. Greedy for temperature <= 0.
+
+    dtype is that of the KV cache, the attention queries and outputs (what kdtree's kernels take);
+    the model computes in its own parameters' dtype (bf16 normally; float32 for the tight greedy
+    check, where only the cache rows and attention outputs are bf16)."""
 
     def __init__(self, target, drafter, cfg, ops, *, mode="spec", batch_size, max_prompt, max_new,
                  budget=63, top_k=8, temperature=0.0, seed=0, page_size=64, num_pages=None,
@@ -71,6 +75,7 @@ class Engine:
         self.cfg, self.ops, self.mode = cfg, ops, mode
         self.target, self.drafter = target, drafter
         self.device, self.dtype = torch.device(device), dtype
+        self.model_dtype = next(target.parameters()).dtype
         self.B, self.max_new, self.temperature, self.seed = batch_size, max_new, float(temperature), int(seed)
         D = cfg.draft_depth
         if mode == "spec":
@@ -100,7 +105,7 @@ class Engine:
         self.page_table = torch.full((batch_size, self.M), -1, dtype=torch.int32, device=dev)
         self.kv_lens, self.root, self.gen = z(batch_size), z(batch_size), z(batch_size)
         self.stream = z(batch_size, dt=torch.int64)
-        self.h_last = torch.zeros(batch_size, cfg.d_model, dtype=dtype, device=dev)
+        self.h_last = torch.zeros(batch_size, cfg.d_model, dtype=self.model_dtype, device=dev)
         self.out = z(batch_size, self.out_cols)
         self.out_margin = torch.zeros(batch_size, self.out_cols, dtype=torch.float32, device=dev)
         self.max_steps = max_new + 1
@@ -165,7 +170,7 @@ class Engine:
                 slots = self.cache.slots(self.page_table, req[:, None], pos[None, :]).flatten()
                 for layer, r in enumerate(rows):
                     self.cache.write(layer, slots, r.flatten(0, 1))
-                self.h_last[req] = h[:, -1].to(self.dtype)
+                self.h_last[req] = h[:, -1]
                 self.kv_lens[req] = n - 1
                 self.root[req] = torch.tensor([prompts[b][-1] for b in reqs], dtype=torch.int32, device=self.device)
 
@@ -178,9 +183,10 @@ class Engine:
             cache.write(layer, self.s["slots"], row)
             k = cache.layer(layer)
             v = None if self.row_split is None else k[..., : self.row_split]
-            return ops.verify_attention(q.contiguous(), k, self.page_table, kv_total, self.indptr, mask,
-                                        max_tree_nodes=self.W, v_cache=v, sm_scale=self.cfg.sm_scale,
-                                        max_kv_len=self.M * self.page_size)
+            out = ops.verify_attention(q.to(self.dtype).contiguous(), k, self.page_table, kv_total, self.indptr,
+                                       mask, max_tree_nodes=self.W, v_cache=v, sm_scale=self.cfg.sm_scale,
+                                       max_kv_len=self.M * self.page_size)
+            return out.to(self.model_dtype)
         return attend
 
     def _row_offsets(self, positions):
@@ -243,7 +249,7 @@ class Engine:
                 self.out_margin.scatter_(1, cols, m)
             last = path.gather(1, acc[:, None].long()).long()  # [B, 1] the last accepted node
             h_new = s["h"].view(B, N, -1).gather(1, last[:, :, None].expand(-1, -1, s["h"].shape[-1]))[:, 0]
-            self.h_last.copy_(torch.where(act[:, None], h_new.to(self.dtype), self.h_last))
+            self.h_last.copy_(torch.where(act[:, None], h_new, self.h_last))
             self.root.copy_(torch.where(act, s["bonus"], self.root))
             self.kv_lens.copy_(torch.where(act, self.kv_lens + acc + 1, self.kv_lens))
             self.gen.copy_(torch.where(act, self.gen + acc + 1, self.gen))
