@@ -16,7 +16,6 @@ OUT=${OUT:-/tmp/kdtree-ddtree-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export KDTREE_DDTREE_CACHE=${KDTREE_DDTREE_CACHE:-/tmp/kdtree-ddtree-weights}
-export PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH}
 
 # The cubin cache scripts/device_python.sh uses (kernels it compiled are reused), seeded from .carry/cache.
 export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-py-cache}
@@ -30,7 +29,7 @@ if ! python3 -c "import kdtree" 2>/dev/null; then
   if [[ ! -d /tmp/site/kdtree && -n $wheel ]]; then
     python3 -m pip install -q --no-index --no-deps --target /tmp/site "$wheel"
   fi
-  [[ -d /tmp/site/kdtree ]] && export PYTHONPATH=/tmp/site:$PYTHONPATH
+  [[ -d /tmp/site/kdtree ]] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 if ! python3 -c "import kdtree, torch; assert torch.cuda.is_available(), 'no CUDA device'"; then
   echo "device_ddtree: needs torch with a CUDA device and the kdtree package (run scripts/device_python.sh first)" >&2
