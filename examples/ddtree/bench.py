@@ -16,8 +16,15 @@ def throughput(models, ops, prompts, *, mode, max_new, budget=63, top_k=8, graph
     e = Engine(target, drafter, cfg, ops, mode=mode, batch_size=len(prompts), max_prompt=max(map(len, prompts)),
                max_new=max_new, budget=budget, top_k=top_k, device=device, dtype=dtype)
     e.admit(prompts)
+    graph_error = None
     if graphs:
-        e.capture()
+        try:
+            e.capture()
+        except Exception as ex:  # noqa: BLE001 - measured eagerly instead, and the row says so
+            graph_error = f"{type(ex).__name__}: {ex}"
+            e.graph = None
+            torch.cuda.synchronize()
+            e.admit(prompts)
     e.generate(prompts)  # warm: cuBLAS heuristics, kdtree's cubins, the allocator
     best = None
     for _ in range(repeats):
@@ -29,6 +36,7 @@ def throughput(models, ops, prompts, *, mode, max_new, budget=63, top_k=8, graph
     return {"mode": mode, "batch": len(prompts), "budget": budget if mode == "spec" else None,
             "tokens_per_s": tokens / best.seconds, "steps": best.steps, "step_ms": 1e3 * best.seconds / best.steps,
             "tokens_per_step": (sum(a + 1 for a in acc) / len(acc)) if acc else 1.0, "accept_lens": acc,
+            "cuda_graph": graphs and graph_error is None, "graph_error": graph_error,
             "engine": e}
 
 

@@ -32,6 +32,12 @@ def run_section(name, fn, failed):
         failed.append(name)
 
 
+def eager_note(r):
+    if r.get("graph_error"):
+        return f"  [EAGER: CUDA graph capture failed: {r['graph_error'][:300]}]"
+    return ""
+
+
 def prompt_set(preset, n, lo, hi, seed):
     gen = torch.Generator().manual_seed(seed)
     lengths = torch.randint(lo, hi + 1, (n,), generator=gen).tolist()
@@ -143,7 +149,7 @@ def main(argv=None):
             ps = prompt_set(a.preset, B, lo, hi, seed=100 + B)
             ar = bench.throughput(models, ops, ps, mode="ar", max_new=a.max_new, graphs=not a.no_graphs, **kw)
             row = {"batch": B, "ar": {k: v for k, v in ar.items() if k not in ("engine", "accept_lens")}, "spec": []}
-            log(f"  batch {B:3d}  AR: {ar['tokens_per_s']:9.0f} tok/s  ({ar['step_ms']:.3f} ms/step)")
+            log(f"  batch {B:3d}  AR: {ar['tokens_per_s']:9.0f} tok/s  ({ar['step_ms']:.3f} ms/step)" + eager_note(ar))
             for bud in budgets:
                 sp = bench.throughput(models, ops, ps, mode="spec", max_new=a.max_new, budget=bud, top_k=a.top_k,
                                       graphs=not a.no_graphs, **kw)
@@ -155,7 +161,7 @@ def main(argv=None):
                 log(f"             DDTree budget {bud:3d} (W={entry['W']:3d}): {sp['tokens_per_s']:9.0f} tok/s  "
                     f"{sp['step_ms']:.3f} ms/step  {sp['tokens_per_step']:.2f} tok/step  speedup {entry['speedup']:.2f}x "
                     f"(= {sp['tokens_per_step']:.2f} tok/step x AR/spec step time {ar['step_ms'] / sp['step_ms']:.3f}"
-                    f" -> {entry['predicted_speedup']:.2f}x)")
+                    f" -> {entry['predicted_speedup']:.2f}x)" + eager_note(sp))
             rows.append(row)
         report["throughput"] = rows
 
