@@ -91,7 +91,7 @@ def test_tree_ops_match_torch_backend(kd, W, budget):
     for x, y in zip(ra, rb):
         assert torch.equal(x.cpu(), y.cpu())
     # kv_compact on a 2-layer MLA cache with scattered pages
-    P, page, M = 64, 64, 20
+    P, page, M = 128, 64, 20
     cache = torch.randn(2, P, page, 576, generator=g).to(torch.bfloat16).cuda()
     table = torch.randperm(P, generator=g)[:B * M].view(B, M).int().cuda()
     kv = prefix + n
