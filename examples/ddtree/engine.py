@@ -156,7 +156,6 @@ class Engine:
         self.out_margin.zero_()
         self.acc_log.fill_(-1)
         self.step_no.zero_()
-        self.prompt_lens = [len(p) for p in prompts]
         # Prefill requests of equal length together: the prompt but its last token (the first root).
         by_len = {}
         for b, p in enumerate(prompts):

@@ -64,9 +64,3 @@ class PagedKVCache:
 
     def write(self, layer, slots, rows):
         self.k[layer].view(-1, self.row_dim).index_copy_(0, slots, rows.to(self.k.dtype))
-
-    def gather(self, layer, page_table_row, length):
-        """The first `length` rows of one request, [length, row_dim] (tests and diagnostics)."""
-        ps = self.page_size
-        pages = page_table_row[: (length + ps - 1) // ps].long()
-        return self.k[layer][pages].reshape(-1, self.row_dim)[:length]
