@@ -353,9 +353,11 @@ class Engine:
     # ------------------------------------------------------------------ running
 
     @torch.no_grad()
-    def generate(self, prompts, stream_ids=None, check_every=4):
-        """Decodes every request to max_new tokens. The host reads the state only every
-        `check_every` steps (one small copy), never inside a step."""
+    def generate(self, prompts, stream_ids=None, lag=2):
+        """Decodes every request to max_new tokens. The host never reads inside a step: after each
+        step a one-byte "all done" flag is copied to pinned memory, and the host waits for the
+        flag of the step `lag` steps back, so the device always has the next steps queued and at
+        most `lag` steps run past the end. (A CPU run checks after every step.)"""
         self.admit(prompts, stream_ids)
         sync = self.device.type == "cuda"
         if sync:
@@ -366,13 +368,28 @@ class Engine:
             for _ in range(self.max_new):
                 self.step()
             steps = self.max_new
-        else:
-            while True:
-                for _ in range(check_every):
-                    self.step()
-                steps += check_every
-                if int(self.gen.min()) >= self.max_new or steps >= self.max_steps:
+        elif not sync:
+            while steps < self.max_steps:
+                self.step()
+                steps += 1
+                if int(self.gen.min()) >= self.max_new:
                     break
+        else:
+            flags = torch.zeros(lag + 1, dtype=torch.bool, pin_memory=True)
+            events = [torch.cuda.Event() for _ in range(lag + 1)]
+            pending = []
+            while steps < self.max_steps:
+                self.step()
+                i = steps % (lag + 1)
+                flags[i:i + 1].copy_((self.gen >= self.max_new).all().view(1), non_blocking=True)
+                events[i].record()
+                pending.append(i)
+                steps += 1
+                if len(pending) > lag:
+                    j = pending.pop(0)
+                    events[j].synchronize()
+                    if bool(flags[j]):
+                        break
         if sync:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0

@@ -230,6 +230,14 @@ def main(argv=None):
 
     run_section('bad_input', sec_bad_input, failed)
 
+    if rows and all("best_budget" in r for r in rows):
+        log("\n== summary")
+        for row in rows:
+            best = next(e for e in row["spec"] if e["budget"] == row["best_budget"])
+            log(f"  batch {row['batch']:>2}: DDTree (budget {best['budget']}) {best['tokens_per_s']:.0f} tok/s vs AR "
+                f"{row['ar']['tokens_per_s']:.0f} tok/s = {best['speedup']:.2f}x; tokens/step {best['tokens_per_step']:.2f}"
+                f" x AR/DDTree step time {row['ar']['step_ms']:.3f}/{best['step_ms']:.3f} ms = "
+                f"{best['predicted_speedup']:.2f}x")
     report["failed_sections"] = failed
     report["seconds"] = time.time() - t_start
     log(f"\ndone in {report['seconds']:.0f} s")
