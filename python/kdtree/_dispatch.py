@@ -18,4 +18,4 @@ _dispatch_stack_len = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 
 
 def use_eager_path(t):
-    return type(t) is torch.Tensor and not _is_compiling() and _dispatch_stack_len() == 0
+    return not _is_compiling() and type(t) is torch.Tensor and _dispatch_stack_len() == 0
