@@ -7,11 +7,11 @@ its outputs and runs on torch's current stream of the tensors' device. See READM
 
 from ._lib import Error
 from ._loader import LoadError
-from .kv_compact import kv_compact
-from .sample_tokens import sample_tokens
-from .tree_accept import tree_accept
-from .tree_build import TreeBuildResult, tree_build
-from .verify_attention import verify_attention
+from ._kv_compact import kv_compact
+from ._sample_tokens import sample_tokens
+from ._tree_accept import tree_accept
+from ._tree_build import TreeBuildResult, tree_build
+from ._verify_attention import verify_attention
 
 __all__ = ["Error", "LoadError", "TreeBuildResult", "kv_compact", "library_version", "sample_tokens",
            "tree_accept", "tree_build", "verify_attention", "verify_workspace_size", "warm"]
@@ -27,7 +27,7 @@ def verify_workspace_size(q, k_cache, page_table, kv_lens, node_indptr, tree_mas
                           v_cache=None, max_kv_len=None):
     """Bytes of workspace verify_attention needs for these arguments (the package manages it; this is for
     capacity planning)."""
-    from . import verify_attention as va
+    from . import _verify_attention as va
     p = va.plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes,
                 max_kv_len=max_kv_len)
     return va.workspace_size(p)

@@ -84,7 +84,7 @@ def test_kv_compact_matches_reference(case, record_error):
 
 
 def test_kv_compact_reuses_the_pointer_table_for_the_same_caches():
-    from kdtree import kv_compact as module
+    from kdtree import _kv_compact as module
     c = make_case(layers=3, batch=2, width=16, page=16, row=(1, 576), mla=True, dtype=torch.bfloat16, seed=1)
     args = (c["page_table"], c["kv_lens"], c["node_counts"], c["accepted_path"], c["accept_lens"])
     kdtree.kv_compact(c["k"], *args)
