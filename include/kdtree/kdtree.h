@@ -57,7 +57,10 @@ typedef struct kdtree_runtime kdtree_runtime;
 /* Library version "MAJOR.MINOR.PATCH"; static storage. */
 const char* kdtree_version(void);
 
-/* Thread-local message for the last failed call on this thread ("" if none). */
+/* Thread-local message of the last failed call on this thread ("" if none has
+ * failed). Successful calls leave it unchanged, so it is only meaningful right
+ * after a call returned a status other than KDTREE_OK. Valid until the next
+ * failing call on this thread. */
 const char* kdtree_last_error(void);
 
 /* Creates a runtime for CUDA device `device` (>= 0). The driver is loaded at first
