@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/dtype_check.hpp"
 #include "codegen/render.hpp"
 #include "codegen/template_store.hpp"
 #include "runtime/error.hpp"
@@ -71,6 +72,7 @@ std::string VerifySpec::fast_key() const {
 }
 
 VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
+  const kdtree_dtype dtype = checked_dtype(s.dtype, "dtype");  // before anything loads s.dtype
   bool mla = s.head_dim_qk == 576 && s.head_dim_v == 512;
   bool gqa = s.head_dim_qk == s.head_dim_v && (s.head_dim_qk == 64 || s.head_dim_qk == 128 || s.head_dim_qk == 256);
   if (!mla && !gqa) {
@@ -87,9 +89,9 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
     fail(KDTREE_ERROR_UNSUPPORTED,
          fmt::format("page_size {} is not supported (1, 16, 32, 64 or 128)", s.page_size));
   }
-  if (s.dtype != KDTREE_DTYPE_BF16 && s.dtype != KDTREE_DTYPE_F16) {
+  if (dtype != KDTREE_DTYPE_BF16 && dtype != KDTREE_DTYPE_F16) {
     fail(KDTREE_ERROR_UNSUPPORTED,
-         fmt::format("dtype {} is not supported for verify_attention (bf16 or f16)", dtype_name(s.dtype)));
+         fmt::format("dtype {} is not supported for verify_attention (bf16 or f16)", dtype_name(dtype)));
   }
   require(s.num_q_heads >= 1 && s.num_q_heads <= 1024, "num_q_heads {} is out of range (1..1024)", s.num_q_heads);
   require(s.num_kv_heads >= 1, "num_kv_heads {} must be >= 1", s.num_kv_heads);
@@ -103,7 +105,7 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
   v.head_dim_v = s.head_dim_v;
   v.page_size = s.page_size;
   v.max_tree_nodes = s.max_tree_nodes;
-  v.dtype = s.dtype;
+  v.dtype = dtype;
   return v;
 }
 
