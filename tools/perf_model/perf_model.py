@@ -71,7 +71,10 @@ def load(arch: str, tiles: str | None, plan_tool: str, cache_dir: str | None, sh
 
 
 def predictions(args, arch: str, tiles: str | None, compile_arch: str | None = None):
-    model = Model(rates_for(compile_arch or arch))
+    rates = rates_for(compile_arch or arch)
+    if args.clock_ghz:
+        rates["clock_hz"] = args.clock_ghz * 1e9  # a measured clock (scripts/device_perf_model.sh samples it)
+    model = Model(rates)
     items = load(arch, tiles, args.plan_tool, args.cache_dir, args.shape, compile_arch)
     return [(plan, k, model.predict(plan, k)) for plan, k in items]
 
@@ -198,6 +201,7 @@ def main() -> int:
     ap.add_argument("--plan-tool", default=os.path.join(ROOT, "build", "verify_plan"))
     ap.add_argument("--cache-dir", default=None, help="kdtree cubin cache for verify_plan (default: its default)")
     ap.add_argument("--shape", default=None, help="only shapes with this name prefix")
+    ap.add_argument("--clock-ghz", type=float, default=None, help="SM clock to model instead of the arch's")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("predict")
     p.add_argument("--arch", required=True)
