@@ -24,6 +24,7 @@ RATES = {
         "mufu_latency": 18,
         "pipe_cycles": {"fma": 1, "imad": 2, "alu": 2, "xu": 8},  # cycles per warp instruction and scheduler
         "barrier_latency": 20,
+        "mio_queue_cycles": 32,           # port backlog at which the MIO queue stops accepting (not published)
         "launch_us": 2.0,                 # kernel launch and drain per launch, back to back
         "max_warps_sm": 64,
         "max_ctas_sm": 32,
@@ -47,6 +48,7 @@ RATES = {
         "mufu_latency": 18,
         "pipe_cycles": {"fma": 1, "imad": 2, "alu": 2, "xu": 8},
         "barrier_latency": 20,
+        "mio_queue_cycles": 32,           # port backlog at which the MIO queue stops accepting (not published)
         "launch_us": 2.0,
         "max_warps_sm": 48,
         "max_ctas_sm": 32,
@@ -68,6 +70,7 @@ RATES = {
         "mufu_latency": 18,
         "pipe_cycles": {"fma": 2, "imad": 2, "alu": 2, "xu": 8},  # 64 FP32 lanes per SM on sm_80
         "barrier_latency": 20,
+        "mio_queue_cycles": 32,           # port backlog at which the MIO queue stops accepting (not published)
         "launch_us": 2.0,
         "max_warps_sm": 64,
         "max_ctas_sm": 32,

@@ -2,7 +2,7 @@
 SASS path with the compiler's control bits, against the SM's shared resources.
 
 Per cycle, each of the 4 schedulers issues at most one instruction from one of
-its warps (greedy-then-oldest). An instruction issues when the warp's stall
+its warps (loose round robin). An instruction issues when the warp's stall
 count since its last issue has elapsed, the scoreboards it waits for are clear,
 and its pipe accepts it:
   - HMMA: the scheduler's tensor pipe, busy 4096 FLOP / (tensor FLOP/clk/SM / 4)
@@ -10,6 +10,8 @@ and its pipe accepts it:
   - shared-memory accesses (LDSM, LDS, STS, SHFL and the shared-memory write of
     cp.async): one port per SM, busy bytes / port_bytes_per_clk cycles each, the
     result after smem_latency more (released through the instruction's scoreboard);
+    while the port's backlog exceeds mio_queue_cycles, no more are accepted (the
+    MIO queue is full: "MIO throttle");
   - cp.async (LDGSTS): also the SM's share of the L2 bandwidth; a commit group is
     complete mem_latency after its last byte, and DEPBAR waits for it;
   - other math: the scheduler's FMA, IMAD, ALU or XU (MUFU, conversions) pipe, busy
@@ -108,6 +110,7 @@ def simulate(steps: list[Step], warps_per_cta: int, ctas: int, rates: dict, tile
     smem_lat, l1_lat = rates["smem_latency"], rates["l1_latency"]
     mem_lat, mufu_lat = rates["mem_latency"], rates["mufu_latency"]
     bar_lat = rates["barrier_latency"]
+    mio_queue = rates["mio_queue_cycles"]
 
     n = len(steps)
     pc = [0] * n_warps
@@ -126,6 +129,7 @@ def simulate(steps: list[Step], warps_per_cta: int, ctas: int, rates: dict, tile
     pipe_cycles = rates["pipe_cycles"]
     pipe_free = [{p: 0.0 for p in pipe_cycles} for _ in range(4)]
     last_issued = [-1] * 4
+    port_grant = [0.0] * 4
     port_free = 0.0
     l2_free = 0.0
     busy_tensor = busy_port = busy_l2 = 0.0
@@ -142,12 +146,13 @@ def simulate(steps: list[Step], warps_per_cta: int, ctas: int, rates: dict, tile
         now += 1
         if now > limit:
             raise RuntimeError("simulation did not converge")
-        for s in range(4):
+        # The scheduler that least recently got the shared-memory port goes first.
+        for s in sorted(range(4), key=port_grant.__getitem__):
             cands = warps_of[s]
             order = cands
-            if last_issued[s] in cands:
+            if last_issued[s] in cands:  # loose round robin: start after the last warp issued
                 i = cands.index(last_issued[s])
-                order = cands[i:] + cands[:i]
+                order = cands[i + 1:] + cands[:i + 1]
             chosen = -1
             for w in order:
                 if tile[w] >= tiles:
@@ -160,10 +165,12 @@ def simulate(steps: list[Step], warps_per_cta: int, ctas: int, rates: dict, tile
                     reason = "fixed latency (stall count)"
                 elif st.wait and any((st.wait >> k) & 1 and sb[w][k] > now for k in range(6)):
                     reason = "scoreboard"
-                elif st.kind == HMMA and tensor_free[s] > now:
+                elif st.kind == HMMA and tensor_free[s] - now >= 1:
                     reason = "tensor pipe"
-                elif st.pipe and pipe_free[s][st.pipe] > now:
+                elif st.pipe and pipe_free[s][st.pipe] - now >= 1:
                     reason = "math pipe"
+                elif st.kind in (MIO, LDGSTS) and port_free - now > mio_queue:
+                    reason = "MIO throttle"
                 elif st.kind == DEPBAR and len(groups[w]) > st.depbar_n and max(groups[w][:len(groups[w]) - st.depbar_n]) > now:
                     reason = "cp.async wait"
                 elif chosen >= 0:
@@ -179,7 +186,7 @@ def simulate(steps: list[Step], warps_per_cta: int, ctas: int, rates: dict, tile
                 issued += 1
                 last_issued[s] = w
                 if st.pipe:
-                    pipe_free[s][st.pipe] = now + pipe_cycles[st.pipe]
+                    pipe_free[s][st.pipe] = max(pipe_free[s][st.pipe], now) + pipe_cycles[st.pipe]
                 done_at = now
                 if kind == HMMA:
                     tensor_free[s] = max(tensor_free[s], now) + hmma_occ
@@ -187,6 +194,7 @@ def simulate(steps: list[Step], warps_per_cta: int, ctas: int, rates: dict, tile
                 elif kind == MUFU:
                     done_at = now + mufu_lat
                 elif kind in (MIO, LDGSTS) and st.live:
+                    port_grant[s] = now
                     service = max(1.0, st.port_bytes / port_rate)
                     start = max(port_free, now)
                     port_free = start + service
