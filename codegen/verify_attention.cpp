@@ -170,7 +170,16 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   }
   for (VerifyTiles c : candidates) {
     c.smem_bytes = verify_smem_bytes(spec, c);
-    if (c.smem_bytes <= arch.max_smem_per_block) return c;
+    if (c.smem_bytes > arch.max_smem_per_block) continue;
+    // One stage fewer where that fits a second CTA on the SM (gqa64 on the 100 KB
+    // parts: 8 warps instead of 4 hide the latency a deeper pipeline would;
+    // tools/perf_model predicts 191 -> 164 us for bench_verify's gqa64 on the RTX PRO 6000).
+    VerifyTiles shallower = c;
+    shallower.stages = c.stages - 1;
+    shallower.smem_bytes = verify_smem_bytes(spec, shallower);
+    auto per_sm = [&](const VerifyTiles& t) { return arch.max_smem_per_sm / (t.smem_bytes + 1024); };
+    if (shallower.stages >= 2 && per_sm(c) == 1 && per_sm(shallower) >= 2) return shallower;
+    return c;
   }
   fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("{} does not fit {} ({} bytes of shared memory per block)",
                                              spec.label(), arch.name(), arch.max_smem_per_block));
