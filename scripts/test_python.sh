@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python package's tests: a virtual environment in $KDTREE_BUILD_DIR/python-venv (default
-# build/python-venv; it sees the system's site-packages, so an installed torch is reused), torch (the
-# CPU build from another package index when torch is missing), pytest and numpy, then
+# build/python-venv; it sees the system's site-packages, so an installed torch is reused), torch (from PyPI
+# when missing: its Linux wheel is the CUDA build, which runs on the CPU too), pytest and numpy, then
 # `pip install .` from this checkout and `pytest tests/python`. Without a GPU the GPU tests are
 # reported as skipped. Extra arguments go to pytest.
 set -euo pipefail
@@ -21,8 +21,8 @@ fi
 py=$venv/bin/python
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 if ! "$py" -c 'import torch' >/dev/null 2>&1; then
-  echo "test_python: installing torch (CPU build)"
-  "$py" -m pip install -q torch --index-url <another package index>
+  echo "test_python: installing torch from PyPI"
+  "$py" -m pip install -q torch
 fi
 "$py" -c 'import pytest, numpy' >/dev/null 2>&1 || "$py" -m pip install -q pytest numpy
 # The package exactly as a user installs it (README): builds libkdtree with CMake via scikit-build-core.
