@@ -12,7 +12,7 @@ base + layer * stride, computed on the device (also inside capture).
 import ctypes
 import math
 import threading
-from typing import List, Optional
+from typing import List
 
 import torch
 
@@ -149,17 +149,18 @@ def _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, ac
 
 
 @torch.library.custom_op("kdtree::kv_compact", mutates_args=("k_caches", "v_caches"))
-def kv_compact_op(k_caches: List[torch.Tensor], v_caches: Optional[List[torch.Tensor]], page_table: torch.Tensor,
+def kv_compact_op(k_caches: List[torch.Tensor], v_caches: List[torch.Tensor], page_table: torch.Tensor,
                   kv_lens: torch.Tensor, node_counts: torch.Tensor, accepted_path: torch.Tensor,
                   accept_lens: torch.Tensor, stacked: bool = False) -> None:
     """The operator: k_caches/v_caches are per-layer lists, or (stacked=True) one-element lists holding a
-    [num_layers, num_pages, page_size, ...] tensor."""
-    _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
+    [num_layers, num_pages, page_size, ...] tensor. An empty v_caches means none (MLA): torch 2.11's schema
+    inference takes no Optional[List[Tensor]]."""
+    _run(k_caches, v_caches or None, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
 
 
 @kv_compact_op.register_fake
 def _(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked=False):
-    plan(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked,
+    plan(k_caches, v_caches or None, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked,
          require_cuda=False)
 
 
@@ -186,8 +187,8 @@ def kv_compact(k_caches, page_table, kv_lens, node_counts, accepted_path, accept
     v_list, v_stacked = _as_list("v_caches", v_caches)
     if v_list is not None and v_stacked != stacked:
         raise TypeError("v_caches: pass the same form as k_caches (both lists, or both stacked tensors)")
-    args = (k_list, v_list, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
+    args = (k_list, v_list or [], page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
     if use_eager_path(page_table):
-        _run(*args)
+        _run(*args[:1], v_list, *args[2:])
     else:
         torch.ops.kdtree.kv_compact(*args)

@@ -55,6 +55,8 @@ def _run(tokens, parents, node_counts, target_tokens, node_indptr):
         a.tokens, a.parents, a.node_counts = tokens.data_ptr(), parents.data_ptr(), node_counts.data_ptr()
         a.target_tokens = target_tokens.data_ptr()
         a.node_indptr = None if node_indptr is None else node_indptr.data_ptr()
+        # Packed targets: the kernel bounds its reads by the packed length (no host sync: a shape).
+        a.total_nodes = 0 if node_indptr is None else target_tokens.shape[0]
         a.accepted_path, a.accept_lens, a.bonus_tokens = path.data_ptr(), lens.data_ptr(), bonus.data_ptr()
         a.stream = _launch.current_stream(index)
         _lib.check(_lib.api.tree_accept(_launch.runtime(index), ctypes.byref(a)), "kdtree_tree_accept")
