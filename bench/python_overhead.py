@@ -116,7 +116,7 @@ def cases():
                             accept_lens=kv_acc.data_ptr(), stream=a.stream)
     out["kv_compact"] = (
         lambda: kdtree.kv_compact(caches, table, kv_lens, kv_counts, kv_path, kv_acc),
-        lambda: torch.ops.kdtree.kv_compact(caches, None, table, kv_lens, kv_counts, kv_path, kv_acc, False),
+        lambda: torch.ops.kdtree.kv_compact(caches, [], table, kv_lens, kv_counts, kv_path, kv_acc, False),
         lambda: _lib.api.kv_compact(rt, ctypes.byref(ka)))
     return out
 
