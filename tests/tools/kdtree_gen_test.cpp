@@ -75,7 +75,8 @@ std::string unprivileged() { return ::geteuid() == 0 ? "setpriv --reuid=65534 --
 Result run_unprivileged(const TempDir& tmp, const std::string& args) {
   const fs::path out = tmp.path / "u-stdout", err = tmp.path / "u-stderr";
   fs::permissions(tmp.path, fs::perms(0777));
-  const std::string command = unprivileged() + "'" + tool_path().string() + "' " + args + " >'" + out.string() +
+  // `timeout`: a regression that blocks (a FIFO opened for reading) fails instead of hanging.
+  const std::string command = "timeout 20 " + unprivileged() + "'" + tool_path().string() + "' " + args + " >'" + out.string() +
                               "' 2>'" + err.string() + "'";
   Result r;
   r.status = shell(command);
@@ -218,7 +219,9 @@ TEST_CASE("kdtree-gen: usage errors name the flag in one format[emit, warm, info
   const Case cases[] = {
       {"frob", "kdtree-gen: unknown subcommand 'frob' (use warm, emit, info or cache)"},
       {"cache frob", "kdtree-gen: cache: unknown action 'frob' (use list, clear, verify or prune)"},
-      {"warm --heads --cache-dir '" + missing + "' --no-attention", "kdtree-gen: --heads: '--cache-dir' is not a value"},
+      // (Last, so that a regression compiles only a small grid.)
+      {"warm --arch sm_90 --no-attention --widths 16 --pages 16 -j 1 --heads --cache-dir '" + missing + "'",
+       "kdtree-gen: --heads: '--cache-dir' is not a value"},
       {"warm --widths 48", "kdtree-gen: --widths: 48 is not supported (use 16, 32, 64 or 128)"},
       {"warm --jobs 0", "kdtree-gen: --jobs: 0 is not in 1..1024"},
       {"warm --dtypes f32", "kdtree-gen: --dtypes: 'f32' is not supported (use bf16 or f16)"},
