@@ -67,7 +67,12 @@ const char* kdtree_last_error(void);
  * device use, so creation succeeds on a machine without a GPU; launching then
  * fails with KDTREE_ERROR_NO_DRIVER / KDTREE_ERROR_NO_DEVICE.
  * cache_dir_or_null: cubin cache directory; NULL = $KDTREE_CACHE_DIR, else
- * $XDG_CACHE_HOME/kdtree, else ~/.cache/kdtree. */
+ * $XDG_CACHE_HOME/kdtree, else ~/.cache/kdtree. A directory that cannot be
+ * written (or none at all) means caching in memory, with one warning on stderr.
+ * The cache is kept under $KDTREE_CACHE_MAX_BYTES (default 2 GiB, LRU eviction);
+ * a kernel another process is compiling is waited for at most
+ * $KDTREE_CACHE_LOCK_TIMEOUT seconds (default 60), then compiled here. A
+ * malformed value of either variable: KDTREE_ERROR_INVALID_ARGUMENT. */
 kdtree_status kdtree_runtime_create(int device, const char* cache_dir_or_null, kdtree_runtime** out);
 
 /* A runtime that only generates and compiles (no device) for the given arch,
