@@ -4,12 +4,13 @@
 // and tiles are the runtime's, not a copy of its logic.
 //
 // usage: verify_plan --arch sm_120|sm_90|sm_80 [--cubin-dir DIR] [--cache-dir DIR] [--shape PREFIX]
-//                    [--compile-arch ARCH]
+//                    [--compile-arch ARCH] [--splits N]
 //   One JSON object per line and shape. KDTREE_VERIFY_TILES applies as in the
 //   runtime. With --cubin-dir, each shape's kernel is compiled (or read from the
 //   cache) and written as DIR/<kernel>.cubin with its ptxas log in <kernel>.log.
 //   --compile-arch compiles the --arch kernels (its tiles) for another arch: a
 //   what-if for the model (e.g. sm_90's tiles in sm_120 code), never launched.
+//   --splits forces the KV split count as kdtree_verify_args.num_splits does.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -29,11 +30,11 @@ namespace {
 long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
 int run(int argc, char** argv) {
-  std::string arch_name, cubin_dir, cache_dir, only, compile_arch;
+  std::string arch_name, cubin_dir, cache_dir, only, compile_arch, splits_text;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       std::printf("usage: verify_plan --arch sm_120|sm_90|sm_80 [--cubin-dir DIR] [--cache-dir DIR] [--shape PREFIX] "
-                  "[--compile-arch ARCH]\n");
+                  "[--compile-arch ARCH] [--splits N]\n");
       return 0;
     }
     auto value = [&](std::string* out) {
@@ -45,6 +46,7 @@ int run(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--cache-dir")) value(&cache_dir);
     else if (!std::strcmp(argv[i], "--shape")) value(&only);
     else if (!std::strcmp(argv[i], "--compile-arch")) value(&compile_arch);
+    else if (!std::strcmp(argv[i], "--splits")) value(&splits_text);
     else kdtree::fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("unknown argument '{}'", argv[i]));
   }
   if (arch_name.empty()) kdtree::fail(KDTREE_ERROR_INVALID_ARGUMENT, "--arch is required (sm_120, sm_90, sm_80)");
@@ -58,7 +60,8 @@ int run(int argc, char** argv) {
     kdtree_verify_spec spec{s.head_qk, s.head_v, s.q_heads, s.kv_heads, s.page, width, KDTREE_DTYPE_BF16};
     const int total_nodes = s.nodes * s.batch;
     const int kv_len = s.prefix + s.nodes;
-    const kdtree::VerifyPlan plan = kdtree::plan_verify(*rt, spec, s.batch, total_nodes, kv_len, 0);
+    const int forced = splits_text.empty() ? 0 : std::stoi(splits_text);
+    const kdtree::VerifyPlan plan = kdtree::plan_verify(*rt, spec, s.batch, total_nodes, kv_len, forced);
     const kdtree::codegen::VerifyTiles& t = plan.tiles;
     const kdtree::codegen::VerifySpec vspec = kdtree::codegen::validate_verify_spec(spec);
     const kdtree::codegen::KernelSource source = kdtree::codegen::generate_verify_attention(vspec, arch);

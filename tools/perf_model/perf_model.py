@@ -2,7 +2,7 @@
 """Performance model of verify_attention from the kernels' SASS (docs/PERFORMANCE.md,
 "Performance model").
 
-  perf_model.py predict  --arch sm_120 [--tiles B_M,B_N,W,S[,R]] [--json FILE] [--compile-arch ARCH]
+  perf_model.py predict  --arch sm_120 [--tiles B_M,B_N,W,S[,R]] [--json FILE] [--compile-arch ARCH] [--splits N]
   perf_model.py validate --measured BENCH_OUTPUT [--arch sm_90] [--tiles ...] [--column graph_us] [--max-error 20]
   perf_model.py check    --baseline tools/perf_model/baseline_sm120.json [--update] [--tolerance 0.10]
 
@@ -41,7 +41,7 @@ def copies_per_thread(plan: dict) -> int:
 
 
 def load(arch: str, tiles: str | None, plan_tool: str, cache_dir: str | None, shape: str | None,
-         compile_arch: str | None = None) -> list[tuple[dict, kernel_mod.Kernel]]:
+         compile_arch: str | None = None, splits: int | None = None) -> list[tuple[dict, kernel_mod.Kernel]]:
     env = dict(os.environ)
     env.pop("KDTREE_VERIFY_TILES", None)
     if tiles:
@@ -54,6 +54,8 @@ def load(arch: str, tiles: str | None, plan_tool: str, cache_dir: str | None, sh
             cmd += ["--shape", shape]
         if compile_arch:
             cmd += ["--compile-arch", compile_arch]
+        if splits:
+            cmd += ["--splits", str(splits)]
         res = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if res.returncode != 0:
             raise SystemExit(f"perf_model: {' '.join(cmd)} failed:\n{res.stderr}")
@@ -75,7 +77,7 @@ def predictions(args, arch: str, tiles: str | None, compile_arch: str | None = N
     if args.clock_ghz:
         rates["clock_hz"] = args.clock_ghz * 1e9  # a measured clock (scripts/device_perf_model.sh samples it)
     model = Model(rates)
-    items = load(arch, tiles, args.plan_tool, args.cache_dir, args.shape, compile_arch)
+    items = load(arch, tiles, args.plan_tool, args.cache_dir, args.shape, compile_arch, getattr(args, "splits", None))
     return [(plan, k, model.predict(plan, k)) for plan, k in items]
 
 
@@ -85,11 +87,13 @@ def tiles_of(plan: dict) -> str:
 
 def print_predictions(rows, out=sys.stdout) -> None:
     print(f"{'shape':24} {'tiles':16} {'regs':>4} {'spill':>5} {'splits':>6} {'CTA/SM':>6} {'waves':>5} "
-          f"{'tile clk':>8} {'tensor':>6} {'port':>5} {'issue':>5} {'L2':>5} {'us':>8} {'TFLOP/s':>7}  binding", file=out)
+          f"{'tile clk':>8} {'tensor':>6} {'port':>5} {'issue':>5} {'L2':>5} {'us':>8} {'comb us':>7} {'TFLOP/s':>7}  binding",
+          file=out)
     for plan, k, p in rows:
         print(f"{plan['shape']:24} {tiles_of(plan):16} {k.registers:4d} {max(k.spill_instrs, k.spill_bytes, 0):5d} "
               f"{plan['splits']:6d} {p.ctas_per_sm:6d} {p.waves:5d} {p.tile_cycles:8.0f} {p.tensor_busy:6.0%} "
-              f"{p.port_busy:5.0%} {p.issue_busy:5.0%} {p.l2_busy:5.0%} {p.us:8.1f} {p.tflops:7.1f}  {p.binding}", file=out)
+              f"{p.port_busy:5.0%} {p.issue_busy:5.0%} {p.l2_busy:5.0%} {p.us:8.1f} {p.combine_us:7.1f} {p.tflops:7.1f}  "
+              f"{p.binding}", file=out)
 
 
 def print_counts(rows, out=sys.stdout) -> None:
@@ -207,6 +211,7 @@ def main() -> int:
     p.add_argument("--arch", required=True)
     p.add_argument("--tiles")
     p.add_argument("--json")
+    p.add_argument("--splits", type=int, help="what-if: force the KV split count")
     p.add_argument("--compile-arch", help="what-if: --arch's tiles and plan, compiled for and run on this arch "
                                           "(shared-memory limits of --arch)")
     v = sub.add_parser("validate")
