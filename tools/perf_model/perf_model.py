@@ -2,9 +2,11 @@
 """Performance model of verify_attention from the kernels' SASS (docs/PERFORMANCE.md,
 "Performance model").
 
-  perf_model.py predict  --arch sm_120 [--tiles B_M,B_N,W,S[,R]] [--json FILE] [--compile-arch ARCH]
+  perf_model.py predict  --arch sm_120 [--tiles B_M,B_N,W,S[,R]] [--json FILE] [--compile-arch ARCH] [--splits N]
   perf_model.py validate --measured BENCH_OUTPUT [--arch sm_90] [--tiles ...] [--column graph_us] [--max-error 20]
+  perf_model.py grid     [--arch sm_120]          SASS counts and spills of the whole verify_attention grid
   perf_model.py check    --baseline tools/perf_model/baseline_sm120.json [--update] [--tolerance 0.10]
+                         (the CI guard: grid spills, then bench shapes' predicted sm_120 times vs the baseline)
 
 Kernels and launch plans come from build/verify_plan (the runtime's planner and
 code generator; --plan-tool overrides the path); --tiles sets KDTREE_VERIFY_TILES
@@ -41,7 +43,7 @@ def copies_per_thread(plan: dict) -> int:
 
 
 def load(arch: str, tiles: str | None, plan_tool: str, cache_dir: str | None, shape: str | None,
-         compile_arch: str | None = None) -> list[tuple[dict, kernel_mod.Kernel]]:
+         compile_arch: str | None = None, splits: int | None = None) -> list[tuple[dict, kernel_mod.Kernel]]:
     env = dict(os.environ)
     env.pop("KDTREE_VERIFY_TILES", None)
     if tiles:
@@ -54,6 +56,8 @@ def load(arch: str, tiles: str | None, plan_tool: str, cache_dir: str | None, sh
             cmd += ["--shape", shape]
         if compile_arch:
             cmd += ["--compile-arch", compile_arch]
+        if splits:
+            cmd += ["--splits", str(splits)]
         res = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if res.returncode != 0:
             raise SystemExit(f"perf_model: {' '.join(cmd)} failed:\n{res.stderr}")
@@ -70,12 +74,57 @@ def load(arch: str, tiles: str | None, plan_tool: str, cache_dir: str | None, sh
         return result
 
 
+def grid_kernels(args, arch: str) -> list[tuple[dict, kernel_mod.Kernel]]:
+    """Every verify_attention kernel of the default grid for the arch (verify_plan --grid)."""
+    env = dict(os.environ)
+    env.pop("KDTREE_VERIFY_TILES", None)
+    with tempfile.TemporaryDirectory(prefix="kdtree-perf-grid-") as out:
+        cmd = [args.plan_tool, "--arch", arch, "--grid", "-j", str(args.jobs), "--cubin-dir", out]
+        if args.cache_dir:
+            cmd += ["--cache-dir", args.cache_dir]
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise SystemExit(f"perf_model: {' '.join(cmd)} failed:\n{res.stderr}")
+        result = []
+        for line in res.stdout.splitlines():
+            if not line.startswith("{"):
+                continue
+            plan = json.loads(line)
+            with open(os.path.join(out, plan["kernel"] + ".log")) as f:
+                log_text = f.read()
+            result.append((plan, kernel_mod.analyse(os.path.join(out, plan["kernel"] + ".cubin"),
+                                                    copies_per_thread(plan), log_text)))
+        return result
+
+
+def check_grid(args, arch: str) -> int:
+    """SASS counts of the grid's kernels; 1 when any spills."""
+    status = 0
+    print(f"{'kernel':58} {'regs':>4} {'instr':>5} {'HMMA':>4} {'LDSM':>4} {'cp.async':>8} {'smem B':>7}  spills")
+    for plan, k in grid_kernels(args, arch):
+        c = k.counts
+        ldsm = sum(v for n, v in c.items() if n.startswith("LDSM"))
+        spill = k.spill_instrs or k.spill_bytes > 0
+        print(f"{plan['kernel']:58} {k.registers:4d} {c['total']:5d} {c.get('HMMA', 0):4d} {ldsm:4d} "
+              f"{c.get('LDGSTS', 0):8d} {k.port_bytes_per_warp:7d}  "
+              f"{'SPILLS: %d LDL/STL, %d bytes' % (k.spill_instrs, k.spill_bytes) if spill else 'none'}")
+        if spill:
+            status = 1
+    return status
+
+
+def cmd_grid(args) -> int:
+    status = check_grid(args, args.arch)
+    print("grid: " + ("spills found" if status else "no spills"))
+    return status
+
+
 def predictions(args, arch: str, tiles: str | None, compile_arch: str | None = None):
     rates = rates_for(compile_arch or arch)
     if args.clock_ghz:
         rates["clock_hz"] = args.clock_ghz * 1e9  # a measured clock (scripts/device_perf_model.sh samples it)
     model = Model(rates)
-    items = load(arch, tiles, args.plan_tool, args.cache_dir, args.shape, compile_arch)
+    items = load(arch, tiles, args.plan_tool, args.cache_dir, args.shape, compile_arch, getattr(args, "splits", None))
     return [(plan, k, model.predict(plan, k)) for plan, k in items]
 
 
@@ -85,11 +134,13 @@ def tiles_of(plan: dict) -> str:
 
 def print_predictions(rows, out=sys.stdout) -> None:
     print(f"{'shape':24} {'tiles':16} {'regs':>4} {'spill':>5} {'splits':>6} {'CTA/SM':>6} {'waves':>5} "
-          f"{'tile clk':>8} {'tensor':>6} {'port':>5} {'issue':>5} {'L2':>5} {'us':>8} {'TFLOP/s':>7}  binding", file=out)
+          f"{'tile clk':>8} {'tensor':>6} {'port':>5} {'issue':>5} {'L2':>5} {'us':>8} {'comb us':>7} {'TFLOP/s':>7}  binding",
+          file=out)
     for plan, k, p in rows:
         print(f"{plan['shape']:24} {tiles_of(plan):16} {k.registers:4d} {max(k.spill_instrs, k.spill_bytes, 0):5d} "
               f"{plan['splits']:6d} {p.ctas_per_sm:6d} {p.waves:5d} {p.tile_cycles:8.0f} {p.tensor_busy:6.0%} "
-              f"{p.port_busy:5.0%} {p.issue_busy:5.0%} {p.l2_busy:5.0%} {p.us:8.1f} {p.tflops:7.1f}  {p.binding}", file=out)
+              f"{p.port_busy:5.0%} {p.issue_busy:5.0%} {p.l2_busy:5.0%} {p.us:8.1f} {p.combine_us:7.1f} {p.tflops:7.1f}  "
+              f"{p.binding}", file=out)
 
 
 def print_counts(rows, out=sys.stdout) -> None:
@@ -167,9 +218,9 @@ def cmd_validate(args) -> int:
 
 
 def cmd_check(args) -> int:
+    status = check_grid(args, "sm_120")
     rows = predictions(args, "sm_120", None)
     print_predictions(rows)
-    status = 0
     for plan, k, _ in rows:
         if k.spill_instrs or k.spill_bytes > 0:
             print(f"FAIL {k.name}: spills ({k.spill_instrs} LDL/STL, {k.spill_bytes} bytes by ptxas)")
@@ -201,12 +252,14 @@ def main() -> int:
     ap.add_argument("--plan-tool", default=os.path.join(ROOT, "build", "verify_plan"))
     ap.add_argument("--cache-dir", default=None, help="kdtree cubin cache for verify_plan (default: its default)")
     ap.add_argument("--shape", default=None, help="only shapes with this name prefix")
+    ap.add_argument("--jobs", type=int, default=2, help="compile threads for the grid")
     ap.add_argument("--clock-ghz", type=float, default=None, help="SM clock to model instead of the arch's")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("predict")
     p.add_argument("--arch", required=True)
     p.add_argument("--tiles")
     p.add_argument("--json")
+    p.add_argument("--splits", type=int, help="what-if: force the KV split count")
     p.add_argument("--compile-arch", help="what-if: --arch's tiles and plan, compiled for and run on this arch "
                                           "(shared-memory limits of --arch)")
     v = sub.add_parser("validate")
@@ -215,6 +268,8 @@ def main() -> int:
     v.add_argument("--tiles")
     v.add_argument("--column", default="graph_us", choices=["us", "b2b_us", "graph_us"])
     v.add_argument("--max-error", type=float, default=20.0)
+    g = sub.add_parser("grid", help="SASS counts and spills of every verify_attention kernel of the default grid")
+    g.add_argument("--arch", default="sm_120")
     c = sub.add_parser("check")
     c.add_argument("--baseline", default=os.path.join(ROOT, "tools", "perf_model", "baseline_sm120.json"))
     c.add_argument("--update", action="store_true")
@@ -222,7 +277,7 @@ def main() -> int:
     args = ap.parse_args()
     if not os.access(args.plan_tool, os.X_OK):
         raise SystemExit(f"perf_model: {args.plan_tool} not found: build the project first (scripts/build.sh)")
-    return {"predict": cmd_predict, "validate": cmd_validate, "check": cmd_check}[args.cmd](args)
+    return {"predict": cmd_predict, "validate": cmd_validate, "grid": cmd_grid, "check": cmd_check}[args.cmd](args)
 
 
 if __name__ == "__main__":

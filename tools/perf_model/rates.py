@@ -8,13 +8,16 @@ compiler's stall counts in the SASS.
 """
 
 RATES = {
-    # H200 SXM (the lent GPU): 132 SMs; 1.98 GHz under this load (docs/PERFORMANCE.md);
-    # mma.sync bf16 with fp32 accumulation measured at 647 TFLOP/s by a pure-issue
-    # microbenchmark (issue 4) = 2476 FLOP/clk/SM; device-to-device copy 4.27 TB/s.
+    # H200 SXM (the lent GPU): 132 SMs. ptxas's sm_90 SASS issues one warp's independent
+    # HMMA.16816 6 cycles apart: 4096 / 6 FLOP/clk per scheduler = 2731 per SM (2/3 of
+    # wgmma's 4096, as mma.sync's measured 647 TFLOP/s is 2/3 of the 989 spec). The
+    # pure-issue microbenchmark's 647 TFLOP/s (issue 4) at that rate means the SMs ran at
+    # 1.795 GHz under tensor load (the 1.98 GHz maximum boost is not sustained).
+    # Device-to-device copy 4.27 TB/s.
     "sm_90": {
         "num_sms": 132,
-        "clock_hz": 1.98e9,
-        "tensor_flop_per_clk_sm": 647e12 / (132 * 1.98e9),
+        "clock_hz": 647e12 / (132 * 4 * 4096 / 6),
+        "tensor_flop_per_clk_sm": 4 * 4096 / 6,
         "smem_bytes_per_clk_sm": 128,
         "dram_bytes_per_s": 4.27e12,
         "l2_bytes_per_s": 7e12,           # not measured here: public H100 microbenchmarks ~5.5 TB/s at a lower clock
