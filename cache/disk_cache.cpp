@@ -8,12 +8,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <system_error>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "runtime/error.hpp"
 
@@ -30,9 +34,14 @@ struct DiskCache::Slot {
 namespace {
 
 constexpr char kMagic[4] = {'K', 'D', 'T', 'C'};
-constexpr std::uint32_t kFormatVersion = 1;
-// magic, version, payload size, payload SHA-256, key SHA-256 (integers little-endian)
-constexpr std::size_t kHeaderSize = 4 + 4 + 8 + 32 + 32;
+// 2: version tag, checksum over the whole file (1 covered the payload only).
+constexpr std::uint32_t kFormatVersion = 2;
+// magic 4, format 4, payload size 8, tag size 4, checksum 32, key SHA-256 32
+// (integers little-endian), then the tag and the payload.
+constexpr std::size_t kChecksumAt = 20;
+constexpr std::size_t kKeyAt = 52;
+constexpr std::size_t kHeaderSize = 84;
+constexpr std::size_t kMaxTag = 1024;
 constexpr const char* kEntryExt = ".kdc";
 constexpr const char* kLockExt = ".lock";
 constexpr const char* kTempMark = ".tmp.";
@@ -67,13 +76,30 @@ std::uint64_t get_le(const char* p, int bytes) {
   return v;
 }
 
-std::vector<char> make_header(const std::vector<char>& payload, const Digest& key) {
+// SHA-256 of every byte of the entry except the checksum field.
+Digest entry_checksum(const char* header, const char* rest, std::size_t rest_size) {
+  Sha256 h;
+  h.update(header, kChecksumAt);
+  h.update(header + kKeyAt, kHeaderSize - kKeyAt);
+  h.update(rest, rest_size);
+  return h.finish();
+}
+
+// Header + tag (the payload follows).
+std::vector<char> make_prefix(const std::vector<char>& payload, const Digest& key, const std::string& tag) {
   std::vector<char> h(kMagic, kMagic + 4);
   put_le(h, kFormatVersion, 4);
   put_le(h, payload.size(), 8);
-  const Digest sum = Sha256::hash(payload.data(), payload.size());
-  h.insert(h.end(), sum.begin(), sum.end());
+  put_le(h, tag.size(), 4);
+  h.resize(kKeyAt);  // checksum, filled in below
   h.insert(h.end(), key.begin(), key.end());
+  h.insert(h.end(), tag.begin(), tag.end());
+  Sha256 sum;
+  sum.update(h.data(), kChecksumAt);
+  sum.update(h.data() + kKeyAt, h.size() - kKeyAt);
+  sum.update(payload.data(), payload.size());
+  const Digest d = sum.finish();
+  std::copy(d.begin(), d.end(), h.begin() + kChecksumAt);
   return h;
 }
 
@@ -90,38 +116,75 @@ bool write_all(int fd, const char* p, std::size_t n) {
   return true;
 }
 
+// What is at a path that should hold a regular file, in words ("" = regular file).
+std::string not_regular(mode_t mode) {
+  if (S_ISREG(mode)) return "";
+  if (S_ISLNK(mode)) return "a symbolic link, not a regular file";
+  if (S_ISDIR(mode)) return "a directory, not a regular file";
+  if (S_ISFIFO(mode)) return "a FIFO, not a regular file";
+  if (S_ISSOCK(mode)) return "a socket, not a regular file";
+  return "a device, not a regular file";
+}
+
 struct Entry {
   enum class State { missing, bad, ok } state = State::missing;
   std::string problem;
   std::vector<char> payload;
-  dev_t dev = 0;
-  ino_t ino = 0;
+  std::string tag;
+  std::uint32_t format = 0;  // 0 when unreadable
+  bool is_dir = false;
+  struct stat st {};  // lstat of the path (valid unless missing)
 };
 
 // Reads and checks an entry. The key is checked against `key` when given, else
-// against `hash16` (the prefix in the file name).
+// against `hash16` (the prefix in the file name). Never blocks on or follows
+// what is at the path, and never reads more than kMaxEntryBytes.
 Entry read_entry(const fs::path& path, const Digest* key, const std::string& hash16) {
   Entry e;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  if (::lstat(path.c_str(), &e.st) != 0) {
     if (errno == ENOENT || errno == ENOTDIR) return e;
     e.state = Entry::State::bad;
-    e.problem = "cannot open: " + errno_text(errno);
+    e.problem = "cannot stat: " + errno_text(errno);
     return e;
   }
   e.state = Entry::State::bad;
+  e.is_dir = S_ISDIR(e.st.st_mode);
+  if (std::string what = not_regular(e.st.st_mode); !what.empty()) {
+    e.problem = what;
+    return e;
+  }
+  auto too_large = [&](std::uintmax_t size) {
+    e.problem = "too large (" + std::to_string(size) + " bytes; an entry is at most " +
+                std::to_string(DiskCache::kMaxEntryBytes) + ")";
+  };
+  if (std::uintmax_t(e.st.st_size) > DiskCache::kMaxEntryBytes) {
+    too_large(std::uintmax_t(e.st.st_size));
+    return e;
+  }
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      e.state = Entry::State::missing;
+      return e;
+    }
+    e.problem = "cannot open: " + errno_text(errno);
+    return e;
+  }
   struct stat st {};
   std::vector<char> bytes;
   int read_errno = 0;
   if (::fstat(fd, &st) != 0) {
     read_errno = errno;
-  } else if (!S_ISREG(st.st_mode)) {
+  } else if (!S_ISREG(st.st_mode)) {  // replaced after the lstat
     ::close(fd);
-    e.problem = "not a regular file";
+    e.problem = not_regular(st.st_mode);
+    return e;
+  } else if (std::uintmax_t(st.st_size) > DiskCache::kMaxEntryBytes) {
+    ::close(fd);
+    too_large(std::uintmax_t(st.st_size));
     return e;
   } else {
-    e.dev = st.st_dev;
-    e.ino = st.st_ino;
+    e.st = st;
     bytes.resize(std::size_t(st.st_size));
     std::size_t got = 0;
     while (got < bytes.size()) {
@@ -146,55 +209,67 @@ Entry read_entry(const fs::path& path, const Digest* key, const std::string& has
     e.problem = "bad magic";
     return e;
   }
-  const auto version = get_le(bytes.data() + 4, 4);
-  if (version != kFormatVersion) {
-    e.problem = "format version " + std::to_string(version) + ", expected " +
-                std::to_string(kFormatVersion);
+  e.format = std::uint32_t(get_le(bytes.data() + 4, 4));
+  if (e.format != kFormatVersion) {
+    e.problem = "format version " + std::to_string(e.format) + ", expected " + std::to_string(kFormatVersion);
     return e;
   }
-  const auto size = get_le(bytes.data() + 8, 8);
-  const std::size_t have = bytes.size() - kHeaderSize;
+  const std::uint64_t size = get_le(bytes.data() + 8, 8);
+  const std::uint64_t tag_size = get_le(bytes.data() + 16, 4);
+  if (tag_size > kMaxTag || tag_size > bytes.size() - kHeaderSize) {
+    e.problem = "version tag size " + std::to_string(tag_size) + " is impossible";
+    return e;
+  }
+  const std::size_t have = bytes.size() - kHeaderSize - std::size_t(tag_size);
   if (size != have) {
-    e.problem = "payload size " + std::to_string(size) + " but the file holds " +
-                std::to_string(have) + " bytes" + (size > have ? " (truncated)" : "");
+    e.problem = "payload size " + std::to_string(size) + " but the file holds " + std::to_string(have) +
+                " bytes" + (size > have ? " (truncated)" : "");
     return e;
   }
   Digest stored_key;
-  std::memcpy(stored_key.data(), bytes.data() + 48, 32);
+  std::memcpy(stored_key.data(), bytes.data() + kKeyAt, 32);
   if (key ? stored_key != *key : to_hex(stored_key).compare(0, 16, hash16) != 0) {
     e.problem = "key hash mismatch";
     return e;
   }
-  const Digest sum = Sha256::hash(bytes.data() + kHeaderSize, have);
-  if (std::memcmp(sum.data(), bytes.data() + 16, 32) != 0) {
-    e.problem = "payload checksum mismatch";
+  const Digest sum = entry_checksum(bytes.data(), bytes.data() + kHeaderSize, bytes.size() - kHeaderSize);
+  if (std::memcmp(sum.data(), bytes.data() + kChecksumAt, 32) != 0) {
+    e.problem = "checksum mismatch";
     return e;
   }
-  e.payload.assign(bytes.begin() + kHeaderSize, bytes.end());
+  e.tag.assign(bytes.data() + kHeaderSize, std::size_t(tag_size));
+  e.payload.assign(bytes.begin() + std::ptrdiff_t(kHeaderSize + tag_size), bytes.end());
   e.state = Entry::State::ok;
   return e;
 }
 
+struct PublishError {
+  std::string message;      // "" = published
+  bool entry_only = false;  // the entry's path is the problem, not the directory
+};
+
 // Writes the entry to a temporary file in the same directory, flushes it and
-// renames it over `path`, so readers see the old entry or the new, never a
-// part. Returns "" or what failed.
-std::string publish(const fs::path& path, const std::vector<char>& payload, const Digest& key) {
+// renames it over `path`, so readers see the old entry or the new, never a part.
+PublishError publish(const fs::path& path, const std::vector<char>& payload, const Digest& key,
+                     const std::string& tag) {
   const std::string tmp = path.string() + temp_suffix();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return "cannot create " + tmp + ": " + errno_text(errno);
-  const std::vector<char> header = make_header(payload, key);
-  std::string failed;
-  if (!write_all(fd, header.data(), header.size()) ||
-      !write_all(fd, payload.data(), payload.size())) {
-    failed = "cannot write " + tmp + ": " + errno_text(errno);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return {"cannot create " + tmp + ": " + errno_text(errno)};
+  const std::vector<char> prefix = make_prefix(payload, key, tag);
+  PublishError failed;
+  if (!write_all(fd, prefix.data(), prefix.size()) || !write_all(fd, payload.data(), payload.size())) {
+    failed.message = "cannot write " + tmp + ": " + errno_text(errno);
   } else if (::fsync(fd) != 0) {
-    failed = "cannot flush " + tmp + ": " + errno_text(errno);
+    failed.message = "cannot flush " + tmp + ": " + errno_text(errno);
   }
-  if (::close(fd) != 0 && failed.empty()) failed = "cannot close " + tmp + ": " + errno_text(errno);
-  if (failed.empty() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    failed = "cannot rename " + tmp + ": " + errno_text(errno);
+  if (::close(fd) != 0 && failed.message.empty()) failed.message = "cannot close " + tmp + ": " + errno_text(errno);
+  if (failed.message.empty() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    failed.message = "cannot rename " + tmp + " to " + path.filename().string() + ": " + errno_text(err);
+    // A directory at the entry path blocks this one key, not the cache.
+    failed.entry_only = err == EISDIR || err == ENOTEMPTY || err == EEXIST;
   }
-  if (!failed.empty()) {
+  if (!failed.message.empty()) {
     ::unlink(tmp.c_str());
     return failed;
   }
@@ -205,7 +280,7 @@ std::string publish(const fs::path& path, const std::vector<char>& payload, cons
     ::fsync(dfd);
     ::close(dfd);
   }
-  return "";
+  return {};
 }
 
 // An exclusive flock on <entry>.lock. The holder unlinks the file before
@@ -214,64 +289,87 @@ std::string publish(const fs::path& path, const std::vector<char>& payload, cons
 // lets two processes hold "the" lock at once.
 class FileLock {
  public:
+  enum class Result { held, timed_out, failed };
+
   FileLock() = default;
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
-  ~FileLock() {
-    if (fd_ < 0) return;
-    // Unlink only our own file: clear() may have replaced it with another's.
-    struct stat held {}, at_path {};
-    if (owns_path_ && ::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &at_path) == 0 &&
-        held.st_dev == at_path.st_dev && held.st_ino == at_path.st_ino) {
-      ::unlink(path_.c_str());
-    }
-    ::close(fd_);
+  ~FileLock() { release(); }
+
+  // Waits up to `timeout` for the lock, calling on_wait once if it has to wait.
+  // held also covers a file system without flock (publish is still atomic).
+  // failed: *err is the errno of opening the lock file.
+  Result acquire(const fs::path& path, std::chrono::milliseconds timeout, const std::function<void()>& on_wait,
+                 int* err) {
+    return attempt(path, std::chrono::steady_clock::now() + timeout, on_wait, true, err);
   }
 
-  // Returns 0 with the lock held (or unlockable: file system without flock),
-  // else the errno of creating the lock file. Throws KDTREE_ERROR_CACHE on timeout.
-  int acquire(const fs::path& path, const std::string& readable, std::chrono::seconds timeout) {
+  // Takes the lock only if nobody holds it. create: make the lock file if missing.
+  // When not taken, *err is 0 (someone holds it) or the errno of opening it.
+  bool try_acquire(const fs::path& path, bool create, int* err) {
+    *err = 0;
+    return attempt(path, std::chrono::steady_clock::time_point::min(), nullptr, create, err) == Result::held;
+  }
+
+  // Unlinks our lock file (when it is still ours) and unlocks: 0 or the errno of unlink.
+  int release() {
+    if (fd_ < 0) return 0;
+    int result = 0;
+    // Unlink only our own file: clear() may have replaced it with another's.
+    struct stat held {}, at_path {};
+    if (owns_path_ && ::fstat(fd_, &held) == 0 && ::lstat(path_.c_str(), &at_path) == 0 &&
+        held.st_dev == at_path.st_dev && held.st_ino == at_path.st_ino && ::unlink(path_.c_str()) != 0) {
+      result = errno;
+    }
+    ::close(fd_);
+    fd_ = -1;
+    owns_path_ = false;
+    return result;
+  }
+
+ private:
+  Result attempt(const fs::path& path, std::chrono::steady_clock::time_point deadline,
+                 const std::function<void()>& on_wait, bool create, int* err) {
     path_ = path;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
     bool announced = false;
     auto pause = std::chrono::milliseconds(1);
     for (;;) {
-      fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      if (fd_ < 0) return errno;
+      const int flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (create ? O_CREAT : 0);
+      fd_ = ::open(path.c_str(), flags, 0644);
+      if (fd_ < 0) {
+        *err = errno;
+        return Result::failed;
+      }
       for (;;) {
         if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) break;
         if (errno == EINTR) continue;
-        if (errno != EWOULDBLOCK) return 0;  // no flock here: publish is still atomic
-        if (!announced) {
-          const std::string msg = "kdtree: waiting for another process to compile " + readable +
-                                  " (lock " + path.string() + ")\n";
-          std::fputs(msg.c_str(), stderr);
-          announced = true;
-        }
+        if (errno != EWOULDBLOCK) return Result::held;  // no flock here
+        if (!announced && on_wait) on_wait();  // also with a zero timeout: the caller says what it does
+        announced = true;
         const auto now = std::chrono::steady_clock::now();
         if (now >= deadline) {
           ::close(fd_);
           fd_ = -1;
-          fail(KDTREE_ERROR_CACHE, "kdtree: timed out after " + std::to_string(timeout.count()) +
-                                       " s waiting for cache lock " + path.string() +
-                                       " (held by another process compiling " + readable + ")");
+          return Result::timed_out;
         }
-        std::this_thread::sleep_for(
-            std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
         pause = std::min(pause * 2, std::chrono::milliseconds(50));
       }
       struct stat held {}, now_at_path {};
-      if (::fstat(fd_, &held) == 0 && ::stat(path.c_str(), &now_at_path) == 0 &&
+      if (::fstat(fd_, &held) == 0 && ::lstat(path.c_str(), &now_at_path) == 0 &&
           held.st_dev == now_at_path.st_dev && held.st_ino == now_at_path.st_ino) {
         owns_path_ = true;
-        return 0;
+        return Result::held;
       }
       ::close(fd_);  // the file was removed or replaced while we waited
       fd_ = -1;
+      if (!create) {
+        *err = ENOENT;
+        return Result::failed;
+      }
     }
   }
 
- private:
   fs::path path_;
   int fd_ = -1;
   bool owns_path_ = false;
@@ -295,9 +393,8 @@ bool stale_temp(const fs::path& path, const std::string& name) {
   if (mark == std::string::npos) return false;
   const long pid = std::strtol(name.c_str() + mark + std::strlen(kTempMark), nullptr, 10);
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return false;
-  const auto age = std::chrono::system_clock::now() -
-                   std::chrono::system_clock::from_time_t(st.st_mtime);
+  if (::lstat(path.c_str(), &st) != 0) return false;
+  const auto age = std::chrono::system_clock::now() - std::chrono::system_clock::from_time_t(st.st_mtime);
   if (age > kStaleTempAge) return true;
   if (pid <= 0 || pid == long(::getpid())) return false;
   return ::kill(pid_t(pid), 0) != 0 && errno == ESRCH;
@@ -308,37 +405,81 @@ std::string env(const char* name) {
   return v ? v : "";
 }
 
+std::chrono::system_clock::time_point mtime_of(const struct stat& st) {
+  const auto since_epoch = std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec);
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(since_epoch));
+}
+
+// Removes whatever is at path (a directory with its contents; a link, not its
+// target): "" or why not.
+std::string remove_path(const fs::path& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? "" : errno_text(errno);
+  if (S_ISDIR(st.st_mode)) {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+    return ec ? ec.message() : "";
+  }
+  return ::unlink(path.c_str()) == 0 ? "" : errno_text(errno);
+}
+
+bool same_file(const struct stat& a, const struct stat& b) {
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino && a.st_mtim.tv_sec == b.st_mtim.tv_sec &&
+         a.st_mtim.tv_nsec == b.st_mtim.tv_nsec;
+}
+
+// Removes the entry at path only while holding its lock (so never one that is
+// being built or published) and only if it is still the file `seen`.
+std::string remove_entry_locked(const fs::path& path, const struct stat& seen) {
+  FileLock lock;
+  int err = 0;
+  if (!lock.try_acquire(path.string() + kLockExt, true, &err)) {
+    return err ? "cannot lock it: " + errno_text(err) : "in use (another process holds its lock)";
+  }
+  struct stat now {};
+  if (::lstat(path.c_str(), &now) != 0) return errno == ENOENT ? "" : errno_text(errno);
+  if (!same_file(now, seen)) return "replaced while checked";
+  return ::unlink(path.c_str()) == 0 ? "" : errno_text(errno);
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) { return fmt::format("{:g} s", double(ms.count()) / 1000); }
+
 }  // namespace
 
-DiskCache::DiskCache(fs::path dir, std::chrono::seconds lock_timeout)
-    : dir_(std::move(dir)), lock_timeout_(lock_timeout) {
+DiskCache::DiskCache(fs::path dir, std::optional<std::chrono::milliseconds> lock_timeout,
+                     std::optional<std::uint64_t> max_bytes)
+    : dir_(std::move(dir)),
+      lock_timeout_(lock_timeout ? *lock_timeout : lock_timeout_from_env()),
+      max_bytes_(max_bytes ? *max_bytes : max_bytes_from_env()) {
+  require(lock_timeout_.count() >= 0, "cache: the lock timeout must be >= 0");
   if (dir_.empty()) {
     memory_only_ = true;
+    std::fputs("kdtree: warning: no cache directory (KDTREE_CACHE_DIR, XDG_CACHE_HOME and HOME are unset and "
+               "the user has no home directory); caching in memory only\n",
+               stderr);
     return;
   }
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec) {
-    degrade(ec.message());
-    return;
-  }
-  if (!fs::is_directory(dir_, ec)) {
-    degrade("not a directory");
-    return;
-  }
-  // Creating the directory can succeed (or be unnecessary) where files cannot
-  // be written: probe with a real file.
-  const fs::path probe = dir_ / ("probe" + temp_suffix());
-  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    degrade(errno_text(errno));
-    return;
-  }
-  ::close(fd);
-  if (::unlink(probe.c_str()) != 0) degrade("cannot remove files: " + errno_text(errno));
+  if (std::string why = unusable_reason(dir_); !why.empty()) degrade(why);
 }
 
 DiskCache::~DiskCache() = default;
+
+std::string DiskCache::unusable_reason(const fs::path& dir) {
+  if (dir.empty()) return "no directory";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return ec.message();
+  if (!fs::is_directory(dir, ec)) return "not a directory";
+  // Creating the directory can succeed (or be unnecessary) where files cannot
+  // be written: probe with a real file.
+  const fs::path probe = dir / ("probe" + temp_suffix());
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return errno_text(errno);
+  ::close(fd);
+  if (::unlink(probe.c_str()) != 0) return "cannot remove files: " + errno_text(errno);
+  return "";
+}
 
 fs::path DiskCache::default_dir() {
   if (std::string d = env("KDTREE_CACHE_DIR"); !d.empty()) return d;
@@ -347,16 +488,57 @@ fs::path DiskCache::default_dir() {
   if (home.empty()) {
     if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir) home = pw->pw_dir;
   }
-  if (home.empty()) return {};  // nowhere to put it: memory only
+  if (home.empty()) return {};  // nowhere to put it: memory only (the constructor warns)
   return fs::path(home) / ".cache" / "kdtree";
+}
+
+std::chrono::milliseconds DiskCache::lock_timeout_from_env() {
+  const std::string text = env("KDTREE_CACHE_LOCK_TIMEOUT");
+  if (text.empty()) return kDefaultLockTimeout;
+  char* end = nullptr;
+  errno = 0;
+  const double seconds = std::strtod(text.c_str(), &end);
+  const bool starts_right = std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.';
+  if (!starts_right || errno != 0 || end == text.c_str() || *end != '\0' || !std::isfinite(seconds) || seconds < 0 ||
+      seconds > 86400) {
+    fail(KDTREE_ERROR_INVALID_ARGUMENT,
+         "KDTREE_CACHE_LOCK_TIMEOUT='" + text + "' is not a number of seconds in 0..86400 (e.g. 30 or 0.5)");
+  }
+  return std::chrono::milliseconds(std::llround(seconds * 1000));
+}
+
+std::uint64_t DiskCache::max_bytes_from_env() {
+  const std::string text = env("KDTREE_CACHE_MAX_BYTES");
+  if (text.empty()) return kDefaultMaxBytes;
+  auto bad = [&] {
+    fail(KDTREE_ERROR_INVALID_ARGUMENT, "KDTREE_CACHE_MAX_BYTES='" + text +
+                                            "' is not a size in bytes (an integer with an optional K, M, G or "
+                                            "T suffix, e.g. 2G; 0 = unlimited)");
+  };
+  std::size_t i = 0;
+  std::uint64_t value = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    if (value > (UINT64_MAX - 9) / 10) bad();
+    value = value * 10 + std::uint64_t(text[i] - '0');
+  }
+  if (i == 0) bad();
+  int shift = 0;
+  if (i < text.size()) {
+    const char* suffixes = "KMGT";
+    const char* at = std::strchr(suffixes, std::toupper(static_cast<unsigned char>(text[i])));
+    if (at == nullptr || text[i] == '\0' || i + 1 != text.size()) bad();
+    shift = 10 * int(at - suffixes + 1);
+  }
+  if (shift > 0 && value > (UINT64_MAX >> shift)) bad();
+  return value << shift;
 }
 
 std::string DiskCache::sha256_hex(const std::string& data) { return to_hex(Sha256::hash(data)); }
 
 void DiskCache::degrade(const std::string& why) {
   if (memory_only_.exchange(true)) return;
-  const std::string msg = "kdtree: warning: cache directory " + dir_.string() +
-                          " is not writable (" + why + "); caching in memory only\n";
+  const std::string msg =
+      "kdtree: warning: cache directory " + dir_.string() + " is not writable (" + why + "); caching in memory only\n";
   std::fputs(msg.c_str(), stderr);
 }
 
@@ -367,15 +549,14 @@ std::shared_ptr<DiskCache::Slot> DiskCache::slot(const std::string& key_hex) {
   return s;
 }
 
-std::vector<char> DiskCache::get_or_build(const std::string& readable,
-                                          const std::string& key_material,
-                                          const std::function<std::vector<char>()>& build,
-                                          Outcome* outcome) {
+std::vector<char> DiskCache::get_or_build(const std::string& readable, const std::string& key_material,
+                                          const std::function<std::vector<char>()>& build, Outcome* outcome,
+                                          const std::string& version) {
   require(!readable.empty() && readable.size() <= kMaxReadable && readable[0] != '.' &&
               readable.find_first_of(std::string("/\\\0", 3)) == std::string::npos,
-          "cache: readable name '" + readable +
-              "' is not a safe file name (1.." + std::to_string(kMaxReadable) +
+          "cache: readable name '" + readable + "' is not a safe file name (1.." + std::to_string(kMaxReadable) +
               " characters, no '/', not starting with '.')");
+  require(version.size() <= kMaxTag, "cache: version tag over " + std::to_string(kMaxTag) + " bytes");
   require(bool(build), "cache: no build function for " + readable);
   const Digest key = Sha256::hash(key_material);
   std::shared_ptr<Slot> s = slot(to_hex(key));
@@ -385,119 +566,228 @@ std::vector<char> DiskCache::get_or_build(const std::string& readable,
     return s->payload;
   }
   Outcome how = Outcome::built;
-  s->payload = load_or_build(readable, key, build, &how);
+  s->payload = load_or_build(readable, key, build, &how, version);
   s->ready = true;
   if (outcome) *outcome = how;
   return s->payload;
 }
 
 std::vector<char> DiskCache::load_or_build(const std::string& readable, const Digest& key,
-                                           const std::function<std::vector<char>()>& build,
-                                           Outcome* outcome) {
+                                           const std::function<std::vector<char>()>& build, Outcome* outcome,
+                                           const std::string& version) {
   *outcome = Outcome::built;
   if (dir_.empty()) return build();
   const std::string name = readable + "-" + to_hex(key).substr(0, 16) + kEntryExt;
   const fs::path path = dir_ / name;
+  auto hit = [&](Entry& e) {
+    // The LRU stamp: mtime, not atime (noatime/relatime mounts). A read-only cache keeps its order.
+    ::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
+    *outcome = Outcome::disk_hit;
+    return std::move(e.payload);
+  };
+  auto entry_warning = [&](const std::string& why) {
+    const std::string msg = "kdtree: warning: cannot store cache entry " + path.string() + " (" + why +
+                            "); this kernel is kept in memory only\n";
+    std::fputs(msg.c_str(), stderr);
+  };
   // A degraded cache still reads valid entries (e.g. a pre-warmed read-only dir).
   Entry found = read_entry(path, &key, "");
-  if (found.state == Entry::State::ok) {
-    *outcome = Outcome::disk_hit;
-    return std::move(found.payload);
-  }
+  if (found.state == Entry::State::ok) return hit(found);
   if (memory_only_) return build();
 
   FileLock lock;
   const fs::path lock_path = path.string() + kLockExt;
-  int err = lock.acquire(lock_path, readable, lock_timeout_);
-  if (err == ENOENT) {  // the directory was removed under us: make it again
+  auto on_wait = [&] {
+    const std::string msg = "kdtree: waiting for another process to compile " + readable + " (lock " +
+                            lock_path.string() + "); compiling it here after " + seconds_text(lock_timeout_) + "\n";
+    std::fputs(msg.c_str(), stderr);
+  };
+  int err = 0;
+  FileLock::Result locked = lock.acquire(lock_path, lock_timeout_, on_wait, &err);
+  if (locked == FileLock::Result::failed && err == ENOENT) {  // the directory was removed under us: make it again
     std::error_code ec;
     fs::create_directories(dir_, ec);
-    err = lock.acquire(lock_path, readable, lock_timeout_);
+    locked = lock.acquire(lock_path, lock_timeout_, on_wait, &err);
   }
-  if (err != 0) {
+  if (locked == FileLock::Result::failed) {
+    if (err == EISDIR || err == ELOOP) {  // something odd at this key's lock path only
+      entry_warning("its lock path " + lock_path.string() + " is not a regular file");
+      return build();
+    }
     degrade("cannot create " + lock_path.string() + ": " + errno_text(err));
     return build();
   }
-  // Another process may have published while we waited for the lock.
-  found = read_entry(path, &key, "");
-  if (found.state == Entry::State::ok) {
-    *outcome = Outcome::disk_hit;
-    return std::move(found.payload);
+  if (locked == FileLock::Result::held) {
+    // Another process may have published while we waited for the lock.
+    found = read_entry(path, &key, "");
+    if (found.state == Entry::State::ok) return hit(found);
   }
+  // Holding the lock, or gave up waiting for a stuck holder (the message said
+  // so): build here. Publishing without the lock is still atomic, and saves the
+  // next process the wait.
   std::vector<char> payload = build();  // throws: the lock is released, nothing published
-  if (std::string failed = publish(path, payload, key); !failed.empty()) degrade(failed);
+  if (kHeaderSize + version.size() + payload.size() > kMaxEntryBytes) return payload;  // could never be read back
+  if (found.is_dir) ::rmdir(path.c_str());  // an empty directory goes; a full one is reported below
+  const PublishError failed = publish(path, payload, key, version);
+  if (failed.entry_only) {
+    entry_warning(found.is_dir ? "a directory is in the way" : failed.message);
+  } else if (!failed.message.empty()) {
+    degrade(failed.message);
+  } else if (locked == FileLock::Result::held) {
+    evict(path);
+  }
   return payload;
+}
+
+void DiskCache::evict(const fs::path& keep) {
+  if (max_bytes_ == 0 || memory_only_) return;
+  struct Candidate {
+    fs::path path;
+    struct stat st;
+  };
+  std::vector<Candidate> candidates;
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!ends_with(it->path().filename().string(), kEntryExt)) continue;
+    Candidate c{it->path(), {}};
+    if (::lstat(c.path.c_str(), &c.st) != 0 || !S_ISREG(c.st.st_mode)) continue;
+    total += std::uint64_t(c.st.st_size);
+    candidates.push_back(std::move(c));
+  }
+  if (total <= max_bytes_) return;
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return std::make_pair(a.st.st_mtim.tv_sec, a.st.st_mtim.tv_nsec) <
+           std::make_pair(b.st.st_mtim.tv_sec, b.st.st_mtim.tv_nsec);
+  });
+  for (const Candidate& c : candidates) {
+    if (total <= max_bytes_) break;
+    if (c.path == keep) continue;
+    if (remove_entry_locked(c.path, c.st).empty()) total -= std::uint64_t(c.st.st_size);
+  }
 }
 
 std::vector<EntryInfo> DiskCache::list() const {
   std::vector<EntryInfo> out;
   if (dir_.empty()) return out;
   std::error_code ec;
-  fs::directory_iterator it(dir_, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (!ends_with(name, kEntryExt)) continue;
     EntryInfo info;
     info.path = it->path();
-    std::error_code size_ec;
-    info.bytes = fs::file_size(info.path, size_ec);
-    if (size_ec) info.bytes = 0;
-    std::string hash16;
-    if (!parse_entry_name(name, &info.readable, &hash16)) {
-      info.readable = name.substr(0, name.size() - std::strlen(kEntryExt));
-      info.problem = "file name is not <readable>-<16 hex digits>.kdc";
+    struct stat st {};
+    const bool stat_ok = ::lstat(info.path.c_str(), &st) == 0;
+    if (stat_ok) {
+      info.bytes = S_ISREG(st.st_mode) ? std::uintmax_t(st.st_size) : 0;
+      info.last_used = mtime_of(st);
+    }
+    if (ends_with(name, kEntryExt)) {
+      std::string hash16;
+      if (!parse_entry_name(name, &info.readable, &hash16)) {
+        info.readable = name.substr(0, name.size() - std::strlen(kEntryExt));
+        info.problem = "file name is not <readable>-<16 hex digits>.kdc";
+      } else {
+        Entry e = read_entry(info.path, nullptr, hash16);
+        if (e.state == Entry::State::missing) continue;  // removed while listing
+        info.valid = e.state == Entry::State::ok;
+        info.problem = e.problem;
+        info.version = e.tag;
+      }
+    } else if (name.find(kTempMark) != std::string::npos && stale_temp(info.path, name)) {
+      info.kind = EntryInfo::Kind::temp;
+      info.readable = name;
+      info.problem = "stale temporary file (its writer is gone)";
     } else {
-      Entry e = read_entry(info.path, nullptr, hash16);
-      info.valid = e.state == Entry::State::ok;
-      if (e.state == Entry::State::missing) info.problem = "removed while listing";
-      else info.problem = e.problem;
+      continue;
     }
     out.push_back(std::move(info));
   }
-  std::sort(out.begin(), out.end(),
-            [](const EntryInfo& a, const EntryInfo& b) { return a.path < b.path; });
+  std::sort(out.begin(), out.end(), [](const EntryInfo& a, const EntryInfo& b) { return a.path < b.path; });
   return out;
 }
 
 std::vector<EntryInfo> DiskCache::verify() {
   std::vector<EntryInfo> entries = list();
-  for (const EntryInfo& info : entries) {
+  for (EntryInfo& info : entries) {
     if (info.valid) continue;
     // Re-check right before removing: another process may have just replaced
     // the bad entry with a good one (publish renames over it).
     std::string readable, hash16;
-    if (parse_entry_name(info.path.filename().string(), &readable, &hash16)) {
+    if (info.kind == EntryInfo::Kind::entry &&
+        parse_entry_name(info.path.filename().string(), &readable, &hash16)) {
       const Entry again = read_entry(info.path, nullptr, hash16);
-      if (again.state != Entry::State::bad) continue;
-      struct stat st {};
-      if (::stat(info.path.c_str(), &st) != 0 || st.st_dev != again.dev || st.st_ino != again.ino) {
+      if (again.state == Entry::State::ok) {
+        info.valid = true;
+        info.problem.clear();
+        info.version = again.tag;
+        continue;
+      }
+      if (again.state == Entry::State::missing) {
+        info.removed = true;  // gone already
         continue;
       }
     }
-    std::error_code ec;
-    fs::remove(info.path, ec);
+    info.remove_error = remove_path(info.path);
+    info.removed = info.remove_error.empty();
   }
   return entries;
 }
 
-std::size_t DiskCache::clear() {
-  std::size_t removed = 0;
-  if (dir_.empty()) return 0;
-  std::vector<fs::path> doomed;
+std::vector<EntryInfo> DiskCache::clear() {
+  std::vector<EntryInfo> out;
+  if (dir_.empty()) return out;
   std::error_code ec;
-  fs::directory_iterator it(dir_, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (ends_with(name, kEntryExt) || ends_with(name, kLockExt) ||
-        (name.find(kTempMark) != std::string::npos && stale_temp(it->path(), name))) {
-      doomed.push_back(it->path());
+    EntryInfo info;
+    info.path = it->path();
+    info.readable = name;
+    struct stat st {};
+    if (::lstat(info.path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) info.bytes = std::uintmax_t(st.st_size);
+    if (ends_with(name, kEntryExt)) {
+      std::string hash16;
+      if (!parse_entry_name(name, &info.readable, &hash16)) info.readable = name;
+      info.remove_error = remove_path(info.path);
+    } else if (ends_with(name, std::string(kEntryExt) + kLockExt)) {
+      info.kind = EntryInfo::Kind::lock;
+      FileLock lock;
+      int err = 0;
+      if (lock.try_acquire(info.path, false, &err)) {
+        const int err = lock.release();  // unlinks it as its holder would
+        if (err != 0) info.remove_error = errno_text(err);
+      } else if (::lstat(info.path.c_str(), &st) == 0 && (S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode))) {
+        info.remove_error = remove_path(info.path);  // not a lock file at all
+      } else {
+        continue;  // held by a live process (or gone): leave it
+      }
+    } else if (name.find(kTempMark) != std::string::npos && stale_temp(info.path, name)) {
+      info.kind = EntryInfo::Kind::temp;
+      info.remove_error = remove_path(info.path);
+    } else {
+      continue;
     }
+    info.removed = info.remove_error.empty();
+    out.push_back(std::move(info));
   }
-  for (const fs::path& p : doomed) {
-    std::error_code rm_ec;
-    if (fs::remove(p, rm_ec)) ++removed;
+  std::sort(out.begin(), out.end(), [](const EntryInfo& a, const EntryInfo& b) { return a.path < b.path; });
+  return out;
+}
+
+std::vector<EntryInfo> DiskCache::prune(const std::string& current_version) {
+  std::vector<EntryInfo> out;
+  for (EntryInfo& info : list()) {
+    if (info.kind != EntryInfo::Kind::entry) continue;
+    std::string readable, hash16;
+    if (!parse_entry_name(info.path.filename().string(), &readable, &hash16)) continue;
+    const Entry e = read_entry(info.path, nullptr, hash16);
+    const bool old = (e.state == Entry::State::ok && e.tag != current_version) ||
+                     (e.state == Entry::State::bad && e.format > 0 && e.format < kFormatVersion);
+    if (!old) continue;
+    info.remove_error = remove_entry_locked(info.path, e.st);
+    info.removed = info.remove_error.empty();
+    out.push_back(std::move(info));
   }
-  return removed;
+  return out;
 }
 
 }  // namespace kdtree::cache

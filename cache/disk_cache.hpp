@@ -3,16 +3,29 @@
 // Layout: <dir>/<readable>-<hash16>.kdc, where readable names the operation,
 // shape, dtype and arch, and hash16 is the first 16 hex digits of the SHA-256 of
 // the key material (rendered source, options, arch, NVRTC and generator versions).
-// Entry = header {magic "KDTC", format version, payload size, payload SHA-256,
-// full key hash} + payload. A bad entry (magic, version, size, checksum, key) is
-// never loaded: it is rebuilt and replaced.
+// Entry (format 2) = header {magic "KDTC", format version, payload size, version
+// tag size, checksum, full key hash} + version tag + payload. The checksum is the
+// SHA-256 of every other byte of the file, so any corrupt byte (key included) is
+// caught by list()/verify() too, not only by get_or_build. A bad entry (not a
+// regular file, over kMaxEntryBytes, magic, format, size, key, checksum) is never
+// loaded: it is rebuilt and replaced. Only lstat() and non-blocking,
+// no-follow opens touch entry paths, so a FIFO, link or directory there cannot
+// hang or redirect anything.
 //
 // Publish is atomic (temporary file in the same directory, flushed, renamed).
 // A per-key lock file (<entry>.lock, flock) makes concurrent processes build a
-// key once; a waiter prints one message and gives up after a timeout.
+// key once. A waiter prints one message and waits at most lock_timeout; then it
+// compiles the key itself and goes on (a live but stuck holder cannot stall it).
+//
+// Size limit: after each publish, entries are evicted least recently used first
+// (by mtime, which a disk hit refreshes, so atime/noatime does not matter) until
+// the *.kdc files total at most max_bytes. An entry whose lock another process
+// holds is never evicted, nor is the one just published.
+//
 // An unwritable directory degrades to memory only, with one warning on stderr
-// (valid entries already there are still read). Within a process, results are
-// memoised and every method is thread-safe.
+// (valid entries already there are still read); so does an empty path (no
+// cache directory could be determined). Within a process, results are memoised
+// and every method is thread-safe.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -22,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,40 +46,85 @@ namespace kdtree::cache {
 enum class Outcome {
   memory_hit,  // already loaded in this process
   disk_hit,    // read from a valid entry
-  built,       // built here (miss, or a bad entry replaced)
+  built,       // built here (miss, a bad entry replaced, or a lock wait that timed out)
 };
 
 struct EntryInfo {
+  enum class Kind {
+    entry,  // <readable>-<hash16>.kdc (whatever file type is there)
+    temp,   // a stale temporary file: its writer is gone (crash) or it is over an hour old
+    lock,   // an unheld lock file (only reported by clear())
+  };
+  Kind kind = Kind::entry;
   std::filesystem::path path;
-  std::string readable;    // file name without hash and extension
+  std::string readable;    // file name without hash and extension (temp/lock: the file name)
   std::uintmax_t bytes = 0;
   bool valid = false;
   std::string problem;     // why not valid ("" when valid)
+  std::string version;     // the version tag it was stored with ("" when unreadable)
+  std::chrono::system_clock::time_point last_used{};  // mtime: publish or last disk hit
+  // Set by verify(), clear(), prune(): whether this file was removed, else why not.
+  bool removed = false;
+  std::string remove_error;
 };
 
 class DiskCache {
  public:
-  // dir: the cache directory (created if missing). Empty path = memory only.
+  // The largest entry file read (header + tag + payload); a bigger one is corrupt.
+  static constexpr std::uintmax_t kMaxEntryBytes = std::uintmax_t(256) << 20;
+  static constexpr std::chrono::milliseconds kDefaultLockTimeout{60'000};
+  static constexpr std::uint64_t kDefaultMaxBytes = std::uint64_t(2) << 30;
+
+  // dir: the cache directory (created if missing). Empty path = memory only,
+  // with one warning (no cache directory could be determined).
+  // lock_timeout: longest wait for another process's lock on a key (>= 0);
+  //   nullopt = lock_timeout_from_env().
+  // max_bytes: size limit of all entries in bytes, 0 = unlimited; nullopt =
+  //   max_bytes_from_env().
+  // Throws KDTREE_ERROR_INVALID_ARGUMENT for a malformed environment variable.
   explicit DiskCache(std::filesystem::path dir,
-                     std::chrono::seconds lock_timeout = std::chrono::seconds(600));
+                     std::optional<std::chrono::milliseconds> lock_timeout = std::nullopt,
+                     std::optional<std::uint64_t> max_bytes = std::nullopt);
   ~DiskCache();
 
-  // KDTREE_CACHE_DIR, else $XDG_CACHE_HOME/kdtree, else $HOME/.cache/kdtree.
+  // KDTREE_CACHE_DIR, else $XDG_CACHE_HOME/kdtree, else $HOME/.cache/kdtree, else
+  // the passwd home's .cache/kdtree; empty when there is none of these.
   static std::filesystem::path default_dir();
+  // KDTREE_CACHE_LOCK_TIMEOUT: seconds, a decimal number 0..86400 (e.g. 0.5);
+  // unset or empty: kDefaultLockTimeout.
+  static std::chrono::milliseconds lock_timeout_from_env();
+  // KDTREE_CACHE_MAX_BYTES: bytes, an integer with an optional K, M, G or T suffix
+  // (powers of 1024); 0 = unlimited; unset or empty: kDefaultMaxBytes.
+  static std::uint64_t max_bytes_from_env();
+  // Creates dir if needed and checks that files can be created and removed in it:
+  // "" when usable, else why not. Prints nothing.
+  static std::string unusable_reason(const std::filesystem::path& dir);
 
   // Returns the payload for key_material. On a miss, `build` runs (at most once
-  // per key across threads and across processes that share the directory) and
-  // its result is published. `readable` must be file-name safe.
+  // per key across threads and across processes that share the directory, unless
+  // a lock wait times out) and its result is published with the version tag
+  // `version` (what prune() compares). `readable` must be file-name safe.
   std::vector<char> get_or_build(const std::string& readable, const std::string& key_material,
                                  const std::function<std::vector<char>()>& build,
-                                 Outcome* outcome = nullptr);
+                                 Outcome* outcome = nullptr, const std::string& version = "");
 
-  std::vector<EntryInfo> list() const;       // every *.kdc entry, checked
-  std::vector<EntryInfo> verify();           // like list(); bad entries are removed
-  std::size_t clear();                       // removes entries and stale temp/lock files; returns count
+  // Every entry path (*.kdc, whatever file type) and every stale temporary file,
+  // checked, sorted by path. Changes nothing.
+  std::vector<EntryInfo> list() const;
+  // Like list(); bad entries and stale temporary files are removed (removed /
+  // remove_error say how that went).
+  std::vector<EntryInfo> verify();
+  // Removes every entry, stale temporary file and unheld lock file; a lock that
+  // a live process holds is left alone. Returns what it tried to remove.
+  std::vector<EntryInfo> clear();
+  // Removes entries stored with a version tag other than `current_version` or in
+  // an older format; skips entries whose lock is held. Returns what it tried.
+  std::vector<EntryInfo> prune(const std::string& current_version);
 
   const std::filesystem::path& dir() const { return dir_; }
   bool memory_only() const { return memory_only_; }
+  std::chrono::milliseconds lock_timeout() const { return lock_timeout_; }
+  std::uint64_t max_bytes() const { return max_bytes_; }
 
   static std::string sha256_hex(const std::string& data);
 
@@ -75,11 +134,13 @@ class DiskCache {
   std::shared_ptr<Slot> slot(const std::string& key_hex);
   std::vector<char> load_or_build(const std::string& readable, const Digest& key,
                                   const std::function<std::vector<char>()>& build,
-                                  Outcome* outcome);
+                                  Outcome* outcome, const std::string& version);
   void degrade(const std::string& why);  // switch to memory only; warns once
+  void evict(const std::filesystem::path& keep);  // LRU down to max_bytes_
 
   std::filesystem::path dir_;
-  std::chrono::seconds lock_timeout_;
+  std::chrono::milliseconds lock_timeout_;
+  std::uint64_t max_bytes_;
   std::atomic<bool> memory_only_{false};
   mutable std::mutex mutex_;  // guards memory_ only (never held while building)
   std::map<std::string, std::shared_ptr<Slot>> memory_;

@@ -1,9 +1,12 @@
 #include "runtime/nvrtc_compiler.hpp"
 
 #include <nvrtc.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <filesystem>
-#include <fstream>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -16,14 +19,34 @@ void check_nvrtc(nvrtcResult r, const char* what) {
   if (r != NVRTC_SUCCESS) fail(KDTREE_ERROR_COMPILE, fmt::format("{}: {}", what, nvrtcGetErrorString(r)));
 }
 
+// The failing source goes to a new private file in $TMPDIR (else /tmp) with an
+// unpredictable name: mkstemps creates it O_EXCL with mode 0600, so a planted
+// file or symlink is never followed, truncated or read by others.
 std::string write_failed_source(const codegen::KernelSource& source, const codegen::Arch& arch) {
   std::error_code ec;
   auto dir = std::filesystem::temp_directory_path(ec);
   if (ec) dir = "/tmp";
-  auto path = dir / fmt::format("kdtree-failed-{}-{}.cu", source.file_stem, arch.name());
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << source.source;
-  return out ? path.string() : std::string("(could not write the source to ") + path.string() + ")";
+  std::string path = (dir / fmt::format("kdtree-failed-{}-{}-XXXXXX.cu", source.file_stem, arch.name())).string();
+  const int fd = ::mkstemps(path.data(), 3);
+  if (fd < 0) {
+    return fmt::format("(could not write the source to {}: {})", dir.string(),
+                       std::error_code(errno, std::generic_category()).message());
+  }
+  const char* p = source.source.data();
+  std::size_t left = source.source.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    p += n;
+    left -= std::size_t(n);
+  }
+  const bool closed = ::close(fd) == 0;
+  if (left > 0 || !closed) {
+    ::unlink(path.c_str());
+    return fmt::format("(could not write the source to {})", path);
+  }
+  return path;
 }
 
 }  // namespace

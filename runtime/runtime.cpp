@@ -54,6 +54,8 @@ std::string nvrtc_version() {
   return fmt::format("{}.{}", major, minor);
 }
 
+std::string cache_version() { return fmt::format("generator {} nvrtc {}", KDTREE_GENERATOR_VERSION, nvrtc_version()); }
+
 std::map<std::string, ResourceUsage> parse_ptxas_log(const std::string& log) {
   // ptxas info    : Compiling entry function 'kdtree_x' for 'sm_90'
   // ptxas info    : Function properties for kdtree_x
@@ -161,7 +163,8 @@ std::shared_ptr<const CompiledModule> Runtime::compile(const codegen::KernelSour
   module->label = source.label;
   std::string readable = fmt::format("{}-{}", source.file_stem, target.name());
   std::vector<char> payload = cache_->get_or_build(
-      readable, key_material, [&] { return pack(nvrtc_compile(source, target)); }, &module->outcome);
+      readable, key_material, [&] { return pack(nvrtc_compile(source, target)); }, &module->outcome,
+      cache_version());
   unpack(payload, module.get());
   module->usage = parse_ptxas_log(module->ptxas_log);
   return module;

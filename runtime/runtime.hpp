@@ -99,6 +99,9 @@ class Runtime {
 
 // NVRTC version as "major.minor".
 std::string nvrtc_version();
+// The version tag cache entries are stored with ("generator G nvrtc N"): what
+// `kdtree-gen cache prune` keeps.
+std::string cache_version();
 // Parses a ptxas -v log into per-kernel usage.
 std::map<std::string, ResourceUsage> parse_ptxas_log(const std::string& log);
 

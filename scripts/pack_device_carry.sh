@@ -6,7 +6,7 @@ build=${1:-build}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build "$build" -j2
 rm -rf .carry && mkdir -p .carry/bin .carry/lib
-for b in kdtree_gpu_tests verify_mla verify_step bench_verify bench_tree_build_accept bench_sample_compact kdtree-gen; do
+for b in kdtree_gpu_tests verify_mla verify_step bench_verify bench_tree_build_accept bench_sample_compact bench_host_overhead kdtree-gen; do
   [ -x "$build/$b" ] && strip -o ".carry/bin/$b" "$build/$b"
 done
 cp -L "$build/libkdtree.so.0" .carry/lib/libkdtree.so.0

@@ -44,7 +44,8 @@ typedef enum kdtree_dtype {
  * input is malformed. The affected outputs are written as NaN (attention) or -1
  * (token ids), never left stale. */
 enum {
-  KDTREE_DEVICE_ERROR_NODE_COUNT = 1,  /* n_b < 1, n_b > max_tree_nodes, or kv_len < n_b */
+  KDTREE_DEVICE_ERROR_NODE_COUNT = 1,  /* n_b < 1, n_b > max_tree_nodes, kv_len < n_b, or a node_indptr
+                                          segment that disagrees with n_b or leaves [0, total_nodes) */
   KDTREE_DEVICE_ERROR_KV_LEN = 2,      /* kv_len > max_kv_len or beyond max_pages_per_req pages */
   KDTREE_DEVICE_ERROR_PAGE_INDEX = 4,  /* page table entry outside [0, num_pages) */
   KDTREE_DEVICE_ERROR_TREE = 8,        /* parents not topological / root not -1 */
@@ -56,14 +57,22 @@ typedef struct kdtree_runtime kdtree_runtime;
 /* Library version "MAJOR.MINOR.PATCH"; static storage. */
 const char* kdtree_version(void);
 
-/* Thread-local message for the last failed call on this thread ("" if none). */
+/* Thread-local message of the last failed call on this thread ("" if none has
+ * failed). Successful calls leave it unchanged, so it is only meaningful right
+ * after a call returned a status other than KDTREE_OK. Valid until the next
+ * failing call on this thread. */
 const char* kdtree_last_error(void);
 
 /* Creates a runtime for CUDA device `device` (>= 0). The driver is loaded at first
  * device use, so creation succeeds on a machine without a GPU; launching then
  * fails with KDTREE_ERROR_NO_DRIVER / KDTREE_ERROR_NO_DEVICE.
  * cache_dir_or_null: cubin cache directory; NULL = $KDTREE_CACHE_DIR, else
- * $XDG_CACHE_HOME/kdtree, else ~/.cache/kdtree. */
+ * $XDG_CACHE_HOME/kdtree, else ~/.cache/kdtree. A directory that cannot be
+ * written (or none at all) means caching in memory, with one warning on stderr.
+ * The cache is kept under $KDTREE_CACHE_MAX_BYTES (default 2 GiB, LRU eviction);
+ * a kernel another process is compiling is waited for at most
+ * $KDTREE_CACHE_LOCK_TIMEOUT seconds (default 60), then compiled here. A
+ * malformed value of either variable: KDTREE_ERROR_INVALID_ARGUMENT. */
 kdtree_status kdtree_runtime_create(int device, const char* cache_dir_or_null, kdtree_runtime** out);
 
 /* A runtime that only generates and compiles (no device) for the given arch,
@@ -164,6 +173,14 @@ typedef struct kdtree_tree_build_args {
 
 kdtree_status kdtree_tree_build(kdtree_runtime* rt, const kdtree_tree_build_args* args);
 
+/* Device-side checks, per request b (a failing request gets its bit in error_flags,
+ * accepted_path row all -1, accept_lens[b] = bonus_tokens[b] = -1; other requests
+ * are unaffected): node_counts[b] in 1..max_tree_nodes, else
+ * KDTREE_DEVICE_ERROR_NODE_COUNT; with node_indptr, also 0 <= node_indptr[b],
+ * node_indptr[b + 1] - node_indptr[b] == node_counts[b] and
+ * node_indptr[b + 1] <= total_nodes, else KDTREE_DEVICE_ERROR_NODE_COUNT (so
+ * target_tokens is never read past total_nodes); then parents[b, 0] == -1 and
+ * 0 <= parents[b, i] < i, else KDTREE_DEVICE_ERROR_TREE. */
 typedef struct kdtree_tree_accept_args {
   int batch_size;
   int max_tree_nodes;
@@ -177,6 +194,13 @@ typedef struct kdtree_tree_accept_args {
   int32_t* bonus_tokens;         /* device [B]: target token at the last accepted node */
   int32_t* error_flags;          /* optional device int32 */
   void* stream;
+  /* Elements of packed target_tokens (= node_indptr[batch_size]), host copy.
+   * Required with node_indptr: batch_size..batch_size * max_tree_nodes, and a
+   * call that leaves it 0 is refused (KDTREE_ERROR_INVALID_ARGUMENT), since the
+   * kernel could not otherwise bound its reads. Ignored (may be 0) when
+   * node_indptr is NULL: padded targets are [B, W]. Last member so that the
+   * fields before it keep their offsets. */
+  int total_nodes;
 } kdtree_tree_accept_args;
 
 kdtree_status kdtree_tree_accept(kdtree_runtime* rt, const kdtree_tree_accept_args* args);

@@ -1,5 +1,6 @@
 // Runs the built kdtree-gen (next to this test binary in the build directory).
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,6 +60,30 @@ Result run(const TempDir& tmp, const std::string& args) {
 }
 
 bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+
+// Runs a shell command line as is (its own redirections); returns the exit status.
+int shell(const std::string& command) {
+  const int raw = std::system(command.c_str());
+  return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+}
+
+// Prefix that runs kdtree-gen as an unprivileged user (uid 65534) when we are
+// root, as CI is; without root, permissions apply as they are.
+std::string unprivileged() { return ::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : ""; }
+
+// Like run(), but as an unprivileged user, with files the user can write.
+Result run_unprivileged(const TempDir& tmp, const std::string& args) {
+  const fs::path out = tmp.path / "u-stdout", err = tmp.path / "u-stderr";
+  fs::permissions(tmp.path, fs::perms(0777));
+  // `timeout`: a regression that blocks (a FIFO opened for reading) fails instead of hanging.
+  const std::string command = "timeout 20 " + unprivileged() + "'" + tool_path().string() + "' " + args + " >'" + out.string() +
+                              "' 2>'" + err.string() + "'";
+  Result r;
+  r.status = shell(command);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
 
 }  // namespace
 
@@ -120,6 +145,14 @@ TEST_CASE("kdtree-gen: warm - reuse - info and cache list/verify/clear") {
   CHECK(r.status == 0);
   CHECK(contains(r.out, "0 compiled, 1 reused, 0 failed"));
 
+  // --json: the summary is one JSON object on stdout, the progress on stderr.
+  r = run(tmp, warm + " --json");
+  CHECK(r.status == 0);
+  CHECK(contains(r.out, "{\"arch\": \"sm_90\", \"kernels\": 1, \"compiled\": 0, \"reused\": 1, \"failed\": []"));
+  CHECK(contains(r.out, "\"stored\": true}"));
+  CHECK(contains(r.err, "reused   verify_attention[gqa64,W=16,page=16,bf16]"));
+  CHECK(shell("python3 -m json.tool '" + (tmp.path / "stdout").string() + "' >/dev/null") == 0);
+
   r = run(tmp, "info" + dir);
   CHECK(r.status == 0);
   CHECK(contains(r.out, "NVRTC"));
@@ -129,6 +162,23 @@ TEST_CASE("kdtree-gen: warm - reuse - info and cache list/verify/clear") {
   r = run(tmp, "cache list" + dir);
   CHECK(r.status == 0);
   CHECK(contains(r.out, "valid"));
+
+  r = run(tmp, "cache list --json" + dir);
+  CHECK(r.status == 0);
+  CHECK(contains(r.out, "\"name\": \"verify_attention-"));
+  CHECK(contains(r.out, "\"valid\": true"));
+  CHECK(contains(r.out, "\"version\": \"generator "));
+  CHECK(shell("python3 -m json.tool '" + (tmp.path / "stdout").string() + "' >/dev/null") == 0);
+  r = run(tmp, "info --json" + dir);
+  CHECK(r.status == 0);
+  CHECK(contains(r.out, "\"files\": 1, "));
+  CHECK(contains(r.out, "\"max_bytes\": "));
+  CHECK(shell("python3 -m json.tool '" + (tmp.path / "stdout").string() + "' >/dev/null") == 0);
+
+  // prune keeps entries of this version.
+  r = run(tmp, "cache prune" + dir);
+  CHECK(r.status == 0);
+  CHECK(contains(r.out, "removed 0 of 0 files"));
 
   // Corrupt the entry's last byte: verify reports and removes it, then the cache is clean.
   fs::path entry;
@@ -157,4 +207,137 @@ TEST_CASE("kdtree-gen: warm - reuse - info and cache list/verify/clear") {
   CHECK(r.status == 0);
   CHECK(contains(r.out, "removed "));
   for (const auto& e : fs::directory_iterator(cache)) CHECK(e.path().extension() != ".kdc");
+}
+
+TEST_CASE("kdtree-gen: usage errors name the flag in one format[emit, warm, info, cache]") {
+  REQUIRE(fs::exists(tool_path()));
+  TempDir tmp;
+  const std::string missing = (tmp.path / "missing").string();
+  struct Case {
+    std::string args, message;
+  };
+  const Case cases[] = {
+      {"frob", "kdtree-gen: unknown subcommand 'frob' (use warm, emit, info or cache)"},
+      {"cache frob", "kdtree-gen: cache: unknown action 'frob' (use list, clear, verify or prune)"},
+      // (Last, so that a regression compiles only a small grid.)
+      {"warm --arch sm_90 --no-attention --widths 16 --pages 16 -j 1 --heads --cache-dir '" + missing + "'",
+       "kdtree-gen: --heads: '--cache-dir' is not a value"},
+      {"warm --widths 48", "kdtree-gen: --widths: 48 is not supported (use 16, 32, 64 or 128)"},
+      {"warm --jobs 0", "kdtree-gen: --jobs: 0 is not in 1..1024"},
+      {"warm --dtypes f32", "kdtree-gen: --dtypes: 'f32' is not supported (use bf16 or f16)"},
+      {"warm --cache-dir ''", "kdtree-gen: --cache-dir: must not be empty"},
+      {"info --cache-dir ''", "kdtree-gen: --cache-dir: must not be empty"},
+      {"cache list --cache-dir ''", "kdtree-gen: --cache-dir: must not be empty"},
+      {"emit --width 48", "kdtree-gen: --width: 48 is not supported (use 16, 32, 64 or 128)"},
+      {"emit --width x", "kdtree-gen: --width: 'x' is not an integer"},
+      {"emit --page 3", "kdtree-gen: --page: 3 is not supported (use 1, 16, 32, 64 or 128)"},
+      {"emit --op frob", "kdtree-gen: --op: 'frob' is not an op"},
+      {"emit --op tree_build --head gqa96", "kdtree-gen: --head: head 'gqa96' is not supported"},
+      {"emit --op tree_build --head gqa64", "kdtree-gen: --head: not used by --op tree_build (it takes --width)"},
+      {"emit --op sample_tokens --width 16", "kdtree-gen: --width: not used by --op sample_tokens (it takes --dtype)"},
+      {"emit --op sample_tokens --dtype f16", "kdtree-gen: --dtype: 'f16' is not supported (use bf16 or f32)"},
+      {"emit --op verify_attention --dtype f32", "kdtree-gen: --dtype: 'f32' is not supported (use bf16 or f16)"},
+      {"emit --arch sm_12", "kdtree-gen: --arch: arch sm_12 is not supported"},
+      {"emit -o '" + missing + "/k.cu'",
+       "kdtree-gen: --output: cannot open " + missing + "/k.cu: No such file or directory"},
+  };
+  for (const Case& c : cases) {
+    INFO("kdtree-gen " << c.args);
+    const Result r = run(tmp, c.args);
+    CHECK(r.status == 2);
+    CHECK(r.err.rfind(c.message, 0) == 0);
+    CHECK(r.out.empty());
+    // No enum integers: the old sample_tokens message said "dtype f16 (1)".
+    CHECK_FALSE(contains(r.err, "(1)"));
+  }
+  CHECK_FALSE(fs::exists(missing));  // --heads did not swallow --cache-dir into a run
+}
+
+TEST_CASE("kdtree-gen: a write error on stdout exits 2[emit > /dev/full, info > /dev/full]") {
+  REQUIRE(fs::exists(tool_path()));
+  TempDir tmp;
+  const std::string tool = "'" + tool_path().string() + "' ";
+  const std::string err = " 2>'" + (tmp.path / "err").string() + "'";
+  CHECK(shell(tool + "emit --op tree_accept --width 16 >/dev/full" + err) == 2);
+  CHECK(contains(slurp(tmp.path / "err"), "kdtree-gen: cannot write to standard output: No space left on device"));
+  CHECK(shell(tool + "info --cache-dir '" + tmp.path.string() + "' >/dev/full" + err) == 2);
+  CHECK(contains(slurp(tmp.path / "err"), "kdtree-gen: cannot write to standard output: "));
+  CHECK(shell(tool + "emit --op tree_accept --width 16 >/dev/null" + err) == 0);
+}
+
+TEST_CASE("kdtree-gen: warm into an unusable cache fails before compiling[a file, /proc, read-only, no home]") {
+  REQUIRE(fs::exists(tool_path()));
+  TempDir tmp;
+  const std::string grid = "warm --arch sm_90 --no-attention --widths 16 --pages 16 -j 1";
+  {
+    std::ofstream(tmp.path / "file") << "x";
+    const Result r = run(tmp, grid + " --cache-dir '" + (tmp.path / "file").string() + "'");
+    CHECK(r.status == 2);
+    CHECK(r.err.rfind("kdtree-gen: warm: cache directory " + (tmp.path / "file").string() + " is not usable (", 0) == 0);
+    CHECK_FALSE(contains(r.out, "compiled"));
+  }
+  {
+    const Result r = run(tmp, grid + " --cache-dir /proc/kdtree-gen-test");
+    CHECK(r.status == 2);
+    CHECK(contains(r.err, "kdtree-gen: warm: cache directory /proc/kdtree-gen-test is not usable ("));
+  }
+  {
+    const fs::path ro = tmp.path / "ro";
+    fs::create_directory(ro);
+    fs::permissions(ro, fs::perms(0555));
+    const Result r = run_unprivileged(tmp, grid + " --cache-dir '" + ro.string() + "'");
+    CHECK(r.status == 2);
+    CHECK(contains(r.err, "kdtree-gen: warm: cache directory " + ro.string() + " is not usable (Permission denied)"));
+  }
+  if (::geteuid() == 0) {
+    // A user without a passwd entry and no HOME/XDG_CACHE_HOME/KDTREE_CACHE_DIR.
+    const std::string command = "env -u HOME -u XDG_CACHE_HOME -u KDTREE_CACHE_DIR setpriv --reuid=54321 "
+                                "--regid=54321 --clear-groups '" + tool_path().string() + "' " + grid +
+                                " 2>'" + (tmp.path / "err").string() + "' >/dev/null";
+    CHECK(shell(command) == 2);
+    CHECK(contains(slurp(tmp.path / "err"), "kdtree-gen: warm: no cache directory: "));
+  } else {
+    MESSAGE("not root: the no-home case needs a user without a passwd entry (setpriv); skipped");
+  }
+}
+
+TEST_CASE("kdtree-gen: odd files in the cache[FIFO entry: no hang; read-only: removal failures reported]") {
+  REQUIRE(fs::exists(tool_path()));
+  TempDir tmp;
+  const fs::path cache = tmp.path / "cache";
+  fs::create_directories(cache);
+  const std::string dir = " --cache-dir '" + cache.string() + "'";
+  const fs::path fifo = cache / "op-0123456789abcdef.kdc";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  // `timeout` turns a regression (a blocking open) into a failure, not a hung suite.
+  Result r;
+  r = Result{shell("timeout 10 '" + tool_path().string() + "' info" + dir + " >'" + (tmp.path / "o").string() + "'"),
+             slurp(tmp.path / "o"), ""};
+  CHECK(r.status == 0);
+  CHECK(contains(r.out, "entries: 1 (0 B, 0 bytes), 1 bad"));
+  r = Result{shell("timeout 10 '" + tool_path().string() + "' cache list" + dir + " >'" + (tmp.path / "o").string() +
+                   "'"),
+             slurp(tmp.path / "o"), ""};
+  CHECK(r.status == 0);
+  CHECK(contains(r.out, "bad: a FIFO, not a regular file"));
+
+  // As a user who cannot write the directory, verify and clear say what they could not remove.
+  fs::permissions(cache, fs::perms(0555));
+  r = run_unprivileged(tmp, "cache verify" + dir);
+  CHECK(r.status == 1);
+  CHECK(contains(r.out, "NOT removed (Permission denied): a FIFO, not a regular file"));
+  CHECK(contains(r.out, "1 bad (0 removed, 1 could not be)"));
+  r = run_unprivileged(tmp, "cache clear" + dir);
+  CHECK(r.status == 1);
+  CHECK(contains(r.err, "kdtree-gen: cannot remove " + fifo.string() + ": Permission denied"));
+  CHECK(contains(r.out, "removed 0 of 1 files"));
+  CHECK(fs::exists(fs::symlink_status(fifo)));
+  fs::permissions(cache, fs::perms(0755));
+
+  r = Result{shell("timeout 10 '" + tool_path().string() + "' cache verify" + dir + " >'" +
+                   (tmp.path / "o").string() + "'"),
+             slurp(tmp.path / "o"), ""};
+  CHECK(r.status == 1);
+  CHECK(contains(r.out, "removed: a FIFO, not a regular file"));
+  CHECK_FALSE(fs::exists(fs::symlink_status(fifo)));
 }

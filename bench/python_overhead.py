@@ -1,0 +1,164 @@
+"""Host time per call of the Python package, against the C ABI.
+
+For each operation, on shapes small enough that the GPU never holds the host back (the same shapes as
+bench_host_overhead.cpp), it times:
+  function   kdtree.<op>(...)            the plain function (argument checks, output allocation, launch)
+  operator   torch.ops.kdtree.<op>(...)  the same through torch's dispatcher
+  ctypes     the bare ctypes call with a prebuilt argument struct (a lower bound for any ctypes binding)
+and, with --cpp PATH (bench_host_overhead), the C ABI called from C++. Calls run in batches of 100; the
+stream is drained between batches outside the timed region; the median batch time / 100 is reported.
+Prints a table and writes JSON to --json (default $OUT/python_overhead.json when $OUT is set).
+
+usage: python bench/python_overhead.py [--cpp build/bench_host_overhead] [--batches 50] [--json FILE]
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+import kdtree
+from kdtree import _kv_compact, _launch, _lib
+from kdtree._verify_attention import plan as verify_plan, workspace_size
+
+PER_BATCH = 100
+
+
+def host_us(fn, batches):
+    for _ in range(20):
+        fn()
+    samples = []
+    for _ in range(batches):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        for _ in range(PER_BATCH):
+            fn()
+        samples.append((time.perf_counter_ns() - t0) / 1e3 / PER_BATCH)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def cases():
+    dev = "cuda"
+    i32 = dict(dtype=torch.int32, device=dev)
+    out = {}
+
+    # verify_attention: MLA, 16 heads, W=16, page 64, one request of 16 nodes over 64 prefix tokens.
+    nodes, page = 16, 64
+    q = torch.zeros(nodes, 16, 576, dtype=torch.bfloat16, device=dev)
+    k = torch.zeros(2, page, 1, 576, dtype=torch.bfloat16, device=dev)
+    table = torch.tensor([[0, 1]], **i32)
+    lens = torch.tensor([64 + nodes], **i32)
+    indptr = torch.tensor([0, nodes], **i32)
+    mask = torch.tensor([[(1 << (i + 1)) - 1] for i in range(nodes)], dtype=torch.int64, device=dev)
+    ws_bytes = workspace_size(verify_plan(q, k, None, table, lens, indptr, mask, 16))
+    ws = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=dev)
+    o = torch.empty(nodes, 16, 512, dtype=torch.bfloat16, device=dev)
+    a = _lib.VerifyArgs()
+    a.spec = _lib.VerifySpec(576, 512, 16, 1, page, 16, _lib.DTYPE_BF16)
+    a.batch_size, a.total_nodes, a.max_kv_len, a.num_pages = 1, nodes, 2 * page, 2
+    a.q, a.node_indptr, a.k_cache, a.page_table = q.data_ptr(), indptr.data_ptr(), k.data_ptr(), table.data_ptr()
+    a.max_pages_per_req, a.kv_lens, a.tree_mask = 2, lens.data_ptr(), mask.data_ptr()
+    a.sm_scale, a.out = 0.0416667, o.data_ptr()
+    a.workspace, a.workspace_size = (ws.data_ptr() if ws_bytes else None), ws_bytes
+    a.stream = _launch.current_stream(0)
+    rt = _launch.runtime(0)
+    out["verify_attention"] = (
+        lambda: kdtree.verify_attention(q, k, table, lens, indptr, mask, max_tree_nodes=16),
+        lambda: torch.ops.kdtree.verify_attention(q, k, None, table, lens, indptr, mask, 16),
+        lambda: _lib.api.verify_attention(rt, ctypes.byref(a)))
+
+    # tree_accept: B=4, W=16, chains whose every token the target accepts.
+    B, W = 4, 16
+    tokens = torch.ones(B, W, **i32)
+    parents = (torch.arange(W, **i32) - 1).expand(B, W).contiguous()
+    counts = torch.full((B,), W, **i32)
+    targets = torch.ones(B, W, **i32)
+    path, acc, bonus = (torch.empty(B, W, **i32), torch.empty(B, **i32), torch.empty(B, **i32))
+    ta = _lib.TreeAcceptArgs(batch_size=B, max_tree_nodes=W, tokens=tokens.data_ptr(), parents=parents.data_ptr(),
+                             node_counts=counts.data_ptr(), target_tokens=targets.data_ptr(),
+                             accepted_path=path.data_ptr(), accept_lens=acc.data_ptr(), bonus_tokens=bonus.data_ptr(),
+                             stream=a.stream)
+    out["tree_accept"] = (
+        lambda: kdtree.tree_accept(tokens, parents, counts, targets),
+        lambda: torch.ops.kdtree.tree_accept(tokens, parents, counts, targets, None),
+        lambda: _lib.api.tree_accept(rt, ctypes.byref(ta)))
+
+    # sample_tokens: 4 rows x 1000 f32, T = 0.8.
+    logits = torch.zeros(4, 1000, device=dev)
+    sampled = torch.empty(4, **i32)
+    sa = _lib.SampleArgs(num_rows=4, vocab_size=1000, logits_dtype=_lib.DTYPE_F32, logits=logits.data_ptr(),
+                         temperature=0.8, seed=1, out_tokens=sampled.data_ptr(), stream=a.stream)
+    out["sample_tokens"] = (
+        lambda: kdtree.sample_tokens(logits, temperature=0.8, seed=1),
+        lambda: torch.ops.kdtree.sample_tokens(logits, 0.8, 1, None),
+        lambda: _lib.api.sample_tokens(rt, ctypes.byref(sa)))
+
+    # kv_compact: MLA, 2 layers of [2, 64, 1, 576], B=1, W=16, path [0, 2].
+    caches = [torch.zeros(2, page, 1, 576, dtype=torch.bfloat16, device=dev) for _ in range(2)]
+    kv_lens = torch.tensor([64 + W], **i32)
+    kv_counts = torch.tensor([W], **i32)
+    kv_path = torch.full((1, W), -1, **i32)
+    kv_path[0, :2] = torch.tensor([0, 2], **i32)
+    kv_acc = torch.tensor([1], **i32)
+    kdtree.kv_compact(caches, table, kv_lens, kv_counts, kv_path, kv_acc)  # builds the pointer table
+    ptrs = _kv_compact._pointer_table("k_caches", caches, False, torch.device(dev, 0))
+    ka = _lib.KvCompactArgs(num_layers=2, batch_size=1, max_tree_nodes=W, page_size=page, num_pages=2,
+                            row_elems_k=576, dtype=_lib.DTYPE_BF16, k_caches=ptrs.data_ptr(),
+                            page_table=table.data_ptr(), max_pages_per_req=2, kv_lens=kv_lens.data_ptr(),
+                            node_counts=kv_counts.data_ptr(), accepted_path=kv_path.data_ptr(),
+                            accept_lens=kv_acc.data_ptr(), stream=a.stream)
+    out["kv_compact"] = (
+        lambda: kdtree.kv_compact(caches, table, kv_lens, kv_counts, kv_path, kv_acc),
+        lambda: torch.ops.kdtree.kv_compact(caches, [], table, kv_lens, kv_counts, kv_path, kv_acc, False),
+        lambda: _lib.api.kv_compact(rt, ctypes.byref(ka)))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cpp", help="bench_host_overhead binary (the C ABI from C++)")
+    ap.add_argument("--batches", type=int, default=50)
+    ap.add_argument("--json", default=os.path.join(os.environ["OUT"], "python_overhead.json") if os.environ.get("OUT") else None)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("python_overhead: no CUDA GPU visible to torch, nothing to time")
+        return 0
+    c_abi = {}
+    if args.cpp:
+        res = subprocess.run([args.cpp, "--batches", str(args.batches)], capture_output=True, text=True, check=True)
+        for line in res.stdout.splitlines():
+            if line.startswith("{"):
+                rec = json.loads(line)
+                c_abi[rec["op"]] = rec["c_abi_us"]
+    rows = []
+    for op, (function, operator, raw) in cases().items():
+        rec = {"op": op, "function_us": host_us(function, args.batches), "operator_us": host_us(operator, args.batches),
+               "ctypes_us": host_us(raw, args.batches)}
+        if op in c_abi:
+            rec["c_abi_us"] = c_abi[op]
+            rec["function_overhead_us"] = rec["function_us"] - c_abi[op]
+            rec["operator_overhead_us"] = rec["operator_us"] - c_abi[op]
+        rows.append(rec)
+    print(f"host us per call (median of {args.batches} batches of {PER_BATCH}); torch {torch.__version__}, "
+          f"{torch.cuda.get_device_name(0)}")
+    print(f"{'op':<18}{'function':>10}{'operator':>10}{'ctypes':>10}{'C ABI':>10}{'fn - C':>10}{'op - C':>10}")
+    for r in rows:
+        def f(key):
+            return f"{r[key]:10.2f}" if key in r else f"{'-':>10}"
+        print(f"{r['op']:<18}{f('function_us')}{f('operator_us')}{f('ctypes_us')}{f('c_abi_us')}"
+              f"{f('function_overhead_us')}{f('operator_overhead_us')}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

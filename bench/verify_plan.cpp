@@ -1,0 +1,178 @@
+// verify_plan: the launch plan of every bench_verify shape for an arch, computed by
+// the runtime's own planner (no GPU needed), and optionally the kernels' cubins.
+// The performance model (tools/perf_model) reads this, so its CTA counts, splits
+// and tiles are the runtime's, not a copy of its logic.
+//
+// usage: verify_plan --arch sm_120|sm_90|sm_80 [--cubin-dir DIR] [--cache-dir DIR] [--shape PREFIX]
+//                    [--compile-arch ARCH] [--splits N] [--grid [-j N]]
+//   One JSON object per line and shape. KDTREE_VERIFY_TILES applies as in the
+//   runtime. With --cubin-dir, each shape's kernel is compiled (or read from the
+//   cache) and written as DIR/<kernel>.cubin with its ptxas log in <kernel>.log.
+//   --compile-arch compiles the --arch kernels (its tiles) for another arch: a
+//   what-if for the model (e.g. sm_90's tiles in sm_120 code), never launched.
+//   --splits forces the KV split count as kdtree_verify_args.num_splits does.
+//   --grid [-j N]: instead of the shapes, every verify_attention kernel of the default
+//   grid (codegen/grid.hpp: heads x widths x page sizes x dtypes), one JSON object
+//   each, compiled on N threads when --cubin-dir is given.
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "codegen/grid.hpp"
+#include "codegen/verify_attention.hpp"
+#include "runtime/error.hpp"
+#include "runtime/runtime.hpp"
+#include "runtime/verify_attention.hpp"
+#include "verify_shapes.hpp"
+
+namespace {
+
+long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
+
+void write_module(const kdtree::CompiledModule& m, const std::string& dir, const std::string& kernel) {
+  std::ofstream(dir + "/" + kernel + ".cubin", std::ios::binary)
+      .write(m.cubin.data(), static_cast<std::streamsize>(m.cubin.size()));
+  std::ofstream(dir + "/" + kernel + ".log") << m.ptxas_log;
+}
+
+// Every verify_attention kernel of the default grid for the arch.
+int run_grid(kdtree::Runtime& rt, const std::string& cubin_dir, int jobs) {
+  const kdtree::codegen::Arch& arch = rt.arch();
+  struct Item {
+    kdtree::codegen::VerifySpec spec;
+    kdtree::codegen::VerifyTiles tiles;
+    std::string kernel;
+  };
+  std::vector<Item> items;
+  const kdtree::codegen::GridOptions grid;
+  for (const std::string& head : grid.heads)
+    for (int width : grid.widths)
+      for (int page : grid.page_sizes)
+        for (kdtree_dtype dtype : grid.dtypes) {
+          Item it;
+          kdtree::codegen::parse_head_name(head, &it.spec.head_dim_qk, &it.spec.head_dim_v);
+          it.spec.max_tree_nodes = width;
+          it.spec.page_size = page;
+          it.spec.dtype = dtype;
+          it.tiles = kdtree::codegen::choose_verify_tiles(it.spec, arch);
+          const kdtree::codegen::VerifyTiles& t = it.tiles;
+          it.kernel = fmt::format("{}-{}-{}_{}_{}_{}_{}", kdtree::codegen::generate_verify_attention(it.spec, arch).file_stem,
+                                  arch.name(), t.block_m, t.block_n, t.warps, t.stages, t.warp_rows);
+          items.push_back(it);
+        }
+  if (!cubin_dir.empty()) {
+    std::atomic<size_t> next{0};
+    std::atomic<bool> failed{false};
+    auto worker = [&] {
+      for (size_t i; (i = next++) < items.size();) {
+        try {
+          write_module(*rt.compile(kdtree::codegen::generate_verify_attention(items[i].spec, arch)), cubin_dir,
+                       items[i].kernel);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "verify_plan: %s: %s\n", items[i].kernel.c_str(), e.what());
+          failed = true;
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int j = 1; j < jobs; ++j) pool.emplace_back(worker);
+    worker();
+    for (std::thread& th : pool) th.join();
+    if (failed) return 1;
+  }
+  for (const Item& it : items) {
+    const kdtree::codegen::VerifyTiles& t = it.tiles;
+    std::printf("{\"arch\":\"%s\",\"head_qk\":%d,\"head_v\":%d,\"width\":%d,\"page\":%d,\"dtype\":\"%s\","
+                "\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,\"warp_rows\":%d,\"smem\":%d,"
+                "\"kernel\":\"%s\"}\n",
+                arch.name().c_str(), it.spec.head_dim_qk, it.spec.head_dim_v, it.spec.max_tree_nodes,
+                it.spec.page_size, kdtree::codegen::dtype_name(it.spec.dtype), t.block_m, t.block_n, t.warps, t.stages,
+                t.warp_rows, t.smem_bytes, it.kernel.c_str());
+  }
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  std::string arch_name, cubin_dir, cache_dir, only, compile_arch, splits_text, jobs_text = "1";
+  bool grid = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::printf("usage: verify_plan --arch sm_120|sm_90|sm_80 [--cubin-dir DIR] [--cache-dir DIR] [--shape PREFIX] "
+                  "[--compile-arch ARCH] [--splits N] [--grid [-j N]]\n");
+      return 0;
+    }
+    auto value = [&](std::string* out) {
+      if (i + 1 >= argc) kdtree::fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("{} needs a value", argv[i]));
+      *out = argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--arch")) value(&arch_name);
+    else if (!std::strcmp(argv[i], "--cubin-dir")) value(&cubin_dir);
+    else if (!std::strcmp(argv[i], "--cache-dir")) value(&cache_dir);
+    else if (!std::strcmp(argv[i], "--shape")) value(&only);
+    else if (!std::strcmp(argv[i], "--compile-arch")) value(&compile_arch);
+    else if (!std::strcmp(argv[i], "--splits")) value(&splits_text);
+    else if (!std::strcmp(argv[i], "--grid")) grid = true;
+    else if (!std::strcmp(argv[i], "-j")) value(&jobs_text);
+    else kdtree::fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("unknown argument '{}'", argv[i]));
+  }
+  if (arch_name.empty()) kdtree::fail(KDTREE_ERROR_INVALID_ARGUMENT, "--arch is required (sm_120, sm_90, sm_80)");
+  auto rt = kdtree::Runtime::offline(kdtree::codegen::parse_arch(arch_name).sm, cache_dir);
+  const kdtree::codegen::Arch& arch = rt->arch();
+  if (grid) return run_grid(*rt, cubin_dir, std::max(1, std::stoi(jobs_text)));
+  auto compiler = compile_arch.empty() ? nullptr
+                                       : kdtree::Runtime::offline(kdtree::codegen::parse_arch(compile_arch).sm, cache_dir);
+  for (const kdtree::bench::VerifyShape& s : kdtree::bench::kVerifyShapes) {
+    if (!only.empty() && std::strncmp(only.c_str(), s.name, only.size())) continue;
+    const int width = kdtree::bench::verify_width(s.nodes);
+    kdtree_verify_spec spec{s.head_qk, s.head_v, s.q_heads, s.kv_heads, s.page, width, KDTREE_DTYPE_BF16};
+    const int total_nodes = s.nodes * s.batch;
+    const int kv_len = s.prefix + s.nodes;
+    const int forced = splits_text.empty() ? 0 : std::stoi(splits_text);
+    const kdtree::VerifyPlan plan = kdtree::plan_verify(*rt, spec, s.batch, total_nodes, kv_len, forced);
+    const kdtree::codegen::VerifyTiles& t = plan.tiles;
+    const kdtree::codegen::VerifySpec vspec = kdtree::codegen::validate_verify_spec(spec);
+    const kdtree::codegen::KernelSource source = kdtree::codegen::generate_verify_attention(vspec, arch);
+    const int group = s.q_heads / s.kv_heads;
+    // The grids runtime/verify_attention.cpp launches: x covers max_tree_nodes rows
+    // (CTAs past a request's rows exit at once); the combine is 128 threads.
+    const long long grid_x = ceil_div((long long)width * group, t.block_m);
+    const long long active_x = ceil_div((long long)s.nodes * group, t.block_m);
+    const long long combine_rows = std::max(1, 128 / (s.head_v / 4));
+    const long long combine_ctas = plan.num_splits > 1 ? ceil_div((long long)total_nodes * s.q_heads, combine_rows) : 0;
+    std::string kernel = fmt::format("{}-{}-{}_{}_{}_{}_{}", source.file_stem,
+                                     compiler ? compiler->arch().name() : arch.name(), t.block_m, t.block_n, t.warps,
+                                     t.stages, t.warp_rows);
+    if (!cubin_dir.empty()) {
+      write_module(*(compiler ? *compiler : *rt).compile(source), cubin_dir, kernel);
+    }
+    std::printf(
+        "{\"shape\":\"%s\",\"arch\":\"%s\",\"num_sms\":%d,\"max_smem_per_sm\":%d,\"batch\":%d,\"q_heads\":%d,"
+        "\"kv_heads\":%d,\"nodes\":%d,\"kv_len\":%d,\"head_qk\":%d,\"head_v\":%d,\"page\":%d,\"width\":%d,"
+        "\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,\"warp_rows\":%d,\"warps_n\":%d,\"smem\":%d,"
+        "\"splits\":%d,\"split_tokens\":%d,\"grid\":[%lld,%d,%d],\"active_x\":%lld,\"combine_ctas\":%lld,"
+        "\"kernel\":\"%s\"}\n",
+        s.name, arch.name().c_str(), arch.num_sms, arch.max_smem_per_sm, s.batch, s.q_heads, s.kv_heads, s.nodes,
+        kv_len, s.head_qk, s.head_v, s.page, width, t.block_m, t.block_n, t.warps, t.stages, t.warp_rows,
+        t.warps_n(), t.smem_bytes, plan.num_splits, plan.split_tokens, grid_x, s.batch * s.kv_heads,
+        plan.num_splits, active_x, combine_ctas, kernel.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "verify_plan: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,78 @@
+"""Argument checks shared by the operators' CUDA and fake implementations.
+
+They only read shapes, strides, dtypes and devices (never data), so they run unchanged on fake tensors
+under torch.compile and never synchronise with the GPU. Every message names the argument and what was
+expected.
+"""
+
+import torch
+
+PAGE_SIZES = (1, 16, 32, 64, 128)
+TREE_WIDTHS = (16, 32, 64, 128)
+GQA_HEAD_DIMS = (64, 128, 256)
+MLA_HEAD_DIM_QK = 576
+MLA_HEAD_DIM_V = 512
+INT32_MAX = 2**31 - 1
+
+
+def _dtype_name(dt):
+    return str(dt).replace("torch.", "")
+
+
+def tensor(name, t, *, dtypes=None, ndim=None, ndims=None):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if dtypes is not None and t.dtype not in dtypes:
+        want = " or ".join(_dtype_name(d) for d in dtypes)
+        raise TypeError(f"{name}: expected dtype {want}, got {_dtype_name(t.dtype)}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(t.shape)}")
+    if ndims is not None and t.dim() not in ndims:
+        want = " or ".join(str(n) for n in ndims)
+        raise ValueError(f"{name}: expected {want} dimensions, got shape {tuple(t.shape)}")
+    return t
+
+
+def contiguous(name, t):
+    if not t.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous tensor, got shape {tuple(t.shape)} with strides "
+                         f"{tuple(t.stride())} (call .contiguous())")
+
+
+def shape(name, t, expected):
+    """expected: a tuple of ints (or None for any); names the first disagreeing dimension."""
+    actual = tuple(t.shape)
+    if len(actual) != len(expected) or any(e is not None and a != e for a, e in zip(actual, expected)):
+        want = "[" + ", ".join("*" if e is None else str(e) for e in expected) + "]"
+        raise ValueError(f"{name}: expected shape {want}, got {list(actual)}")
+
+
+def same_device(named):
+    """All tensors on one CUDA device; returns it. named: list of (name, tensor or None)."""
+    device = None
+    first = None
+    for name, t in named:
+        if t is None:
+            continue
+        if t.device.type != "cuda":
+            raise ValueError(f"{name}: expected a CUDA tensor, got one on {t.device}")
+        if device is None:
+            device, first = t.device, name
+        elif t.device != device:
+            raise ValueError(f"{name}: on {t.device}, but {first} is on {device}; all tensors must be on one device")
+    return device
+
+
+def one_of(name, value, allowed, what):
+    if value not in allowed:
+        raise ValueError(f"{name}: {value} is not a {what} kdtree generates (supported: "
+                         f"{', '.join(str(a) for a in allowed)})")
+
+
+def int32_range(name, value, lo=0):
+    if value < lo or value > INT32_MAX:
+        raise ValueError(f"{name}: {value} is out of range [{lo}, {INT32_MAX}]")
+
+
+def mask_words(max_tree_nodes):
+    return (max_tree_nodes + 63) // 64

@@ -1,0 +1,194 @@
+"""kv_compact: moves the accepted path's KV rows into place for every layer, as torch.ops.kdtree.kv_compact.
+
+The C call takes a device array of per-layer cache pointers. Building it is a host->device copy, which
+must not happen inside CUDA-graph capture and should not cost a copy per call, so the tables are cached
+per device, keyed by the pointers themselves (a table only holds addresses, so a key always maps to the
+right content). A table is built outside capture from pinned memory with a non-blocking copy (no host
+synchronisation) and kept for the life of the process (8 bytes per layer), so a captured graph can read
+it on every replay. The stacked form [num_layers, num_pages, ...] needs no copy at all: its table is
+base + layer * stride, computed on the device (also inside capture).
+"""
+
+import ctypes
+import math
+import threading
+from typing import List
+
+import torch
+
+from . import _checks as C
+from . import _launch, _lib
+from ._dispatch import use_eager_path
+
+_DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}
+
+
+def _layers(name, caches, stacked):
+    """The per-layer [num_pages, page_size, ...] geometry of a cache list or a stacked tensor."""
+    if stacked:
+        if len(caches) != 1:
+            raise ValueError(f"{name}: the stacked form is one tensor [num_layers, num_pages, page_size, ...]")
+        t = C.tensor(name, caches[0], dtypes=tuple(_DTYPES))
+        if t.dim() < 4:
+            raise ValueError(f"{name}: expected [num_layers, num_pages, page_size, ...] (4 or more dimensions), "
+                             f"got shape {list(t.shape)}")
+        C.contiguous(name, t)
+        return t.shape[0], tuple(t.shape[1:]), t.dtype
+    if len(caches) == 0:
+        raise ValueError(f"{name}: expected at least one layer's cache")
+    first = None
+    for i, t in enumerate(caches):
+        n = f"{name}[{i}]"
+        C.tensor(n, t, dtypes=tuple(_DTYPES))
+        if t.dim() < 3:
+            raise ValueError(f"{n}: expected [num_pages, page_size, ...] (3 or more dimensions), got shape "
+                             f"{list(t.shape)}")
+        C.contiguous(n, t)
+        if first is None:
+            first = t
+        elif t.shape != first.shape or t.dtype != first.dtype or t.device != first.device:
+            raise ValueError(f"{n}: shape {list(t.shape)} {C._dtype_name(t.dtype)} on {t.device} differs from "
+                             f"{name}[0]'s {list(first.shape)} {C._dtype_name(first.dtype)} on {first.device}; "
+                             f"every layer must match")
+    return len(caches), tuple(first.shape), first.dtype
+
+
+def plan(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked,
+         require_cuda=True):
+    num_layers, k_geom, dtype = _layers("k_caches", k_caches, stacked)
+    num_pages, page_size = k_geom[0], k_geom[1]
+    C.one_of("k_caches page size", page_size, C.PAGE_SIZES, "page size")
+    row_k = math.prod(k_geom[2:])
+    row_v = 0
+    if v_caches is not None:
+        v_layers, v_geom, v_dtype = _layers("v_caches", v_caches, stacked)
+        if v_layers != num_layers or v_geom[:2] != k_geom[:2] or v_dtype != dtype:
+            raise ValueError(f"v_caches: {v_layers} layers of {list(v_geom)} {C._dtype_name(v_dtype)} do not "
+                             f"match k_caches' {num_layers} layers of {list(k_geom)} {C._dtype_name(dtype)} "
+                             f"(layers, pages, page size and dtype must agree)")
+        row_v = math.prod(v_geom[2:])
+    for name, row in (("k_caches", row_k), ("v_caches", row_v)):
+        if row % 8 != 0:
+            raise ValueError(f"{name}: a token row holds {row} elements; kv_compact needs a multiple of 8 "
+                             f"(rows move as 16-byte vectors)")
+        C.int32_range(f"{name} row elements", row)
+    C.tensor("page_table", page_table, dtypes=(torch.int32,), ndim=2)
+    C.contiguous("page_table", page_table)
+    batch, max_pages = page_table.shape
+    for name, t in (("kv_lens", kv_lens), ("node_counts", node_counts), ("accept_lens", accept_lens)):
+        C.tensor(name, t, dtypes=(torch.int32,), ndim=1)
+        C.shape(name, t, (batch,))
+        C.contiguous(name, t)
+    C.tensor("accepted_path", accepted_path, dtypes=(torch.int32,), ndim=2)
+    C.contiguous("accepted_path", accepted_path)
+    if accepted_path.shape[0] != batch:
+        raise ValueError(f"accepted_path: expected shape [{batch}, W], got {list(accepted_path.shape)}")
+    w = accepted_path.shape[1]
+    C.one_of("accepted_path.shape[1] (max_tree_nodes)", w, C.TREE_WIDTHS, "tree width")
+    named = [("k_caches", k_caches[0]), ("v_caches", None if v_caches is None else v_caches[0]),
+             ("page_table", page_table), ("kv_lens", kv_lens), ("node_counts", node_counts),
+             ("accepted_path", accepted_path), ("accept_lens", accept_lens)]
+    device = C.same_device(named) if require_cuda else page_table.device
+    return num_layers, num_pages, page_size, row_k, row_v, _DTYPES[dtype], batch, max_pages, w, device
+
+
+_tables_lock = threading.Lock()
+_tables = {}  # key -> (device int64 table, pinned host source or None)
+
+
+def _pointer_table(name, caches, stacked, device):
+    if stacked:
+        t = caches[0]
+        base, layers, stride = t.data_ptr(), t.shape[0], t.stride(0) * t.element_size()
+        key = (device.index, "stacked", base, layers, stride)
+    else:
+        ptrs = tuple(t.data_ptr() for t in caches)
+        key = (device.index, ptrs)
+    hit = _tables.get(key)
+    if hit is not None:
+        return hit[0]
+    if stacked:
+        table = torch.arange(layers, dtype=torch.int64, device=device) * stride + base
+        if _launch.capturing():
+            return table  # in the graph's pool, alive as long as the graph
+        entry = (table, None)
+    else:
+        if _launch.capturing():
+            raise RuntimeError(
+                f"{name}: the per-layer pointer table for these {len(caches)} caches is not on the device yet, "
+                f"and it cannot be uploaded inside CUDA-graph capture; call kdtree.kv_compact once with the "
+                f"same caches before capturing (warm-up), or pass the caches as one stacked tensor")
+        host = torch.tensor(ptrs, dtype=torch.int64).pin_memory()
+        table = torch.empty(len(ptrs), dtype=torch.int64, device=device)
+        table.copy_(host, non_blocking=True)
+        entry = (table, host)  # the pinned source must outlive the asynchronous copy
+    with _tables_lock:
+        _tables.setdefault(key, entry)
+    return entry[0]
+
+
+def _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked):
+    (num_layers, num_pages, page_size, row_k, row_v, dtype, batch, max_pages, w, device) = plan(
+        k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
+    if batch == 0:
+        return
+    index = device.index
+    with _launch.device_guard(index):
+        k_table = _pointer_table("k_caches", k_caches, stacked, device)
+        v_table = None if v_caches is None else _pointer_table("v_caches", v_caches, stacked, device)
+        a = _lib.KvCompactArgs()
+        a.num_layers, a.batch_size, a.max_tree_nodes, a.page_size = num_layers, batch, w, page_size
+        a.num_pages, a.row_elems_k, a.row_elems_v, a.dtype = num_pages, row_k, row_v, dtype
+        a.k_caches = k_table.data_ptr()
+        a.v_caches = None if v_table is None else v_table.data_ptr()
+        a.page_table, a.max_pages_per_req = page_table.data_ptr(), max_pages
+        a.kv_lens, a.node_counts = kv_lens.data_ptr(), node_counts.data_ptr()
+        a.accepted_path, a.accept_lens = accepted_path.data_ptr(), accept_lens.data_ptr()
+        a.stream = _launch.current_stream(index)
+        _lib.check(_lib.api.kv_compact(_launch.runtime(index), ctypes.byref(a)), "kdtree_kv_compact")
+
+
+@torch.library.custom_op("kdtree::kv_compact", mutates_args=("k_caches", "v_caches"))
+def kv_compact_op(k_caches: List[torch.Tensor], v_caches: List[torch.Tensor], page_table: torch.Tensor,
+                  kv_lens: torch.Tensor, node_counts: torch.Tensor, accepted_path: torch.Tensor,
+                  accept_lens: torch.Tensor, stacked: bool = False) -> None:
+    """The operator: k_caches/v_caches are per-layer lists, or (stacked=True) one-element lists holding a
+    [num_layers, num_pages, page_size, ...] tensor. An empty v_caches means none (MLA): torch 2.11's schema
+    inference takes no Optional[List[Tensor]]."""
+    _run(k_caches, v_caches or None, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
+
+
+@kv_compact_op.register_fake
+def _(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked=False):
+    plan(k_caches, v_caches or None, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked,
+         require_cuda=False)
+
+
+def _as_list(name, caches):
+    if caches is None:
+        return None, None
+    if isinstance(caches, torch.Tensor):
+        return [caches], True
+    if isinstance(caches, (list, tuple)):
+        return list(caches), False
+    raise TypeError(f"{name}: expected a list of per-layer tensors or one stacked tensor, got {type(caches).__name__}")
+
+
+def kv_compact(k_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, *, v_caches=None):
+    """Moves path entry j (node n_j) of each request from KV position prefix_len + n_j to prefix_len + j in
+    every layer's cache, in place (prefix_len = kv_lens[b] - node_counts[b]); the caller then sets
+    kv_lens[b] = prefix_len + accept_lens[b] + 1.
+
+    k_caches: a list of per-layer caches [num_pages, page_size, ...] (same shape and dtype, bf16/f16), or one
+    tensor [num_layers, num_pages, page_size, ...]; v_caches likewise, or None (MLA). page_table [B, M],
+    kv_lens, node_counts, accept_lens [B] int32; accepted_path [B, W] int32 (tree_accept's output).
+    """
+    k_list, stacked = _as_list("k_caches", k_caches)
+    v_list, v_stacked = _as_list("v_caches", v_caches)
+    if v_list is not None and v_stacked != stacked:
+        raise TypeError("v_caches: pass the same form as k_caches (both lists, or both stacked tensors)")
+    args = (k_list, v_list or [], page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
+    if use_eager_path(page_table):
+        _run(*args[:1], v_list, *args[2:])
+    else:
+        torch.ops.kdtree.kv_compact(*args)

@@ -1,0 +1,183 @@
+"""verify_attention: tree attention over a paged KV cache (MLA or GQA), as torch.ops.kdtree.verify_attention."""
+
+import ctypes
+import math
+from collections import namedtuple
+from typing import Optional, Tuple
+
+import torch
+
+from . import _checks as C
+from . import _launch, _lib
+from ._dispatch import use_eager_path
+
+_DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}
+
+Plan = namedtuple("Plan", "mla head_dim_qk head_dim_v num_q_heads num_kv_heads page_size max_tree_nodes dtype "
+                          "batch_size total_nodes max_kv_len num_pages max_pages_per_req sm_scale device")
+
+
+def plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale=None,
+         max_kv_len=None, require_cuda=True):
+    """Checks the arguments (shapes, dtypes, strides, devices; never data) and derives the kernel spec."""
+    C.tensor("q", q, dtypes=tuple(_DTYPES), ndim=3)
+    C.contiguous("q", q)
+    total_nodes, num_q_heads, head_dim_qk = q.shape
+    C.tensor("k_cache", k_cache, ndims=(3, 4))
+    if k_cache.dtype != q.dtype:
+        raise TypeError(f"k_cache: expected dtype {C._dtype_name(q.dtype)} (q's dtype), got {C._dtype_name(k_cache.dtype)}")
+    C.contiguous("k_cache", k_cache)
+    if v_cache is None:
+        if head_dim_qk != C.MLA_HEAD_DIM_QK:
+            raise ValueError(f"v_cache: required for GQA/MHA (q's head dim is {head_dim_qk}); only MLA "
+                             f"(head dim {C.MLA_HEAD_DIM_QK}) takes v_cache=None and reads V from k_cache")
+        if k_cache.dim() == 4:
+            C.shape("k_cache", k_cache, (None, None, 1, C.MLA_HEAD_DIM_QK))
+        else:
+            C.shape("k_cache", k_cache, (None, None, C.MLA_HEAD_DIM_QK))
+        mla, num_kv_heads, head_dim_v = True, 1, C.MLA_HEAD_DIM_V
+    else:
+        if head_dim_qk == C.MLA_HEAD_DIM_QK:
+            raise ValueError(f"v_cache: MLA (head dim {C.MLA_HEAD_DIM_QK}) reads V from the first "
+                             f"{C.MLA_HEAD_DIM_V} dims of k_cache; pass v_cache=None")
+        C.one_of("q.shape[2] (head dim)", head_dim_qk, C.GQA_HEAD_DIMS + (C.MLA_HEAD_DIM_QK,), "head dim")
+        C.tensor("k_cache", k_cache, ndim=4)
+        C.shape("k_cache", k_cache, (None, None, None, head_dim_qk))
+        C.tensor("v_cache", v_cache, ndim=4)
+        if v_cache.dtype != q.dtype:
+            raise TypeError(f"v_cache: expected dtype {C._dtype_name(q.dtype)} (q's dtype), got {C._dtype_name(v_cache.dtype)}")
+        C.shape("v_cache", v_cache, tuple(k_cache.shape))
+        C.contiguous("v_cache", v_cache)
+        mla, num_kv_heads, head_dim_v = False, k_cache.shape[2], head_dim_qk
+        if num_kv_heads < 1 or num_q_heads % num_kv_heads != 0:
+            raise ValueError(f"q: {num_q_heads} query heads is not a multiple of k_cache's {num_kv_heads} KV heads")
+    num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
+    C.one_of("k_cache.shape[1] (page size)", page_size, C.PAGE_SIZES, "page size")
+    C.one_of("max_tree_nodes", max_tree_nodes, C.TREE_WIDTHS, "tree width")
+    C.tensor("page_table", page_table, dtypes=(torch.int32,), ndim=2)
+    C.contiguous("page_table", page_table)
+    batch_size, max_pages_per_req = page_table.shape
+    C.tensor("kv_lens", kv_lens, dtypes=(torch.int32,), ndim=1)
+    C.shape("kv_lens", kv_lens, (batch_size,))
+    C.contiguous("kv_lens", kv_lens)
+    C.tensor("node_indptr", node_indptr, dtypes=(torch.int32,), ndim=1)
+    C.shape("node_indptr", node_indptr, (batch_size + 1,))
+    C.contiguous("node_indptr", node_indptr)
+    C.tensor("tree_mask", tree_mask, dtypes=(torch.int64,), ndim=2)
+    C.shape("tree_mask", tree_mask, (total_nodes, C.mask_words(max_tree_nodes)))
+    C.contiguous("tree_mask", tree_mask)
+    if batch_size < 1:
+        raise ValueError(f"page_table: expected at least one request (shape [B >= 1, max_pages_per_req]), got "
+                         f"{list(page_table.shape)}")
+    if not batch_size <= total_nodes <= batch_size * max_tree_nodes:
+        raise ValueError(f"q: {total_nodes} tree nodes (rows) for {batch_size} requests; each request has "
+                         f"1..max_tree_nodes = {max_tree_nodes} nodes")
+    if max_kv_len is None:
+        max_kv_len = max_pages_per_req * page_size
+    C.int32_range("max_kv_len", max_kv_len)
+    if max_kv_len > max_pages_per_req * page_size:
+        raise ValueError(f"max_kv_len: {max_kv_len} exceeds page_table's capacity of {max_pages_per_req} pages "
+                         f"x {page_size} = {max_pages_per_req * page_size} positions")
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(head_dim_qk)
+    if not (math.isfinite(sm_scale) and sm_scale > 0):
+        raise ValueError(f"sm_scale: expected a finite value > 0, got {sm_scale}")
+    named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("page_table", page_table),
+             ("kv_lens", kv_lens), ("node_indptr", node_indptr), ("tree_mask", tree_mask)]
+    device = C.same_device(named) if require_cuda else q.device
+    return Plan(mla, head_dim_qk, head_dim_v, num_q_heads, num_kv_heads, page_size, max_tree_nodes,
+                _DTYPES[q.dtype], batch_size, total_nodes, max_kv_len, num_pages, max_pages_per_req,
+                float(sm_scale), device)
+
+
+def _spec(p):
+    return _lib.VerifySpec(p.head_dim_qk, p.head_dim_v, p.num_q_heads, p.num_kv_heads, p.page_size,
+                           p.max_tree_nodes, p.dtype)
+
+
+def workspace_size(p):
+    """Bytes of workspace the launch needs (host-only: sizes, never data)."""
+    spec = _spec(p)
+    n = ctypes.c_size_t()
+    _lib.check(_lib.api.verify_workspace_size(_launch.runtime(p.device.index), ctypes.byref(spec), p.batch_size,
+                                              p.total_nodes, p.max_kv_len, ctypes.byref(n)),
+               "kdtree_verify_workspace_size")
+    return n.value
+
+
+def _run(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale, max_kv_len,
+         return_lse):
+    p = plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale, max_kv_len)
+    device, index = p.device, p.device.index
+    out = torch.empty((p.total_nodes, p.num_q_heads, p.head_dim_v), dtype=q.dtype, device=device)
+    lse = torch.empty((p.total_nodes, p.num_q_heads) if return_lse else (0,), dtype=torch.float32, device=device)
+    with _launch.device_guard(index):
+        rt = _launch.runtime(index)
+        stream = _launch.current_stream(index)
+        nbytes = workspace_size(p)
+        ws = _launch.workspace(device, stream, nbytes)
+        a = _lib.VerifyArgs()
+        a.spec = _spec(p)
+        a.batch_size = p.batch_size
+        a.total_nodes = p.total_nodes
+        a.max_kv_len = p.max_kv_len
+        a.num_pages = p.num_pages
+        a.q = q.data_ptr()
+        a.node_indptr = node_indptr.data_ptr()
+        a.k_cache = k_cache.data_ptr()
+        a.v_cache = None if v_cache is None else v_cache.data_ptr()
+        a.page_table = page_table.data_ptr()
+        a.max_pages_per_req = p.max_pages_per_req
+        a.kv_lens = kv_lens.data_ptr()
+        a.tree_mask = tree_mask.data_ptr()
+        a.sm_scale = p.sm_scale
+        a.out = out.data_ptr()
+        a.lse = lse.data_ptr() if return_lse else None
+        a.workspace = None if ws is None else ws.data_ptr()
+        a.workspace_size = nbytes
+        a.stream = stream
+        _lib.check(_lib.api.verify_attention(rt, ctypes.byref(a)), "kdtree_verify_attention")
+    return out, lse
+
+
+@torch.library.custom_op("kdtree::verify_attention", mutates_args=())
+def verify_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Tensor],
+                        page_table: torch.Tensor, kv_lens: torch.Tensor, node_indptr: torch.Tensor,
+                        tree_mask: torch.Tensor, max_tree_nodes: int, sm_scale: Optional[float] = None,
+                        max_kv_len: Optional[int] = None, return_lse: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The operator: returns (out, lse); lse has shape [0] unless return_lse."""
+    return _run(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
+                max_kv_len, return_lse)
+
+
+@verify_attention_op.register_fake
+def _(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale=None,
+      max_kv_len=None, return_lse=False):
+    p = plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
+             max_kv_len, require_cuda=False)
+    out = q.new_empty((p.total_nodes, p.num_q_heads, p.head_dim_v))
+    lse = q.new_empty((p.total_nodes, p.num_q_heads) if return_lse else (0,), dtype=torch.float32)
+    return out, lse
+
+
+def verify_attention(q, k_cache, page_table, kv_lens, node_indptr, tree_mask, *, max_tree_nodes, v_cache=None,
+                     sm_scale=None, max_kv_len=None, return_lse=False):
+    """Tree attention of every draft-tree node over its request's paged KV prefix and its tree ancestors.
+
+    q [total_nodes, Hq, Dqk] bf16/f16. MLA: k_cache [num_pages, page_size, 1, 576] (or [.., 576]) and
+    v_cache None (V = the first 512 dims); GQA/MHA: k_cache and v_cache [num_pages, page_size, Hkv, D],
+    D in {64, 128, 256}. page_table [B, max_pages_per_req] int32, kv_lens [B] int32 (prefix + tree nodes),
+    node_indptr [B+1] int32, tree_mask [total_nodes, ceil(W/64)] int64 (bit j of node i: j is i or an
+    ancestor), max_tree_nodes W in {16, 32, 64, 128}. sm_scale defaults to 1/sqrt(Dqk); max_kv_len (a host
+    upper bound of kv_lens) to max_pages_per_req * page_size.
+
+    Returns out [total_nodes, Hq, Dv] in q's dtype, and with return_lse=True also lse [total_nodes, Hq]
+    float32 (natural log). Runs on torch's current stream of q's device; never synchronises.
+    """
+    args = (q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
+            max_kv_len, return_lse)
+    if use_eager_path(q):
+        out, lse = _run(*args)
+    else:
+        out, lse = torch.ops.kdtree.verify_attention(*args)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The Python package's tests: a virtual environment in $KDTREE_BUILD_DIR/python-venv (default
+# build/python-venv; it sees the system's site-packages, so an installed torch is reused), torch (from PyPI
+# when missing: its Linux wheel is the CUDA build, which runs on the CPU too), pytest and numpy, then
+# `pip install .` from this checkout and `pytest tests/python`. Without a GPU the GPU tests are
+# reported as skipped. Extra arguments go to pytest.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${KDTREE_BUILD_DIR:-$root/build}
+venv=${KDTREE_VENV:-$build/python-venv}
+
+if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  echo "test_python: installing python3-venv"
+  sudo=()
+  [ "$(id -u)" -ne 0 ] && sudo=(sudo)
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv python3-pip
+fi
+[ -x "$venv/bin/python" ] || python3 -m venv --system-site-packages "$venv"
+py=$venv/bin/python
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+if ! "$py" -c 'import torch' >/dev/null 2>&1; then
+  echo "test_python: installing torch from PyPI"
+  "$py" -m pip install -q torch
+fi
+"$py" -c 'import pytest, numpy' >/dev/null 2>&1 || "$py" -m pip install -q pytest numpy
+# The package exactly as a user installs it (README): builds libkdtree with CMake via scikit-build-core.
+if [ -n "${KDTREE_JOBS:-}" ]; then export CMAKE_BUILD_PARALLEL_LEVEL=$KDTREE_JOBS; fi
+"$py" -m pip install -q "$root"
+# From outside the checkout, so `import kdtree` is the installed package.
+cd "$build"
+"$py" -m pytest "$root/tests/python" -q -rs -p no:cacheprovider "$@"

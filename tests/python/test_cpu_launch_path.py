@@ -1,0 +1,185 @@
+"""CPU: the launch path of every function down to the C call, with the C library replaced by a recorder
+and the device by the CPU: checks that each ctypes argument struct carries the tensors' addresses, the
+sizes derived from their shapes, torch's stream, and the workspace / pointer tables the package manages."""
+
+import contextlib
+import ctypes
+
+import pytest
+import torch
+
+import kdtree
+import shapes
+from kdtree import _checks, _kv_compact, _launch, _lib
+
+STREAM = 0x5151
+RUNTIME = 0x1234
+WORKSPACE = 3000
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def _record(self, name, rt, ref):
+        assert rt == RUNTIME
+        s = ref._obj
+        self.calls.append((name, {f: getattr(s, f) for f, _ in s._fields_}))
+        return 0
+
+    def verify_workspace_size(self, rt, spec, batch, total, max_kv_len, out):
+        self.calls.append(("verify_workspace_size", dict(batch=batch, total=total, max_kv_len=max_kv_len,
+                                                         head_dim_qk=spec._obj.head_dim_qk)))
+        out._obj.value = WORKSPACE
+        return 0
+
+    def __getattr__(self, name):
+        return lambda rt, ref: self._record(name, rt, ref)
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    rec = Recorder()
+    monkeypatch.setattr(_lib, "api", rec)
+    monkeypatch.setattr(_checks, "same_device", lambda named: torch.device("cpu"))
+    monkeypatch.setattr(_launch, "runtime", lambda index: RUNTIME)
+    monkeypatch.setattr(_launch, "current_stream", lambda index: STREAM)
+    monkeypatch.setattr(_launch, "device_guard", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(_launch, "capturing", lambda: False)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
+    monkeypatch.setattr(_launch, "_workspaces", {})
+    monkeypatch.setattr(_kv_compact, "_tables", {})
+    return rec
+
+
+def test_verify_attention_mla_launch(recorder):
+    a = shapes.verify_args(width=32, page=16, pages_per_req=4)
+    out, lse = kdtree.verify_attention(a["q"], a["k_cache"], a["page_table"], a["kv_lens"], a["node_indptr"],
+                                       a["tree_mask"], max_tree_nodes=32, return_lse=True)
+    assert out.shape == (8, 16, 512) and out.dtype == torch.bfloat16 and lse.shape == (8, 16)
+    (_, size), (name, f) = recorder.calls
+    assert name == "verify_attention"
+    assert size == dict(batch=2, total=8, max_kv_len=64, head_dim_qk=576)
+    spec = f["spec"]
+    assert (spec.head_dim_qk, spec.head_dim_v, spec.num_q_heads, spec.num_kv_heads, spec.page_size,
+            spec.max_tree_nodes, spec.dtype) == (576, 512, 16, 1, 16, 32, _lib.DTYPE_BF16)
+    assert (f["batch_size"], f["total_nodes"], f["max_kv_len"], f["num_pages"], f["max_pages_per_req"]) == (2, 8, 64, 10, 4)
+    assert f["q"] == a["q"].data_ptr() and f["k_cache"] == a["k_cache"].data_ptr() and f["v_cache"] is None
+    assert f["page_table"] == a["page_table"].data_ptr() and f["kv_lens"] == a["kv_lens"].data_ptr()
+    assert f["node_indptr"] == a["node_indptr"].data_ptr() and f["tree_mask"] == a["tree_mask"].data_ptr()
+    assert f["out"] == out.data_ptr() and f["lse"] == lse.data_ptr()
+    assert f["sm_scale"] == pytest.approx(1 / 24, rel=1e-6)
+    assert f["stream"] == STREAM and f["num_splits"] == 0 and f["error_flags"] is None
+    ws = _launch._workspaces[(None, STREAM)]
+    assert f["workspace"] == ws.data_ptr() and f["workspace_size"] == WORKSPACE and ws.numel() >= WORKSPACE
+
+
+def test_verify_attention_gqa_launch_and_workspace_reuse(recorder):
+    a = shapes.verify_args(mla=False, heads=8, kv_heads=2, head_dim=128, dtype=torch.float16)
+    out = kdtree.verify_attention(a["q"], a["k_cache"], a["page_table"], a["kv_lens"], a["node_indptr"],
+                                  a["tree_mask"], max_tree_nodes=16, v_cache=a["v_cache"], sm_scale=0.5, max_kv_len=40)
+    assert out.shape == (8, 8, 128) and out.dtype == torch.float16
+    f = recorder.calls[-1][1]
+    assert f["v_cache"] == a["v_cache"].data_ptr() and f["lse"] is None and f["sm_scale"] == 0.5
+    assert f["max_kv_len"] == 40 and f["spec"].num_kv_heads == 2 and f["spec"].dtype == _lib.DTYPE_F16
+    first = f["workspace"]
+    kdtree.verify_attention(a["q"], a["k_cache"], a["page_table"], a["kv_lens"], a["node_indptr"], a["tree_mask"],
+                            max_tree_nodes=16, v_cache=a["v_cache"])
+    assert recorder.calls[-1][1]["workspace"] == first  # cached per (device, stream), not reallocated
+
+
+def test_verify_attention_workspace_inside_capture_is_not_the_cache(recorder, monkeypatch):
+    a = shapes.verify_args()
+    args = (a["q"], a["k_cache"], a["page_table"], a["kv_lens"], a["node_indptr"], a["tree_mask"])
+    kdtree.verify_attention(*args, max_tree_nodes=16)
+    cached = _launch._workspaces[(None, STREAM)]
+    monkeypatch.setattr(_launch, "capturing", lambda: True)
+    kdtree.verify_attention(*args, max_tree_nodes=16)
+    f = recorder.calls[-1][1]
+    assert f["workspace"] != cached.data_ptr()  # allocated through torch (the graph's pool)
+    assert _launch._workspaces[(None, STREAM)] is cached
+
+
+def test_tree_build_launch(recorder):
+    a = shapes.tree_build_args(batch=3, depth=4, top_k=5, budget=10, width=16)
+    r = kdtree.tree_build(**a)
+    name, f = recorder.calls[-1]
+    assert name == "tree_build"
+    assert (f["batch_size"], f["depth"], f["top_k"], f["budget"], f["max_tree_nodes"]) == (3, 4, 5, 10, 16)
+    for field in ("draft_tokens", "draft_logprobs", "root_tokens", "prefix_lens"):
+        assert f[field] == a[field].data_ptr(), field
+    for field in r._fields:
+        assert f[field] == getattr(r, field).data_ptr(), field
+    assert f["stream"] == STREAM
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_tree_accept_launch(recorder, packed):
+    a = shapes.tree_accept_args(packed=packed)
+    path, lens, bonus = kdtree.tree_accept(a["tokens"], a["parents"], a["node_counts"], a["target_tokens"],
+                                           node_indptr=a["node_indptr"])
+    name, f = recorder.calls[-1]
+    assert name == "tree_accept" and (f["batch_size"], f["max_tree_nodes"]) == (3, 32)
+    assert f["target_tokens"] == a["target_tokens"].data_ptr()
+    assert f["node_indptr"] == (a["node_indptr"].data_ptr() if packed else None)
+    assert (f["accepted_path"], f["accept_lens"], f["bonus_tokens"]) == (path.data_ptr(), lens.data_ptr(), bonus.data_ptr())
+    assert path.shape == (3, 32) and lens.shape == (3,) and bonus.shape == (3,)
+
+
+def test_sample_tokens_launch(recorder):
+    wide = torch.zeros(5, 128, dtype=torch.bfloat16)
+    offsets = torch.arange(5, dtype=torch.int64)
+    out = kdtree.sample_tokens(wide[:, :100], temperature=0.7, seed=2**64 - 1, row_offsets=offsets)
+    name, f = recorder.calls[-1]
+    assert name == "sample_tokens"
+    assert (f["num_rows"], f["vocab_size"], f["row_stride"], f["logits_dtype"]) == (5, 100, 128, _lib.DTYPE_BF16)
+    assert f["seed"] == 2**64 - 1 and f["temperature"] == pytest.approx(0.7)
+    assert f["row_offsets"] == offsets.data_ptr() and f["out_tokens"] == out.data_ptr()
+    assert out.shape == (5,) and out.dtype == torch.int32
+
+
+def _table(ptr, n):
+    return (ctypes.c_int64 * n).from_address(ptr)[:]
+
+
+def test_kv_compact_list_launch_builds_the_pointer_table_once(recorder):
+    a = shapes.kv_compact_args(mla=False, row=(2, 64), layers=3)
+    args = (a["page_table"], a["kv_lens"], a["node_counts"], a["accepted_path"], a["accept_lens"])
+    kdtree.kv_compact(a["k_caches"], *args, v_caches=a["v_caches"])
+    name, f = recorder.calls[-1]
+    assert name == "kv_compact"
+    assert (f["num_layers"], f["batch_size"], f["max_tree_nodes"], f["page_size"], f["num_pages"]) == (3, 2, 16, 16, 8)
+    assert (f["row_elems_k"], f["row_elems_v"], f["dtype"], f["max_pages_per_req"]) == (128, 128, _lib.DTYPE_BF16, 4)
+    assert _table(f["k_caches"], 3) == [t.data_ptr() for t in a["k_caches"]]
+    assert _table(f["v_caches"], 3) == [t.data_ptr() for t in a["v_caches"]]
+    kdtree.kv_compact(a["k_caches"], *args, v_caches=a["v_caches"])
+    assert recorder.calls[-1][1]["k_caches"] == f["k_caches"]  # the cached table
+    assert len(_kv_compact._tables) == 2
+
+
+def test_kv_compact_stacked_launch(recorder):
+    a = shapes.kv_compact_args(stacked=True, layers=4, row=(1, 576))
+    kdtree.kv_compact(a["k_caches"], a["page_table"], a["kv_lens"], a["node_counts"], a["accepted_path"],
+                      a["accept_lens"])
+    f = recorder.calls[-1][1]
+    k = a["k_caches"]
+    assert f["num_layers"] == 4 and f["row_elems_k"] == 576 and f["row_elems_v"] == 0 and f["v_caches"] is None
+    assert _table(f["k_caches"], 4) == [k[i].data_ptr() for i in range(4)]
+
+
+def test_kv_compact_list_inside_capture_without_a_table_is_a_clear_error(recorder, monkeypatch):
+    monkeypatch.setattr(_launch, "capturing", lambda: True)
+    a = shapes.kv_compact_args()
+    with pytest.raises(RuntimeError, match=r"^k_caches: the per-layer pointer table for these 3 caches"):
+        kdtree.kv_compact(a["k_caches"], a["page_table"], a["kv_lens"], a["node_counts"], a["accepted_path"],
+                          a["accept_lens"])
+    assert recorder.calls == []
+
+
+def test_a_failing_call_raises_kdtree_error(recorder, monkeypatch):
+    monkeypatch.setattr(recorder, "tree_accept", lambda rt, ref: _lib.ERROR_UNSUPPORTED, raising=False)
+    monkeypatch.setattr(_lib, "last_error", lambda: "tree_accept: something unsupported")
+    a = shapes.tree_accept_args()
+    with pytest.raises(kdtree.Error) as e:
+        kdtree.tree_accept(a["tokens"], a["parents"], a["node_counts"], a["target_tokens"])
+    assert e.value.status == _lib.ERROR_UNSUPPORTED and e.value.message == "tree_accept: something unsupported"

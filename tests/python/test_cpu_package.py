@@ -1,0 +1,104 @@
+"""CPU: the installed package imports, loads libkdtree (without libfmt), and its CLI works."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import kdtree
+from kdtree import _lib, _loader
+
+
+def test_import_and_library_version():
+    assert kdtree.library_version() == _loader.build_info()["VERSION"] or _loader.build_info()["VERSION"] == "unknown"
+    assert kdtree.library_version().count(".") == 2
+
+
+def test_every_operator_is_registered_in_the_kdtree_namespace():
+    for name in ("verify_attention", "tree_build", "tree_accept", "sample_tokens", "kv_compact"):
+        assert hasattr(torch.ops.kdtree, name), name
+
+
+def test_shipped_library_needs_no_fmt():
+    path = _loader.library_path()
+    if os.environ.get("KDTREE_LIBRARY"):
+        pytest.skip("KDTREE_LIBRARY points at a development build, not the shipped library")
+    out = subprocess.run(["readelf", "-d", path], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip("readelf is not available")
+    needed = [line for line in out.stdout.splitlines() if "NEEDED" in line]
+    assert needed, out.stdout
+    assert not any("fmt" in line for line in needed), needed
+
+
+def test_nvrtc_is_loaded_from_a_findable_place():
+    kdtree.library_version()  # loads NVRTC, then libkdtree
+    path = _loader.loaded_nvrtc_path()
+    assert path is not None and os.path.exists(path)
+
+
+def test_failing_c_call_raises_kdtree_error_with_status_and_message():
+    # An offline runtime validates arguments before touching a device: a NULL tokens pointer is
+    # KDTREE_ERROR_INVALID_ARGUMENT with kdtree_last_error() naming the field.
+    import ctypes
+    rt = ctypes.c_void_p()
+    _lib.check(_lib.api.runtime_create_offline(90, None, ctypes.byref(rt)), "kdtree_runtime_create_offline")
+    try:
+        a = _lib.TreeAcceptArgs(batch_size=1, max_tree_nodes=16)
+        with pytest.raises(kdtree.Error) as e:
+            _lib.check(_lib.api.tree_accept(rt, ctypes.byref(a)), "kdtree_tree_accept")
+        assert e.value.status == _lib.ERROR_INVALID_ARGUMENT
+        assert "tokens" in e.value.message
+        assert "kdtree_tree_accept" in str(e.value) and "KDTREE_ERROR_INVALID_ARGUMENT" in str(e.value)
+        assert isinstance(e.value, RuntimeError)
+    finally:
+        _lib.api.runtime_destroy(rt)
+
+
+def test_no_driver_is_a_kdtree_error_not_a_crash():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the no-driver path cannot be exercised")
+    from kdtree import _runtime
+    try:
+        _runtime.arch(0)
+    except kdtree.Error as e:
+        assert e.status in (_lib.ERROR_NO_DRIVER, _lib.ERROR_NO_DEVICE), e
+        assert e.message
+    else:
+        pytest.skip("a CUDA driver is loadable here although torch sees no GPU")
+
+
+def _python_m(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "kdtree", *args], capture_output=True, text=True, env=env)
+
+
+def test_python_m_kdtree_help_and_bad_usage():
+    assert _python_m("--help").returncode == 0
+    r = _python_m()
+    assert r.returncode == 2 and "usage" in r.stdout
+    r = _python_m("no-such-command")
+    assert r.returncode != 0
+
+
+def test_python_m_kdtree_warm_fills_the_given_cache(tmp_path):
+    # Tree ops only, one width: a few NVRTC compiles, no GPU needed (sm_90 is the H200's arch).
+    cache = tmp_path / "cache"
+    r = _python_m("warm", "--arch", "sm_90", "--no-attention", "--widths", "16", "--pages", "16",
+                  "--cache-dir", str(cache), "-j", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 failed" in r.stdout, r.stdout
+    assert any(cache.iterdir())
+    # The second run reuses every kernel: the same cache as kdtree-gen's.
+    r = _python_m("warm", "--arch", "sm_90", "--no-attention", "--widths", "16", "--pages", "16",
+                  "--cache-dir", str(cache), "-j", "2")
+    assert r.returncode == 0 and ": 0 compiled," in r.stdout, r.stdout
+
+
+def test_python_m_kdtree_warm_honours_KDTREE_CACHE_DIR(tmp_path):
+    env = dict(os.environ, KDTREE_CACHE_DIR=str(tmp_path / "envcache"))
+    r = _python_m("info", env=env)
+    assert r.returncode == 0, r.stderr
+    assert str(tmp_path / "envcache") in r.stdout
+    assert "libkdtree:" in r.stdout and "nvrtc:" in r.stdout
