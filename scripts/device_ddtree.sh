@@ -15,10 +15,10 @@ cd "$root"
 OUT=${OUT:-/tmp/kdtree-ddtree-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-export KDTREE_DDTREE_CACHE=${KDTREE_DDTREE_CACHE:-/tmp/kdtree-ddtree-weights}
-
-# The cubin cache scripts/device_python.sh uses (kernels it compiled are reused), seeded from .carry/cache.
+# The cubin cache scripts/device_python.sh uses (kernels it compiled are reused), seeded from .carry/cache;
+# the trained weights go to $KDTREE_CACHE_DIR/ddtree (unless KDTREE_DDTREE_CACHE says otherwise).
 export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-py-cache}
+export KDTREE_DDTREE_TRAIN=1
 mkdir -p "$KDTREE_CACHE_DIR"
 [[ -d $root/.carry/cache ]] && cp -rn "$root/.carry/cache/." "$KDTREE_CACHE_DIR/" 2>/dev/null
 

@@ -159,6 +159,17 @@ def evaluate(cfg, target, drafter, held, device, windows=32, seq=256):
             "drafter_top1_agrees_with_target_by_depth": [round(a, 3) for a in agree]}
 
 
+def _weights_path(preset, cfg, st, train_bytes):
+    key_src = json.dumps([cfg.to_dict(), asdict(st), data.fingerprint(train_bytes), 5], sort_keys=True)
+    return cache_dir() / f"{preset}-{hashlib.sha256(key_src.encode()).hexdigest()[:16]}.pt"
+
+
+def weights_cached(preset="h200") -> bool:
+    """Whether get_models(preset) would load instead of train."""
+    cfg, st = PRESETS[preset]
+    return _weights_path(preset, cfg, st, data.load_corpus(st.corpus_bytes)[0]).exists()
+
+
 def get_models(preset="h200", device="cuda", log=print, use_cache=True, cfg=None, settings=None):
     """(target, drafter, cfg, info): trained now or loaded from the cache. float32 weights."""
     device = torch.device(device)
@@ -166,9 +177,7 @@ def get_models(preset="h200", device="cuda", log=print, use_cache=True, cfg=None
     cfg, st = cfg or pcfg, settings or pst
     t0 = time.time()
     train_bytes, held = data.load_corpus(st.corpus_bytes)
-    key_src = json.dumps([cfg.to_dict(), asdict(st), data.fingerprint(train_bytes), 5], sort_keys=True)
-    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
-    path = cache_dir() / f"{preset}-{key}.pt"
+    path = _weights_path(preset, cfg, st, train_bytes)
     target, drafter = Target(cfg), Drafter(cfg)
     if use_cache and path.exists():
         blob = torch.load(path, map_location="cpu", weights_only=True)

@@ -1,5 +1,5 @@
-"""GPU tests of the DDTree example with the kdtree backend (the H200 model of examples/ddtree,
-trained on first use in about two minutes, then loaded from the weight cache).
+"""GPU tests of the DDTree example with the kdtree backend (the H200 model of examples/ddtree, loaded
+from the weight cache that scripts/device_ddtree.sh fills; KDTREE_DDTREE_TRAIN=1 trains it here).
 
 They skip, saying why, without a CUDA device or without an importable kdtree package.
   python -m pytest -q tests/python/test_ddtree_gpu.py
@@ -40,6 +40,13 @@ def kd():
 
 @pytest.fixture(scope="module")
 def models_f32():
+    # Training takes ~2 minutes: done by scripts/device_ddtree.sh (python -m examples.ddtree.run trains
+    # and caches first), or here when KDTREE_DDTREE_TRAIN=1; a plain `pytest tests/python` on a GPU
+    # machine without cached weights skips the model tests instead of training inside the suite.
+    import os
+    if not train.weights_cached("h200") and os.environ.get("KDTREE_DDTREE_TRAIN") != "1":
+        pytest.skip(f"no cached DDTree weights under {train.cache_dir()} (scripts/device_ddtree.sh trains them; "
+                    "or set KDTREE_DDTREE_TRAIN=1): model tests skipped, not passed")
     target, drafter, cfg, _ = train.get_models("h200", "cuda", log=lambda *a: print(*a, flush=True))
     return target, drafter, cfg
 
