@@ -12,6 +12,9 @@ from . import _launch, _lib
 from ._dispatch import use_eager_path
 
 _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}
+_DTYPE_KEYS = tuple(_DTYPES)
+_I32 = (torch.int32,)
+_I64 = (torch.int64,)
 
 Plan = namedtuple("Plan", "mla head_dim_qk head_dim_v num_q_heads num_kv_heads page_size max_tree_nodes dtype "
                           "batch_size total_nodes max_kv_len num_pages max_pages_per_req sm_scale device")
@@ -20,7 +23,7 @@ Plan = namedtuple("Plan", "mla head_dim_qk head_dim_v num_q_heads num_kv_heads p
 def plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale=None,
          max_kv_len=None, require_cuda=True):
     """Checks the arguments (shapes, dtypes, strides, devices; never data) and derives the kernel spec."""
-    C.tensor("q", q, dtypes=tuple(_DTYPES), ndim=3)
+    C.tensor("q", q, dtypes=_DTYPE_KEYS, ndim=3)
     C.contiguous("q", q)
     total_nodes, num_q_heads, head_dim_qk = q.shape
     C.tensor("k_cache", k_cache, ndims=(3, 4))
@@ -31,7 +34,7 @@ def plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_t
         if head_dim_qk != C.MLA_HEAD_DIM_QK:
             raise ValueError(f"v_cache: required for GQA/MHA (q's head dim is {head_dim_qk}); only MLA "
                              f"(head dim {C.MLA_HEAD_DIM_QK}) takes v_cache=None and reads V from k_cache")
-        if k_cache.dim() == 4:
+        if len(k_cache.shape) == 4:
             C.shape("k_cache", k_cache, (None, None, 1, C.MLA_HEAD_DIM_QK))
         else:
             C.shape("k_cache", k_cache, (None, None, C.MLA_HEAD_DIM_QK))
@@ -54,16 +57,16 @@ def plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_t
     num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
     C.one_of("k_cache.shape[1] (page size)", page_size, C.PAGE_SIZES, "page size")
     C.one_of("max_tree_nodes", max_tree_nodes, C.TREE_WIDTHS, "tree width")
-    C.tensor("page_table", page_table, dtypes=(torch.int32,), ndim=2)
+    C.tensor("page_table", page_table, dtypes=_I32, ndim=2)
     C.contiguous("page_table", page_table)
     batch_size, max_pages_per_req = page_table.shape
-    C.tensor("kv_lens", kv_lens, dtypes=(torch.int32,), ndim=1)
+    C.tensor("kv_lens", kv_lens, dtypes=_I32, ndim=1)
     C.shape("kv_lens", kv_lens, (batch_size,))
     C.contiguous("kv_lens", kv_lens)
-    C.tensor("node_indptr", node_indptr, dtypes=(torch.int32,), ndim=1)
+    C.tensor("node_indptr", node_indptr, dtypes=_I32, ndim=1)
     C.shape("node_indptr", node_indptr, (batch_size + 1,))
     C.contiguous("node_indptr", node_indptr)
-    C.tensor("tree_mask", tree_mask, dtypes=(torch.int64,), ndim=2)
+    C.tensor("tree_mask", tree_mask, dtypes=_I64, ndim=2)
     C.shape("tree_mask", tree_mask, (total_nodes, C.mask_words(max_tree_nodes)))
     C.contiguous("tree_mask", tree_mask)
     if batch_size < 1:
@@ -95,48 +98,45 @@ def _spec(p):
                            p.max_tree_nodes, p.dtype)
 
 
+_workspace_sizes = {}  # (device, spec, batch, nodes, max_kv_len) -> bytes; host-only facts, so cacheable
+
+
 def workspace_size(p):
     """Bytes of workspace the launch needs (host-only: sizes, never data)."""
-    spec = _spec(p)
-    n = ctypes.c_size_t()
-    _lib.check(_lib.api.verify_workspace_size(_launch.runtime(p.device.index), ctypes.byref(spec), p.batch_size,
-                                              p.total_nodes, p.max_kv_len, ctypes.byref(n)),
-               "kdtree_verify_workspace_size")
-    return n.value
+    key = p[:11] + (p.device.index,)
+    n = _workspace_sizes.get(key)
+    if n is None:
+        spec = _spec(p)
+        out = ctypes.c_size_t()
+        _lib.check(_lib.api.verify_workspace_size(_launch.runtime(p.device.index), ctypes.byref(spec),
+                                                  p.batch_size, p.total_nodes, p.max_kv_len, ctypes.byref(out)),
+                   "kdtree_verify_workspace_size")
+        n = _workspace_sizes[key] = out.value
+    return n
 
 
 def _run(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale, max_kv_len,
-         return_lse):
+         return_lse, lse_placeholder=True):
+    """Checks, allocates and launches; returns (out, lse). Without return_lse, lse is an empty [0] tensor
+    (the operator must return one) or, for the plain function (lse_placeholder=False), None."""
     p = plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale, max_kv_len)
     device, index = p.device, p.device.index
     out = torch.empty((p.total_nodes, p.num_q_heads, p.head_dim_v), dtype=q.dtype, device=device)
-    lse = torch.empty((p.total_nodes, p.num_q_heads) if return_lse else (0,), dtype=torch.float32, device=device)
+    if return_lse:
+        lse = torch.empty((p.total_nodes, p.num_q_heads), dtype=torch.float32, device=device)
+    else:
+        lse = torch.empty((0,), dtype=torch.float32, device=device) if lse_placeholder else None
     with _launch.device_guard(index):
-        rt = _launch.runtime(index)
         stream = _launch.current_stream(index)
         nbytes = workspace_size(p)
         ws = _launch.workspace(device, stream, nbytes)
-        a = _lib.VerifyArgs()
-        a.spec = _spec(p)
-        a.batch_size = p.batch_size
-        a.total_nodes = p.total_nodes
-        a.max_kv_len = p.max_kv_len
-        a.num_pages = p.num_pages
-        a.q = q.data_ptr()
-        a.node_indptr = node_indptr.data_ptr()
-        a.k_cache = k_cache.data_ptr()
-        a.v_cache = None if v_cache is None else v_cache.data_ptr()
-        a.page_table = page_table.data_ptr()
-        a.max_pages_per_req = p.max_pages_per_req
-        a.kv_lens = kv_lens.data_ptr()
-        a.tree_mask = tree_mask.data_ptr()
-        a.sm_scale = p.sm_scale
-        a.out = out.data_ptr()
-        a.lse = lse.data_ptr() if return_lse else None
-        a.workspace = None if ws is None else ws.data_ptr()
-        a.workspace_size = nbytes
-        a.stream = stream
-        _lib.check(_lib.api.verify_attention(rt, ctypes.byref(a)), "kdtree_verify_attention")
+        a = _lib.VerifyArgs(_spec(p), p.batch_size, p.total_nodes, p.max_kv_len, p.num_pages, q.data_ptr(),
+                            node_indptr.data_ptr(), k_cache.data_ptr(),
+                            None if v_cache is None else v_cache.data_ptr(), page_table.data_ptr(),
+                            p.max_pages_per_req, kv_lens.data_ptr(), tree_mask.data_ptr(), p.sm_scale,
+                            out.data_ptr(), lse.data_ptr() if return_lse else None,
+                            None if ws is None else ws.data_ptr(), nbytes, None, stream, 0)
+        _lib.check(_lib.api.verify_attention(_launch.runtime(index), ctypes.byref(a)), "kdtree_verify_attention")
     return out, lse
 
 
@@ -177,7 +177,7 @@ def verify_attention(q, k_cache, page_table, kv_lens, node_indptr, tree_mask, *,
     args = (q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
             max_kv_len, return_lse)
     if use_eager_path(q):
-        out, lse = _run(*args)
+        out, lse = _run(*args, lse_placeholder=False)
     else:
         out, lse = torch.ops.kdtree.verify_attention(*args)
     return (out, lse) if return_lse else out
