@@ -92,11 +92,23 @@ def plan(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, ac
     return num_layers, num_pages, page_size, row_k, row_v, _DTYPES[dtype], batch, max_pages, w, device
 
 
+class _Table:
+    """A device pointer table, the pinned host copy it was uploaded from (which must outlive the
+    asynchronous copy), and until it is known complete, the event after its build and the stream it
+    was built on (a launch on another stream waits for that event)."""
+    __slots__ = ("table", "host", "event", "stream")
+
+    def __init__(self, table, host, stream):
+        self.table, self.host, self.stream = table, host, stream
+        self.event = torch.cuda.Event()
+        self.event.record()
+
+
 _tables_lock = threading.Lock()
-_tables = {}  # key -> (device int64 table, pinned host source or None)
+_tables = {}  # key -> _Table
 
 
-def _pointer_table(name, caches, stacked, device):
+def _pointer_table(name, caches, stacked, device, stream):
     if stacked:
         t = caches[0]
         base, layers, stride = t.data_ptr(), t.shape[0], t.stride(0) * t.element_size()
@@ -106,12 +118,17 @@ def _pointer_table(name, caches, stacked, device):
         key = (device.index, ptrs)
     hit = _tables.get(key)
     if hit is not None:
-        return hit[0]
+        if hit.event is not None and hit.stream != stream and not _launch.capturing():
+            if hit.event.query():
+                hit.event = None  # complete: every stream may read it from now on
+            else:
+                torch.cuda.current_stream(device).wait_event(hit.event)
+        return hit.table
     if stacked:
         table = torch.arange(layers, dtype=torch.int64, device=device) * stride + base
         if _launch.capturing():
             return table  # in the graph's pool, alive as long as the graph
-        entry = (table, None)
+        entry = _Table(table, None, stream)
     else:
         if _launch.capturing():
             raise RuntimeError(
@@ -121,10 +138,9 @@ def _pointer_table(name, caches, stacked, device):
         host = torch.tensor(ptrs, dtype=torch.int64).pin_memory()
         table = torch.empty(len(ptrs), dtype=torch.int64, device=device)
         table.copy_(host, non_blocking=True)
-        entry = (table, host)  # the pinned source must outlive the asynchronous copy
+        entry = _Table(table, host, stream)
     with _tables_lock:
-        _tables.setdefault(key, entry)
-    return entry[0]
+        return _tables.setdefault(key, entry).table
 
 
 def _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked):
@@ -134,8 +150,9 @@ def _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, ac
         return
     index = device.index
     with _launch.device_guard(index):
-        k_table = _pointer_table("k_caches", k_caches, stacked, device)
-        v_table = None if v_caches is None else _pointer_table("v_caches", v_caches, stacked, device)
+        stream = _launch.current_stream(index)
+        k_table = _pointer_table("k_caches", k_caches, stacked, device, stream)
+        v_table = None if v_caches is None else _pointer_table("v_caches", v_caches, stacked, device, stream)
         a = _lib.KvCompactArgs()
         a.num_layers, a.batch_size, a.max_tree_nodes, a.page_size = num_layers, batch, w, page_size
         a.num_pages, a.row_elems_k, a.row_elems_v, a.dtype = num_pages, row_k, row_v, dtype
@@ -144,7 +161,7 @@ def _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, ac
         a.page_table, a.max_pages_per_req = page_table.data_ptr(), max_pages
         a.kv_lens, a.node_counts = kv_lens.data_ptr(), node_counts.data_ptr()
         a.accepted_path, a.accept_lens = accepted_path.data_ptr(), accept_lens.data_ptr()
-        a.stream = _launch.current_stream(index)
+        a.stream = stream
         _lib.check(_lib.api.kv_compact(_launch.runtime(index), ctypes.byref(a)), "kdtree_kv_compact")
 
 

@@ -37,6 +37,14 @@ class Recorder:
         return lambda rt, ref: self._record(name, rt, ref)
 
 
+class NoEvent:
+    def record(self):
+        pass
+
+    def query(self):
+        return True
+
+
 @pytest.fixture
 def recorder(monkeypatch):
     rec = Recorder()
@@ -49,6 +57,7 @@ def recorder(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
     monkeypatch.setattr(_launch, "_workspaces", {})
     monkeypatch.setattr(_kv_compact, "_tables", {})
+    monkeypatch.setattr(torch.cuda, "Event", NoEvent)
     return rec
 
 
