@@ -23,6 +23,82 @@ Plan = namedtuple("Plan", "mla head_dim_qk head_dim_v num_q_heads num_kv_heads p
 def plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale=None,
          max_kv_len=None, require_cuda=True):
     """Checks the arguments (shapes, dtypes, strides, devices; never data) and derives the kernel spec."""
+    p = _fast_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
+                   max_kv_len, require_cuda)
+    if p is not None:
+        return p
+    return _checked_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes,
+                         sm_scale, max_kv_len, require_cuda)
+
+
+_T = torch.Tensor
+_INT32, _INT64 = torch.int32, torch.int64
+_PAGE_SET = frozenset(C.PAGE_SIZES)
+_WIDTH_SET = frozenset(C.TREE_WIDTHS)
+_GQA_SET = frozenset(C.GQA_HEAD_DIMS)
+_DEFAULT_SCALE = {d: 1.0 / math.sqrt(d) for d in C.GQA_HEAD_DIMS + (C.MLA_HEAD_DIM_QK,)}
+
+
+def _fast_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, w, sm_scale, max_kv_len,
+               require_cuda):
+    """The common case in one pass of cheap tests, or None; then _checked_plan (the authority, which
+    names what is wrong) decides. Accepts nothing that _checked_plan rejects."""
+    if (type(q) is not _T or type(k_cache) is not _T or type(page_table) is not _T or type(kv_lens) is not _T
+            or type(node_indptr) is not _T or type(tree_mask) is not _T):
+        return None
+    dtype = q.dtype
+    code = _DTYPES.get(dtype)
+    qs = q.shape
+    if code is None or len(qs) != 3 or k_cache.dtype != dtype or not q.is_contiguous() or not k_cache.is_contiguous():
+        return None
+    n, hq, d = qs
+    ks = k_cache.shape
+    if v_cache is None:
+        if d != 576 or not ((len(ks) == 4 and ks[2] == 1 and ks[3] == 576) or (len(ks) == 3 and ks[2] == 576)):
+            return None
+        mla, hkv, dv = True, 1, 512
+    else:
+        if (type(v_cache) is not _T or d not in _GQA_SET or len(ks) != 4 or ks[3] != d or v_cache.dtype != dtype
+                or v_cache.shape != ks or not v_cache.is_contiguous()):
+            return None
+        mla, hkv, dv = False, ks[2], d
+        if hkv < 1 or hq % hkv:
+            return None
+    page = ks[1]
+    ps = page_table.shape
+    if page not in _PAGE_SET or w not in _WIDTH_SET or len(ps) != 2 or page_table.dtype != _INT32:
+        return None
+    b, m = ps
+    if (b < 1 or not b <= n <= b * w or kv_lens.dtype != _INT32 or kv_lens.shape != (b,)
+            or node_indptr.dtype != _INT32 or node_indptr.shape != (b + 1,) or tree_mask.dtype != _INT64
+            or tree_mask.shape != (n, (w + 63) // 64) or not page_table.is_contiguous() or not kv_lens.is_contiguous()
+            or not node_indptr.is_contiguous() or not tree_mask.is_contiguous()):
+        return None
+    capacity = m * page
+    if max_kv_len is None:
+        max_kv_len = capacity
+    elif type(max_kv_len) is not int or not 0 <= max_kv_len <= capacity or max_kv_len > C.INT32_MAX:
+        return None
+    if sm_scale is None:
+        sm_scale = _DEFAULT_SCALE[d]
+    elif not (type(sm_scale) in (float, int) and 0 < sm_scale < math.inf):
+        return None
+    if require_cuda:
+        if not q.is_cuda:
+            return None
+        index = q.get_device()
+        if (k_cache.get_device() != index or page_table.get_device() != index or kv_lens.get_device() != index
+                or node_indptr.get_device() != index or tree_mask.get_device() != index
+                or (v_cache is not None and v_cache.get_device() != index)):
+            return None
+        device = C.cuda_device(index)
+    else:
+        device = q.device
+    return Plan(mla, d, dv, hq, hkv, page, w, code, b, n, max_kv_len, ks[0], m, float(sm_scale), device)
+
+
+def _checked_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
+                  max_kv_len, require_cuda):
     C.tensor("q", q, dtypes=_DTYPE_KEYS, ndim=3)
     C.contiguous("q", q)
     total_nodes, num_q_heads, head_dim_qk = q.shape
