@@ -23,12 +23,30 @@ from ._dispatch import use_eager_path
 _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}
 
 
+_T = torch.Tensor
+_DTYPE_KEYS = tuple(_DTYPES)
+
+
+def _same_layers(caches):
+    """Every layer a plain contiguous tensor with the first one's shape, dtype and device: the common case,
+    tested in one cheap pass (a model has tens of layers and this runs on every call)."""
+    first = caches[0]
+    if type(first) is not _T:
+        return False
+    shape, dtype, device = first.shape, first.dtype, first.get_device()
+    for t in caches:
+        if (type(t) is not _T or t.shape != shape or t.dtype != dtype or t.get_device() != device
+                or not t.is_contiguous()):
+            return False
+    return True
+
+
 def _layers(name, caches, stacked):
     """The per-layer [num_pages, page_size, ...] geometry of a cache list or a stacked tensor."""
     if stacked:
         if len(caches) != 1:
             raise ValueError(f"{name}: the stacked form is one tensor [num_layers, num_pages, page_size, ...]")
-        t = C.tensor(name, caches[0], dtypes=tuple(_DTYPES))
+        t = C.tensor(name, caches[0], dtypes=_DTYPE_KEYS)
         if t.dim() < 4:
             raise ValueError(f"{name}: expected [num_layers, num_pages, page_size, ...] (4 or more dimensions), "
                              f"got shape {list(t.shape)}")
@@ -36,10 +54,14 @@ def _layers(name, caches, stacked):
         return t.shape[0], tuple(t.shape[1:]), t.dtype
     if len(caches) == 0:
         raise ValueError(f"{name}: expected at least one layer's cache")
+    if _same_layers(caches):  # then the first layer's checks stand for all
+        t = C.tensor(f"{name}[0]", caches[0], dtypes=_DTYPE_KEYS)
+        if len(t.shape) >= 3:
+            return len(caches), tuple(t.shape), t.dtype
     first = None
     for i, t in enumerate(caches):
         n = f"{name}[{i}]"
-        C.tensor(n, t, dtypes=tuple(_DTYPES))
+        C.tensor(n, t, dtypes=_DTYPE_KEYS)
         if t.dim() < 3:
             raise ValueError(f"{n}: expected [num_pages, page_size, ...] (3 or more dimensions), got shape "
                              f"{list(t.shape)}")
@@ -114,7 +136,7 @@ def _pointer_table(name, caches, stacked, device, stream):
         base, layers, stride = t.data_ptr(), t.shape[0], t.stride(0) * t.element_size()
         key = (device.index, "stacked", base, layers, stride)
     else:
-        ptrs = tuple(t.data_ptr() for t in caches)
+        ptrs = tuple(map(_T.data_ptr, caches))
         key = (device.index, ptrs)
     hit = _tables.get(key)
     if hit is not None:
