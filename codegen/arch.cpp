@@ -7,35 +7,60 @@
 #include "runtime/error.hpp"
 
 namespace kdtree::codegen {
+namespace {
+
+// Every arch kdtree generates for, with its opt-in shared memory per block / per
+// SM (the CUDA programming guide's table of compute capabilities) and a typical
+// SM count (off-line planning only). sm_120 is the primary target (99 KB / block).
+// An arch outside this table is refused: its limits are unknown, so a tile
+// choice could exceed them, and NVRTC may not know it either.
+struct KnownArch {
+  int sm, max_smem_per_block, max_smem_per_sm, num_sms;
+};
+constexpr KnownArch kKnownArches[] = {
+    {80, 166912, 167936, 108},   {86, 101376, 102400, 84},    {87, 166912, 167936, 108},
+    {89, 101376, 102400, 84},    {90, 232448, 233472, 132},   {100, 232448, 233472, 148},
+    {103, 232448, 233472, 148},  {110, 232448, 233472, 148},   {120, 101376, 102400, 188},
+    {121, 101376, 102400, 188},
+};
+
+}  // namespace
+
+std::vector<int> supported_sms() {
+  std::vector<int> sms;
+  for (const KnownArch& k : kKnownArches) sms.push_back(k.sm);
+  return sms;
+}
+
+std::string supported_arch_list() {
+  std::string list;
+  for (const KnownArch& k : kKnownArches) list += (list.empty() ? "sm_" : ", sm_") + std::to_string(k.sm);
+  return list;
+}
 
 Arch arch_from_sm(int sm) {
-  if (sm < 80) {
-    fail(KDTREE_ERROR_UNSUPPORTED,
-         fmt::format("arch sm_{} is not supported: kdtree needs sm_80 or newer (mma.sync bf16, cp.async)", sm));
+  for (const KnownArch& k : kKnownArches) {
+    if (k.sm != sm) continue;
+    Arch a;
+    a.sm = sm;
+    a.max_smem_per_block = k.max_smem_per_block;
+    a.max_smem_per_sm = k.max_smem_per_sm;
+    a.num_sms = k.num_sms;
+    return a;
   }
-  Arch a;
-  a.sm = sm;
-  // Opt-in shared memory per block / per SM, from the CUDA programming guide's
-  // table of compute capabilities. sm_120 is the primary target (99 KB / block).
-  switch (sm) {
-    case 80: case 87: a.max_smem_per_block = 166912; a.max_smem_per_sm = 167936; a.num_sms = 108; break;
-    case 90: a.max_smem_per_block = 232448; a.max_smem_per_sm = 233472; a.num_sms = 132; break;
-    case 100: case 103: case 110:
-      a.max_smem_per_block = 232448; a.max_smem_per_sm = 233472; a.num_sms = 148; break;
-    default:  // sm_86, sm_89, sm_120, sm_121 and unknown newer consumer parts: the small budget
-      a.max_smem_per_block = 101376; a.max_smem_per_sm = 102400; a.num_sms = sm >= 120 ? 188 : 84; break;
-  }
-  return a;
+  const char* why = sm < 80 ? " (kdtree needs sm_80 or newer: mma.sync bf16, cp.async)" : "";
+  fail(KDTREE_ERROR_UNSUPPORTED,
+       fmt::format("arch sm_{} is not supported{}; supported: {}", sm, why, supported_arch_list()));
 }
 
 Arch parse_arch(const std::string& text) {
   std::string digits = text;
   if (digits.rfind("sm_", 0) == 0) digits = digits.substr(3);
-  bool ok = !digits.empty() && digits.size() <= 3;
+  bool ok = !digits.empty() && digits.size() <= 6;  // no stoi overflow; arch_from_sm judges the value
   for (char c : digits) ok = ok && std::isdigit(static_cast<unsigned char>(c));
   if (!ok) {
-    fail(KDTREE_ERROR_UNSUPPORTED,
-         fmt::format("arch '{}' is not understood: use sm_120, sm_90, sm_80 (or the number alone)", text));
+    fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("arch '{}' is not understood: use one of {} (or the number alone)",
+                                               text, supported_arch_list()));
   }
   return arch_from_sm(std::stoi(digits));
 }

@@ -1,6 +1,7 @@
 // The target GPU architecture and the limits that code generation tiles against.
 #pragma once
 #include <string>
+#include <vector>
 
 namespace kdtree::codegen {
 
@@ -13,10 +14,17 @@ struct Arch {
   std::string name() const { return "sm_" + std::to_string(sm); }
 };
 
-// Limits of a known arch (no device needed). Throws UNSUPPORTED below sm_80.
+// Limits of a supported arch (no device needed). Throws UNSUPPORTED, listing the
+// supported arches, for any other value (below sm_80, or unknown like sm_999).
 Arch arch_from_sm(int sm);
 
-// Parses "sm_120", "sm_90", "120", "90". Throws UNSUPPORTED with the accepted forms.
+// The supported arches, ascending: {80, 86, 87, 89, 90, 100, 103, 110, 120, 121}.
+std::vector<int> supported_sms();
+// The same as text for messages: "sm_80, sm_86, ..., sm_121".
+std::string supported_arch_list();
+
+// Parses "sm_120", "sm_90", "120", "90". Throws UNSUPPORTED with the accepted forms
+// and the supported arches.
 Arch parse_arch(const std::string& text);
 
 }  // namespace kdtree::codegen

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/dtype_check.hpp"
 #include "codegen/render.hpp"
 #include "codegen/template_store.hpp"
 #include "runtime/error.hpp"
@@ -71,6 +72,7 @@ std::string VerifySpec::fast_key() const {
 }
 
 VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
+  const kdtree_dtype dtype = checked_dtype(s.dtype, "dtype");  // before anything loads s.dtype
   bool mla = s.head_dim_qk == 576 && s.head_dim_v == 512;
   bool gqa = s.head_dim_qk == s.head_dim_v && (s.head_dim_qk == 64 || s.head_dim_qk == 128 || s.head_dim_qk == 256);
   if (!mla && !gqa) {
@@ -87,9 +89,9 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
     fail(KDTREE_ERROR_UNSUPPORTED,
          fmt::format("page_size {} is not supported (1, 16, 32, 64 or 128)", s.page_size));
   }
-  if (s.dtype != KDTREE_DTYPE_BF16 && s.dtype != KDTREE_DTYPE_F16) {
+  if (dtype != KDTREE_DTYPE_BF16 && dtype != KDTREE_DTYPE_F16) {
     fail(KDTREE_ERROR_UNSUPPORTED,
-         fmt::format("dtype {} is not supported for verify_attention (bf16 or f16)", dtype_name(s.dtype)));
+         fmt::format("dtype {} is not supported for verify_attention (bf16 or f16)", dtype_name(dtype)));
   }
   require(s.num_q_heads >= 1 && s.num_q_heads <= 1024, "num_q_heads {} is out of range (1..1024)", s.num_q_heads);
   require(s.num_kv_heads >= 1, "num_kv_heads {} must be >= 1", s.num_kv_heads);
@@ -103,7 +105,7 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
   v.head_dim_v = s.head_dim_v;
   v.page_size = s.page_size;
   v.max_tree_nodes = s.max_tree_nodes;
-  v.dtype = s.dtype;
+  v.dtype = dtype;
   return v;
 }
 
@@ -168,7 +170,16 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   }
   for (VerifyTiles c : candidates) {
     c.smem_bytes = verify_smem_bytes(spec, c);
-    if (c.smem_bytes <= arch.max_smem_per_block) return c;
+    if (c.smem_bytes > arch.max_smem_per_block) continue;
+    // One stage fewer where that fits a second CTA on the SM (gqa64 on the 100 KB
+    // parts: 8 warps instead of 4 hide the latency a deeper pipeline would;
+    // tools/perf_model predicts 191 -> 164 us for bench_verify's gqa64 on the RTX PRO 6000).
+    VerifyTiles shallower = c;
+    shallower.stages = c.stages - 1;
+    shallower.smem_bytes = verify_smem_bytes(spec, shallower);
+    auto per_sm = [&](const VerifyTiles& t) { return arch.max_smem_per_sm / (t.smem_bytes + 1024); };
+    if (shallower.stages >= 2 && per_sm(c) == 1 && per_sm(shallower) >= 2) return shallower;
+    return c;
   }
   fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("{} does not fit {} ({} bytes of shared memory per block)",
                                              spec.label(), arch.name(), arch.max_smem_per_block));

@@ -604,6 +604,7 @@ void accept_paths(Step& s) {
   a.node_counts = s.d_tree.node_counts.get<const int32_t>();
   a.target_tokens = s.d_targets.get<const int32_t>();  // packed [total_nodes], straight from sample_tokens
   a.node_indptr = s.d_node_indptr.get<const int32_t>();
+  a.total_nodes = s.total_nodes;
   a.accepted_path = s.d_accepted_path.get<int32_t>();
   a.accept_lens = s.d_accept_lens.get<int32_t>();
   a.bonus_tokens = s.d_bonus_tokens.get<int32_t>();

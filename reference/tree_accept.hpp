@@ -26,7 +26,8 @@ struct TreeAcceptOutput {
 };
 
 // Device-side checks, in the kernel's order: node count in 1..W (and, packed,
-// node_indptr[b] >= 0 and node_indptr[b+1] - node_indptr[b] == count) ->
+// node_indptr[b] >= 0, node_indptr[b+1] - node_indptr[b] == count and
+// node_indptr[b+1] <= total_nodes, here target_tokens.size()) ->
 // KDTREE_DEVICE_ERROR_NODE_COUNT; else parents[0] == -1 and 0 <= parents[i] < i
 // -> KDTREE_DEVICE_ERROR_TREE. Throws std::invalid_argument on wrong vector sizes.
 TreeAcceptOutput tree_accept(const TreeAcceptInput& in);

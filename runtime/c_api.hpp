@@ -21,7 +21,7 @@ void set_last_error(const std::string& message);
 template <typename Body>
 kdtree_status guarded(const char* function, Body&& body) noexcept {
   try {
-    set_last_error("");
+    // A successful call leaves the message alone: kdtree.h promises the last *failed* call's message.
     body();
     return KDTREE_OK;
   } catch (const Error& e) {

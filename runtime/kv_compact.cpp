@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/dtype_check.hpp"
 #include "codegen/kv_compact.hpp"
 #include "runtime/arg_checks.hpp"
 #include "runtime/c_api.hpp"
@@ -28,9 +29,10 @@ void kv_compact(Runtime& rt, const kdtree_kv_compact_args& a) {
   spec.page_size = a.page_size;
   spec.max_tree_nodes = a.max_tree_nodes;
   codegen::validate(spec);
-  if (a.dtype != KDTREE_DTYPE_BF16 && a.dtype != KDTREE_DTYPE_F16) {
+  const kdtree_dtype dtype = codegen::checked_dtype(a.dtype, "dtype");
+  if (dtype != KDTREE_DTYPE_BF16 && dtype != KDTREE_DTYPE_F16) {
     fail(KDTREE_ERROR_UNSUPPORTED,
-         fmt::format("kv_compact: cache dtype {} is not supported: use BF16 or F16", static_cast<int>(a.dtype)));
+         fmt::format("kv_compact: cache dtype {} is not supported: use BF16 or F16", static_cast<int>(dtype)));
   }
   require(a.num_layers >= 1 && a.num_layers <= kMaxGridYZ, "num_layers = {} must be in [1, {}]", a.num_layers, kMaxGridYZ);
   require(a.batch_size >= 1 && a.batch_size <= kMaxGridYZ, "batch_size = {} must be in [1, {}]", a.batch_size, kMaxGridYZ);

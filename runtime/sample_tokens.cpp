@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/dtype_check.hpp"
 #include "codegen/sample_tokens.hpp"
 #include "runtime/arg_checks.hpp"
 #include "runtime/c_api.hpp"
@@ -15,13 +16,13 @@ namespace kdtree {
 
 void sample_tokens(Runtime& rt, const kdtree_sample_args& a) {
   codegen::SampleSpec spec;
-  spec.logits_dtype = a.logits_dtype;
+  spec.logits_dtype = codegen::checked_dtype(a.logits_dtype, "logits_dtype");
   codegen::validate(spec);
   require(a.num_rows >= 1, "num_rows = {} must be >= 1", a.num_rows);
   require(a.vocab_size >= 1, "vocab_size = {} must be >= 1", a.vocab_size);
   const int64_t row_stride = a.row_stride == 0 ? a.vocab_size : a.row_stride;
   require(row_stride >= a.vocab_size, "row_stride = {} must be 0 or >= vocab_size = {}", a.row_stride, a.vocab_size);
-  require_buffer(a.logits, a.logits_dtype == KDTREE_DTYPE_F32 ? 4 : 2, "logits");
+  require_buffer(a.logits, spec.logits_dtype == KDTREE_DTYPE_F32 ? 4 : 2, "logits");
   require_buffer(a.out_tokens, 4, "out_tokens");
   require_optional_buffer(a.row_offsets, 8, "row_offsets");
   require(std::isfinite(a.temperature), "temperature = {} must be finite", a.temperature);

@@ -1,6 +1,7 @@
 // kdtree_tree_accept: host validation (before any device use) and the launch:
-// one warp per request. Tree shape and node counts live on the device and are
-// checked there (KDTREE_DEVICE_ERROR_NODE_COUNT / _TREE in error_flags).
+// one warp per request. Tree shape, node counts and node_indptr live on the
+// device and are checked there (KDTREE_DEVICE_ERROR_NODE_COUNT / _TREE in
+// error_flags); total_nodes, the host-known bound of packed targets, is checked here.
 #include <cstdint>
 
 #include <fmt/format.h>
@@ -27,6 +28,14 @@ void tree_accept(Runtime& rt, const kdtree_tree_accept_args& a) {
   require_buffer(a.accept_lens, 4, "accept_lens");
   require_buffer(a.bonus_tokens, 4, "bonus_tokens");
   require_optional_buffer(a.error_flags, 4, "error_flags");
+  if (a.node_indptr) {
+    // The kernel bounds every packed target read by total_nodes (kdtree.h).
+    require(a.total_nodes >= a.batch_size && a.total_nodes <= (long long)a.batch_size * a.max_tree_nodes,
+            "total_nodes = {} is out of range with node_indptr: set it to node_indptr[batch_size], the length of "
+            "the packed target_tokens ({}..{}: each of the {} requests has 1..{} nodes)",
+            a.total_nodes, a.batch_size, (long long)a.batch_size * a.max_tree_nodes, a.batch_size,
+            a.max_tree_nodes);
+  }
 
   Module& module = rt.module(spec.fast_key(), [&] { return codegen::generate_tree_accept(spec, rt.arch()); });
   CUfunction fn = module.function("kdtree_tree_accept", 0);
@@ -42,6 +51,7 @@ void tree_accept(Runtime& rt, const kdtree_tree_accept_args& a) {
   p.bonus_tokens = a.bonus_tokens;
   p.error_flags = a.error_flags;
   p.batch_size = a.batch_size;
+  p.total_nodes = a.node_indptr ? a.total_nodes : 0;
   void* args[] = {&p};
 
   LaunchDims dims;

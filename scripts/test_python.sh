@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python package's tests: a virtual environment in $KDTREE_BUILD_DIR/python-venv (default
-# build/python-venv; it sees the system's site-packages, so an installed torch is reused), torch (the
-# CPU build from another package index, else PyPI's, when torch is missing), pytest and numpy, then
+# build/python-venv; it sees the system's site-packages, so an installed torch is reused), torch (from PyPI
+# when missing: its Linux wheel is the CUDA build, which runs on the CPU too), pytest and numpy, then
 # `pip install .` from this checkout and `pytest tests/python`. Without a GPU the GPU tests are
 # reported as skipped. Extra arguments go to pytest.
 set -euo pipefail
@@ -23,10 +23,8 @@ fi
 py=$venv/bin/python
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 if ! "$py" -c 'import torch' >/dev/null 2>&1; then
-  # The CPU build is far smaller; where another package index is unreachable, PyPI's default build.
-  echo "test_python: installing torch (the CPU build, else PyPI's)"
-  "$py" -m pip install -q --retries 0 --timeout 20 torch --index-url <another package index> ||
-    "$py" -m pip install -q torch
+  echo "test_python: installing torch from PyPI"
+  "$py" -m pip install -q torch
 fi
 "$py" -c 'import pytest, numpy' >/dev/null 2>&1 || "$py" -m pip install -q pytest numpy
 # The package exactly as a user installs it (README): builds libkdtree with CMake via scikit-build-core.

@@ -33,8 +33,10 @@ extern "C" __global__ void __launch_bounds__(32) kdtree_tree_accept(kdtree_tree_
   if (n < 1 || n > kW) {
     error = kErrorNodeCount;
   } else if (p.node_indptr) {
-    const int begin = p.node_indptr[b], end = p.node_indptr[b + 1];
-    if (begin < 0 || end - begin != n) error = kErrorNodeCount;
+    // The segment must lie inside the packed targets [0, total_nodes): the host
+    // cannot see node_indptr, so this is the only bound on target_tokens reads.
+    const long long begin = p.node_indptr[b], end = p.node_indptr[b + 1];
+    if (begin < 0 || end - begin != n || end > p.total_nodes) error = kErrorNodeCount;
     target_base = begin;
   }
   int parent[kPerLane];

@@ -15,6 +15,7 @@ typedef struct kdtree_tree_accept_params {
   int* bonus_tokens;         /* [B] */
   int* error_flags;          /* one word or 0 */
   int batch_size;
+  int total_nodes;           /* length of packed target_tokens; unused when node_indptr is 0 */
 } kdtree_tree_accept_params;
 
 #endif /* KDTREE_TREE_ACCEPT_PARAMS_H */

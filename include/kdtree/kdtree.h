@@ -44,7 +44,8 @@ typedef enum kdtree_dtype {
  * input is malformed. The affected outputs are written as NaN (attention) or -1
  * (token ids), never left stale. */
 enum {
-  KDTREE_DEVICE_ERROR_NODE_COUNT = 1,  /* n_b < 1, n_b > max_tree_nodes, or kv_len < n_b */
+  KDTREE_DEVICE_ERROR_NODE_COUNT = 1,  /* n_b < 1, n_b > max_tree_nodes, kv_len < n_b, or a node_indptr
+                                          segment that disagrees with n_b or leaves [0, total_nodes) */
   KDTREE_DEVICE_ERROR_KV_LEN = 2,      /* kv_len > max_kv_len or beyond max_pages_per_req pages */
   KDTREE_DEVICE_ERROR_PAGE_INDEX = 4,  /* page table entry outside [0, num_pages) */
   KDTREE_DEVICE_ERROR_TREE = 8,        /* parents not topological / root not -1 */
@@ -56,7 +57,10 @@ typedef struct kdtree_runtime kdtree_runtime;
 /* Library version "MAJOR.MINOR.PATCH"; static storage. */
 const char* kdtree_version(void);
 
-/* Thread-local message for the last failed call on this thread ("" if none). */
+/* Thread-local message of the last failed call on this thread ("" if none has
+ * failed). Successful calls leave it unchanged, so it is only meaningful right
+ * after a call returned a status other than KDTREE_OK. Valid until the next
+ * failing call on this thread. */
 const char* kdtree_last_error(void);
 
 /* Creates a runtime for CUDA device `device` (>= 0). The driver is loaded at first
@@ -164,6 +168,14 @@ typedef struct kdtree_tree_build_args {
 
 kdtree_status kdtree_tree_build(kdtree_runtime* rt, const kdtree_tree_build_args* args);
 
+/* Device-side checks, per request b (a failing request gets its bit in error_flags,
+ * accepted_path row all -1, accept_lens[b] = bonus_tokens[b] = -1; other requests
+ * are unaffected): node_counts[b] in 1..max_tree_nodes, else
+ * KDTREE_DEVICE_ERROR_NODE_COUNT; with node_indptr, also 0 <= node_indptr[b],
+ * node_indptr[b + 1] - node_indptr[b] == node_counts[b] and
+ * node_indptr[b + 1] <= total_nodes, else KDTREE_DEVICE_ERROR_NODE_COUNT (so
+ * target_tokens is never read past total_nodes); then parents[b, 0] == -1 and
+ * 0 <= parents[b, i] < i, else KDTREE_DEVICE_ERROR_TREE. */
 typedef struct kdtree_tree_accept_args {
   int batch_size;
   int max_tree_nodes;
@@ -177,6 +189,13 @@ typedef struct kdtree_tree_accept_args {
   int32_t* bonus_tokens;         /* device [B]: target token at the last accepted node */
   int32_t* error_flags;          /* optional device int32 */
   void* stream;
+  /* Elements of packed target_tokens (= node_indptr[batch_size]), host copy.
+   * Required with node_indptr: batch_size..batch_size * max_tree_nodes, and a
+   * call that leaves it 0 is refused (KDTREE_ERROR_INVALID_ARGUMENT), since the
+   * kernel could not otherwise bound its reads. Ignored (may be 0) when
+   * node_indptr is NULL: padded targets are [B, W]. Last member so that the
+   * fields before it keep their offsets. */
+  int total_nodes;
 } kdtree_tree_accept_args;
 
 kdtree_status kdtree_tree_accept(kdtree_runtime* rt, const kdtree_tree_accept_args* args);

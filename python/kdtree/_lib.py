@@ -55,7 +55,7 @@ class TreeAcceptArgs(ctypes.Structure):
     _fields_ = [("batch_size", c_int), ("max_tree_nodes", c_int), ("tokens", c_void_p), ("parents", c_void_p),
                 ("node_counts", c_void_p), ("target_tokens", c_void_p), ("node_indptr", c_void_p),
                 ("accepted_path", c_void_p), ("accept_lens", c_void_p), ("bonus_tokens", c_void_p),
-                ("error_flags", c_void_p), ("stream", c_void_p)]
+                ("error_flags", c_void_p), ("stream", c_void_p), ("total_nodes", c_int)]
 
 
 class SampleArgs(ctypes.Structure):

@@ -78,6 +78,14 @@ TEST_CASE("tiles fit each arch's shared memory") {
       CHECK(t.stages >= 2);
     }
   }
+  // gqa64 on the 100 KB parts drops a stage to fit two CTAs per SM; sm_90 keeps three.
+  VerifySpec gqa64;
+  gqa64.head_dim_qk = gqa64.head_dim_v = 64;
+  VerifyTiles g120 = choose_verify_tiles(gqa64, arch_from_sm(120));
+  CHECK(g120.block_m == 128);
+  CHECK(g120.stages == 2);
+  CHECK(2 * (g120.smem_bytes + 1024) <= arch_from_sm(120).max_smem_per_sm);
+  CHECK(choose_verify_tiles(gqa64, arch_from_sm(90)).stages == 3);
   // sm_120 is held to 99 KB per block.
   CHECK(arch_from_sm(120).max_smem_per_block == 99 * 1024);
   CHECK_THROWS_AS(arch_from_sm(75), kdtree::Error);

@@ -1,7 +1,9 @@
 // tree_accept on the GPU against the CPU reference, exactly: tree_build trees
 // and random trees with duplicate-token siblings, uneven node counts, targets
 // that follow a random path part of the way (padded and packed), and malformed
-// requests mixed into good batches (error bits, -1 outputs, neighbours intact).
+// requests mixed into good batches (error bits, -1 outputs, neighbours intact),
+// including node_indptr segments past total_nodes (never read: the target buffer
+// is exactly total_nodes long, so compute-sanitizer memcheck would see a read past it).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -94,6 +96,7 @@ void run_case(kdtree::Runtime& rt, const TreeAcceptInput& in, bool with_flags = 
   a.node_counts = counts.get<const int32_t>();
   a.target_tokens = targets.get<const int32_t>();
   a.node_indptr = in.node_indptr.empty() ? nullptr : indptr.get<const int32_t>();
+  a.total_nodes = in.node_indptr.empty() ? 0 : int(in.target_tokens.size());  // the packed targets' length
   a.accepted_path = path.get<int32_t>();
   a.accept_lens = lens.get<int32_t>();
   a.bonus_tokens = bonus.get<int32_t>();
@@ -184,6 +187,33 @@ TEST_CASE("tree_accept GPU: malformed requests set error bits and -1 outputs - n
       CHECK(expect.accept_lens[0] >= 0);
       run_case(rt, in, true);
       run_case(rt, in, false);  // no error word: outputs still -1, nothing else breaks
+    }
+  }
+}
+
+TEST_CASE("tree_accept GPU: node_indptr past total_nodes sets NODE_COUNT - never reads past the targets") {
+  Gpu gpu(kTempDir);
+  kdtree::Runtime& rt = gpu.rt;
+  std::mt19937_64 rng(0x707a1);
+  for (int W : {16, 32, 128}) {
+    // cut 1: only the last request's segment ends past total_nodes (its count and
+    // segment agree, so only the total_nodes bound catches it); cut n_last + 2: the
+    // last request lies wholly past it and the one before ends past it.
+    for (int extra_cut : {0, 2}) {
+      const int B = 9;
+      TreeAcceptInput in = random_trees(rng, B, W, 3);
+      for (int b = 0; b < B; ++b) in.node_counts[b] = std::max(in.node_counts[b], 3);
+      in.target_tokens = kdtree::ref::random_accept_targets(rng, B, W, in.tokens, in.parents, in.node_counts, 0.9, 3);
+      pack_targets(in);
+      const int cut = extra_cut == 0 ? 1 : in.node_counts[B - 1] + extra_cut;
+      in.target_tokens.resize(in.target_tokens.size() - cut);  // total_nodes = node_indptr[B] - cut
+      INFO("tree_accept[W=" << W << ",B=" << B << "] packed, total_nodes = node_indptr[B] - " << cut);
+      TreeAcceptOutput expect = kdtree::ref::tree_accept(in);
+      CHECK(expect.request_errors[B - 1] == KDTREE_DEVICE_ERROR_NODE_COUNT);
+      CHECK(expect.request_errors[B - 2] == (extra_cut ? KDTREE_DEVICE_ERROR_NODE_COUNT : 0));
+      CHECK(expect.request_errors[0] == 0);
+      run_case(rt, in, true);
+      run_case(rt, in, false);
     }
   }
 }

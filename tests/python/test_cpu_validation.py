@@ -94,6 +94,8 @@ TREE_ACCEPT_CASES = [
     ("targets packed without indptr", _with(A, target_tokens=P["target_tokens"]), ValueError, r"^target_tokens: expected the padded layout"),
     ("targets padded with indptr", _with(P, target_tokens=A["target_tokens"]), ValueError, r"^target_tokens: with node_indptr"),
     ("indptr size", _with(P, node_indptr=P["node_indptr"][:3]), ValueError, r"^node_indptr: expected shape \[4\]"),
+    ("packed too few", _with(P, target_tokens=torch.zeros(2, dtype=torch.int32)), ValueError, r"^target_tokens: 2 packed nodes for 3 requests"),
+    ("packed too many", _with(P, target_tokens=torch.zeros(97, dtype=torch.int32)), ValueError, r"^target_tokens: 97 packed nodes"),
     ("cpu tensors", A, ValueError, r"^tokens: expected a CUDA tensor"),
 ]
 

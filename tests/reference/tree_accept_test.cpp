@@ -141,6 +141,15 @@ TEST_CASE("tree_accept reference: malformed requests get error bits and -1 outpu
     CHECK(out.error_flags == KDTREE_DEVICE_ERROR_NODE_COUNT);
     CHECK(out.accept_lens[0] == -1);
   }
+  SUBCASE("node_indptr segment past total_nodes (the packed targets' length)") {
+    TreeAcceptInput in = one_tree({1, 2, 3}, {-1, 0, 1}, {});
+    in.node_indptr = {1, 4};
+    in.target_tokens = {2, 3, 4};  // total_nodes 3: the segment [1, 4) leaves it
+    TreeAcceptOutput out = kdtree::ref::tree_accept(in);
+    CHECK(out.error_flags == KDTREE_DEVICE_ERROR_NODE_COUNT);
+    CHECK(out.accept_lens[0] == -1);
+    CHECK(out.bonus_tokens[0] == -1);
+  }
 }
 
 TEST_CASE("tree_accept reference: paths on tree_build trees follow the targets") {

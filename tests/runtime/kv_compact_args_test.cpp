@@ -72,6 +72,17 @@ TEST_CASE("kv_compact C ABI: unsupported spec and dtype") {
   expect_error(f.rt, a, KDTREE_ERROR_UNSUPPORTED, "dtype");
 }
 
+TEST_CASE("kv_compact C ABI: a dtype that is no kdtree_dtype is refused before use") {
+  Fixture f(kTempDir);
+  for (int32_t raw : kBadDtypes) {
+    INFO("dtype " << raw);
+    kdtree_kv_compact_args a = good_args();
+    set_raw_dtype(a.dtype, raw);
+    expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "dtype");
+    CHECK(names(kdtree_last_error(), std::to_string(raw)));
+  }
+}
+
 TEST_CASE("kv_compact C ABI: bad counts") {
   Fixture f(kTempDir);
   kdtree_kv_compact_args a = good_args();

@@ -48,8 +48,17 @@ TEST_CASE("sample_tokens C ABI: unsupported logits dtype") {
   kdtree_sample_args a = good_args();
   a.logits_dtype = KDTREE_DTYPE_F16;
   expect_error(f.rt, a, KDTREE_ERROR_UNSUPPORTED, "BF16");
-  a.logits_dtype = static_cast<kdtree_dtype>(7);
-  expect_error(f.rt, a, KDTREE_ERROR_UNSUPPORTED, "F32");
+}
+
+TEST_CASE("sample_tokens C ABI: a logits_dtype that is no kdtree_dtype is refused before use") {
+  Fixture f(kTempDir);
+  for (int32_t raw : kBadDtypes) {
+    INFO("logits_dtype " << raw);
+    kdtree_sample_args a = good_args();
+    set_raw_dtype(a.logits_dtype, raw);
+    expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "logits_dtype");
+    CHECK(names(kdtree_last_error(), std::to_string(raw)));
+  }
 }
 
 TEST_CASE("sample_tokens C ABI: bad sizes") {

@@ -77,3 +77,16 @@ TEST_CASE("tree_accept C ABI: every required pointer is checked for NULL and ali
     expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "error_flags");
   }
 }
+
+TEST_CASE("tree_accept C ABI: packed targets need total_nodes in batch_size..batch_size * max_tree_nodes") {
+  // Without it the kernel cannot bound its reads of target_tokens[node_indptr[b] + i].
+  Fixture f(kTempDir);
+  for (int total : {0, -1, 3, 4 * 32 + 1}) {
+    INFO("tree_accept[W=32,B=4] packed, total_nodes " << total);
+    kdtree_tree_accept_args a = good_args();
+    a.node_indptr = fake<const int32_t>(8);
+    a.total_nodes = total;
+    expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "total_nodes");
+    CHECK(std::string(kdtree_last_error()).find("node_indptr[batch_size]") != std::string::npos);
+  }
+}

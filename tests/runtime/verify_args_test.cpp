@@ -127,6 +127,21 @@ TEST_CASE("verify_args: unsupported specs are KDTREE_ERROR_UNSUPPORTED and say w
   }
 }
 
+TEST_CASE("verify_args: a dtype that is no kdtree_dtype is refused before use - attention, workspace size, warm") {
+  Fixture fx(kTempDir);
+  for (int32_t raw : kBadDtypes) {
+    INFO("dtype " << raw);
+    kdtree_verify_args a = good_args(mla_spec());
+    set_raw_dtype(a.spec.dtype, raw);
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"dtype", std::to_string(raw).c_str()});
+    size_t bytes = 0;
+    CHECK(kdtree_verify_workspace_size(fx.rt, &a.spec, 4, 8, 1000, &bytes) == KDTREE_ERROR_INVALID_ARGUMENT);
+    CHECK(names(kdtree_last_error(), "dtype"));
+    CHECK(kdtree_warm(fx.rt, &a.spec) == KDTREE_ERROR_INVALID_ARGUMENT);
+    CHECK(names(kdtree_last_error(), "kdtree_warm"));
+  }
+}
+
 TEST_CASE("verify_args: inconsistent head counts are KDTREE_ERROR_INVALID_ARGUMENT") {
   Fixture fx(kTempDir);
   SUBCASE("num_q_heads not a multiple of num_kv_heads") {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cctype>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 
@@ -31,6 +32,17 @@ template <typename T>
 T* fake(uintptr_t slot, uintptr_t misalign = 0) {
   return reinterpret_cast<T*>(0x7f0000000000ull + slot * 0x100000ull + misalign);
 }
+
+// Stores `value` in a kdtree_dtype field as a C caller would, without making an
+// out-of-range enum value in C++ (that would itself be undefined behaviour).
+inline void set_raw_dtype(kdtree_dtype& field, int32_t value) {
+  static_assert(sizeof field == sizeof value, "kdtree_dtype is int-sized");
+  std::memcpy(&field, &value, sizeof value);
+}
+
+// Integers that are not kdtree_dtype enumerators; 1000 and -1 lie outside the
+// enum's range (loading them as the enum is UB), 3 inside it.
+constexpr int32_t kBadDtypes[] = {3, 7, 1000, -1};
 
 // A device runtime with its own cache directory (/tmp/<name>-XXXXXX).
 struct Fixture {

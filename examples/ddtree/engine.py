@@ -1,0 +1,379 @@
+"""The serving loop: a static batch of requests over a paged MLA cache, decoded either
+speculatively with DDTree or autoregressively (the baseline), one step at a time.
+
+DDTree step (all on the device, no host synchronisation, so it can be one CUDA graph):
+  drafter (per-depth top-K) -> tree_build -> the target over the tree nodes (each layer writes the
+  nodes' KV rows at positions prefix + i and runs verify_attention with RoPE positions prefix +
+  depth) -> sample_tokens (a target token at every node) -> tree_accept -> kv_compact -> the
+  request state (committed length, root token, generated tokens) advances.
+Autoregressive step: the target over one node per request (the same verify_attention kernel with
+a one-node tree), sample_tokens, append.
+
+Request state between steps: `kv_lens[b]` tokens are in the cache (the prompt without its last
+token, then the generated tokens except the newest); `root[b]` is the newest token, not yet in the
+cache, at position kv_lens[b]; `h_last[b]` is the target's hidden state at position kv_lens[b] - 1
+(the one that predicted root), which the drafter reads.
+
+Sampling: the target token at a node at depth d predicts position prefix + d + 1, and is drawn with
+sample_tokens' counter-based RNG at row offset (stream_id << 32) + that position. Each position's
+noise is therefore used for exactly one emitted token, independent of the noise that chose the
+path to it, which makes tree acceptance lossless; and autoregressive decoding with the same
+stream id draws the same tokens (up to numerics), which the tests use.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .paged_cache import PagedKVCache
+
+
+def tree_width(budget: int) -> int:
+    """The smallest kdtree tree width W that holds the root and `budget` draft nodes."""
+    for w in (16, 32, 64, 128):
+        if budget + 1 <= w:
+            return w
+    raise ValueError(f"budget {budget} does not fit the largest tree width 128 (budget <= 127)")
+
+
+def load_backend(name: str):
+    if name == "torch":
+        from . import torch_ops
+        return torch_ops
+    if name == "kdtree":
+        import kdtree
+        return kdtree
+    raise ValueError(f"backend must be 'kdtree' or 'torch', got {name!r}")
+
+
+@dataclass
+class Result:
+    tokens: list          # per request, exactly max_new generated tokens
+    steps: int            # decoding steps run
+    accept_lens: list     # per step, per request accepted draft tokens (-1 = request already done)
+    margins: list | None  # per request, the target's top-2 logit margin at each generated token
+    seconds: float
+
+
+class Engine:
+    """mode 'spec' (DDTree) or 'ar'. Greedy for temperature <= 0."""
+
+    def __init__(self, target, drafter, cfg, ops, *, mode="spec", batch_size, max_prompt, max_new,
+                 budget=63, top_k=8, temperature=0.0, seed=0, page_size=64, num_pages=None,
+                 record_margins=False, device="cuda", dtype=torch.bfloat16):
+        if mode not in ("spec", "ar"):
+            raise ValueError(f"mode must be 'spec' or 'ar', got {mode!r}")
+        if batch_size < 1 or max_new < 1 or max_prompt < 2:
+            raise ValueError("batch_size and max_new must be >= 1 and max_prompt >= 2")
+        self.cfg, self.ops, self.mode = cfg, ops, mode
+        self.target, self.drafter = target, drafter
+        self.device, self.dtype = torch.device(device), dtype
+        self.B, self.max_new, self.temperature, self.seed = batch_size, max_new, float(temperature), int(seed)
+        D = cfg.draft_depth
+        if mode == "spec":
+            if not 1 <= top_k <= min(64, cfg.vocab):
+                raise ValueError(f"top_k must be 1..64, got {top_k}")
+            if budget > sum(top_k ** d for d in range(1, D + 1)):
+                raise ValueError(f"budget {budget} exceeds the {D}-deep, {top_k}-wide tree's node count")
+            self.W = tree_width(budget)
+            self.N = budget + 1          # nodes per request: root + budget (tree_build always fills it)
+        else:
+            self.W, self.N = 16, 1       # a one-node tree per request
+        self.budget, self.K = budget, top_k
+        self.MW = (self.W + 63) // 64
+        self.page_size = page_size
+        # Longest KV a request reaches: a finished request keeps running (static batch) with its
+        # length frozen at prompt - 1 + (< max_new + D + 1) generated, plus one tree.
+        self.max_kv = max_prompt + max_new + D + 1 + self.N
+        self.M = math.ceil(self.max_kv / page_size)
+        if num_pages is None:
+            num_pages = self.M * batch_size
+        self.cache = PagedKVCache(cfg.n_layers, num_pages, page_size, cfg.row_dim, dtype, self.device)
+        self.max_prompt = max_prompt
+        self.record_margins = record_margins
+        self.out_cols = max_new + D + 2  # the last column takes the writes of finished requests
+        dev = self.device
+        z = lambda *s, dt=torch.int32: torch.zeros(*s, dtype=dt, device=dev)
+        self.page_table = torch.full((batch_size, self.M), -1, dtype=torch.int32, device=dev)
+        self.kv_lens, self.root, self.gen = z(batch_size), z(batch_size), z(batch_size)
+        self.stream = z(batch_size, dt=torch.int64)
+        self.h_last = torch.zeros(batch_size, cfg.d_model, dtype=dtype, device=dev)
+        self.out = z(batch_size, self.out_cols)
+        self.out_margin = torch.zeros(batch_size, self.out_cols, dtype=torch.float32, device=dev)
+        self.max_steps = max_new + 1
+        self.acc_log = z(self.max_steps + 1, batch_size)   # last row: steps past max_steps
+        self.step_no = z(1)
+        self.indptr = torch.arange(batch_size + 1, dtype=torch.int32, device=dev) * self.N
+        self.node = torch.arange(self.N, dtype=torch.int32, device=dev)
+        self.req = torch.arange(batch_size, device=dev)
+        self.row_split = None
+        if cfg.row_dim != 576:  # the torch backend's small test models: V = the latent part
+            self.row_split = cfg.kv_lora_rank
+        self.pages_of = [[] for _ in range(batch_size)]
+        self.graph = None
+        self.s = {}
+
+    # ------------------------------------------------------------------ admission and prefill
+
+    def admit(self, prompts, stream_ids=None):
+        """Resets every request slot to a new prompt (token id lists) and prefills their caches."""
+        B, ps = self.B, self.page_size
+        if len(prompts) != B:
+            raise ValueError(f"the engine was built for a batch of {B}, got {len(prompts)} prompts")
+        for i, p in enumerate(prompts):
+            if len(p) < 2:
+                raise ValueError(f"prompt {i} has {len(p)} tokens; at least 2 are needed")
+            if len(p) > self.max_prompt:
+                raise ValueError(f"prompt {i} has {len(p)} tokens; this engine's cache takes prompts of at most "
+                                 f"{self.max_prompt} tokens (max_prompt: {self.M} pages of {ps} tokens per request "
+                                 f"hold the prompt, {self.max_new} new tokens, the drafter's lookahead and one tree)")
+            if any(not 0 <= t < self.cfg.vocab for t in p):
+                raise ValueError(f"prompt {i} has a token outside 0..{self.cfg.vocab - 1}")
+        for pages in self.pages_of:
+            if pages:
+                self.cache.allocator.free(pages)
+        self.pages_of = [[] for _ in range(B)]
+        need = [math.ceil((len(p) + self.max_new + self.cfg.draft_depth + 1 + self.N) / ps) for p in prompts]
+        if sum(need) > self.cache.allocator.free_pages:
+            raise ValueError(f"a batch of {B} requests needs {sum(need)} pages of {ps} tokens but the cache has "
+                             f"{self.cache.allocator.free_pages} free of {self.cache.num_pages}")
+        table = torch.full((B, self.M), -1, dtype=torch.int32)
+        for b, n in enumerate(need):
+            self.pages_of[b] = self.cache.allocator.alloc(n, f"request {b}")
+            table[b, :n] = torch.tensor(self.pages_of[b], dtype=torch.int32)
+        self.page_table.copy_(table)
+        self.stream.copy_(torch.as_tensor(stream_ids if stream_ids is not None else range(B), dtype=torch.int64))
+        self.gen.zero_()
+        self.out.zero_()
+        self.out_margin.zero_()
+        self.acc_log.fill_(-1)
+        self.step_no.zero_()
+        self.prompt_lens = [len(p) for p in prompts]
+        # Prefill requests of equal length together: the prompt but its last token (the first root).
+        by_len = {}
+        for b, p in enumerate(prompts):
+            by_len.setdefault(len(p), []).append(b)
+        with torch.no_grad():
+            for n, reqs in by_len.items():
+                toks = torch.tensor([prompts[b][:-1] for b in reqs], device=self.device)
+                _, h, rows = self.target(toks)
+                req = torch.tensor(reqs, device=self.device)
+                pos = torch.arange(n - 1, device=self.device)
+                slots = self.cache.slots(self.page_table, req[:, None], pos[None, :]).flatten()
+                for layer, r in enumerate(rows):
+                    self.cache.write(layer, slots, r.flatten(0, 1))
+                self.h_last[req] = h[:, -1].to(self.dtype)
+                self.kv_lens[req] = n - 1
+                self.root[req] = torch.tensor([prompts[b][-1] for b in reqs], dtype=torch.int32, device=self.device)
+
+    # ------------------------------------------------------------------ the step, in stages
+
+    def _attend(self, kv_total, mask):
+        ops, cache = self.ops, self.cache
+
+        def attend(layer, q, row):
+            cache.write(layer, self.s["slots"], row)
+            k = cache.layer(layer)
+            v = None if self.row_split is None else k[..., : self.row_split]
+            return ops.verify_attention(q.contiguous(), k, self.page_table, kv_total, self.indptr, mask,
+                                        max_tree_nodes=self.W, v_cache=v, sm_scale=self.cfg.sm_scale,
+                                        max_kv_len=self.M * self.page_size)
+        return attend
+
+    def _row_offsets(self, positions):
+        return (self.stream[:, None] << 32) + positions.view(self.B, -1).long() + 1
+
+    def _margins(self, logits):
+        top2 = logits.float().topk(2, dim=-1).values
+        return top2[:, 0] - top2[:, 1]
+
+    def stages(self):
+        return self._spec_stages() if self.mode == "spec" else self._ar_stages()
+
+    def _spec_stages(self):
+        s, ops, B, N, W = self.s, self.ops, self.B, self.N, self.W
+
+        def drafter():
+            s["active"] = self.gen < self.max_new
+            s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.K)
+
+        def tree_build():
+            s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=self.budget,
+                                       max_tree_nodes=W)
+
+        def target():
+            t = s["tree"]
+            s["pos"] = t.positions[:, :N].contiguous()
+            s["kv_total"] = self.kv_lens + N
+            s["slots"] = self.cache.slots(self.page_table, self.req[:, None],
+                                          (self.kv_lens[:, None] + self.node[None, :]).long()).flatten()
+            mask = t.tree_mask[:, :N].reshape(B * N, self.MW)
+            s["logits"], s["h"] = self.target.forward_nodes(t.tokens[:, :N].flatten(), s["pos"].flatten(),
+                                                            self._attend(s["kv_total"], mask))
+
+        def sample_tokens():
+            s["ttok"] = ops.sample_tokens(s["logits"], temperature=self.temperature, seed=self.seed,
+                                          row_offsets=self._row_offsets(s["pos"]).flatten())
+
+        def tree_accept():
+            t = s["tree"]
+            s["path"], s["acc"], s["bonus"] = ops.tree_accept(t.tokens, t.parents, t.node_counts, s["ttok"],
+                                                              node_indptr=self.indptr)
+
+        def kv_compact():
+            ops.kv_compact(self.cache.k, self.page_table, s["kv_total"], s["tree"].node_counts, s["path"], s["acc"])
+
+        def update():
+            t, act, acc, path = s["tree"], s["active"], s["acc"], s["path"]
+            J = self.cfg.draft_depth + 1  # at most D accepted draft tokens + the bonus
+            j = torch.arange(J, device=self.device)[None, :]
+            nxt = path[:, 1:J + 1].clamp(min=0).long()
+            if nxt.shape[1] < J:
+                nxt = torch.cat([nxt, nxt.new_zeros(B, J - nxt.shape[1])], 1)
+            vals = torch.where(j < acc[:, None], t.tokens.gather(1, nxt), s["bonus"][:, None])
+            keep = (j <= acc[:, None]) & act[:, None]
+            cols = torch.where(keep, self.gen[:, None].long() + j, self.out_cols - 1)
+            self.out.scatter_(1, cols, vals)
+            if self.record_margins:  # the margin at the node that produced each emitted token
+                node = path[:, :J].clamp(min=0).long()
+                m = self._margins(s["logits"]).view(B, N).gather(1, node)
+                self.out_margin.scatter_(1, cols, m)
+            last = path.gather(1, acc[:, None].long()).long()  # [B, 1] the last accepted node
+            h_new = s["h"].view(B, N, -1).gather(1, last[:, :, None].expand(-1, -1, s["h"].shape[-1]))[:, 0]
+            self.h_last.copy_(torch.where(act[:, None], h_new.to(self.dtype), self.h_last))
+            self.root.copy_(torch.where(act, s["bonus"], self.root))
+            self.kv_lens.copy_(torch.where(act, self.kv_lens + acc + 1, self.kv_lens))
+            self.gen.copy_(torch.where(act, self.gen + acc + 1, self.gen))
+            row = self.step_no.clamp(max=self.max_steps).long()
+            self.acc_log.index_copy_(0, row, torch.where(act, acc, -1)[None])
+            self.step_no.add_(1)
+
+        return [("drafter", drafter), ("tree_build", tree_build), ("target", target),
+                ("sample_tokens", sample_tokens), ("tree_accept", tree_accept), ("kv_compact", kv_compact),
+                ("update", update)]
+
+    def _ar_stages(self):
+        s, ops, B = self.s, self.ops, self.B
+        if "mask" not in s:
+            s["mask"] = torch.ones(B, self.MW, dtype=torch.int64, device=self.device)  # bit 0: the node itself
+
+        def target():
+            s["active"] = self.gen < self.max_new
+            s["pos"] = self.kv_lens.clone()
+            s["kv_total"] = self.kv_lens + 1
+            s["slots"] = self.cache.slots(self.page_table, self.req, self.kv_lens.long())
+            s["logits"], _ = self.target.forward_nodes(self.root, s["pos"], self._attend(s["kv_total"], s["mask"]))
+
+        def sample_tokens():
+            s["ttok"] = ops.sample_tokens(s["logits"], temperature=self.temperature, seed=self.seed,
+                                          row_offsets=self._row_offsets(s["pos"]).flatten())
+
+        def update():
+            act = s["active"]
+            cols = torch.where(act, self.gen.long(), self.out_cols - 1)[:, None]
+            self.out.scatter_(1, cols, s["ttok"][:, None])
+            if self.record_margins:
+                self.out_margin.scatter_(1, cols, self._margins(s["logits"])[:, None])
+            self.root.copy_(torch.where(act, s["ttok"], self.root))
+            self.kv_lens.copy_(torch.where(act, self.kv_lens + 1, self.kv_lens))
+            self.gen.copy_(torch.where(act, self.gen + 1, self.gen))
+            self.step_no.add_(1)
+
+        return [("target", target), ("sample_tokens", sample_tokens), ("update", update)]
+
+    @torch.no_grad()
+    def step(self):
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        for _, f in self.stages():
+            f()
+
+    # ------------------------------------------------------------------ CUDA graphs
+
+    def _snapshot(self):
+        return [t.clone() for t in (self.kv_lens, self.root, self.gen, self.h_last, self.out, self.out_margin,
+                                    self.acc_log, self.step_no)]
+
+    def _restore(self, snap):
+        for t, v in zip((self.kv_lens, self.root, self.gen, self.h_last, self.out, self.out_margin,
+                         self.acc_log, self.step_no), snap):
+            t.copy_(v)
+
+    def _warm(self):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                for _, f in self.stages():
+                    f()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+
+    @torch.no_grad()
+    def capture(self):
+        """Captures one step as a CUDA graph, after eager warm-up steps (which compile kdtree's
+        kernels). The request state is restored afterwards: positions past kv_lens are rewritten by
+        the next tree before they are read, so the cache needs no restoring."""
+        if self.device.type != "cuda":
+            raise RuntimeError("CUDA graphs need a CUDA device")
+        snap = self._snapshot()
+        self._warm()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _, f in self.stages():
+                f()
+        torch.cuda.synchronize()
+        self._restore(snap)
+        self.graph = g
+
+    @torch.no_grad()
+    def stage_graphs(self):
+        """One CUDA graph per stage (for the per-op breakdown), captured like `capture`."""
+        snap = self._snapshot()
+        self._warm()
+        graphs = []
+        for name, f in self.stages():
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                f()
+            graphs.append((name, g))
+        torch.cuda.synchronize()
+        self._restore(snap)
+        return graphs
+
+    # ------------------------------------------------------------------ running
+
+    @torch.no_grad()
+    def generate(self, prompts, stream_ids=None, check_every=4):
+        """Decodes every request to max_new tokens. The host reads the state only every
+        `check_every` steps (one small copy), never inside a step."""
+        self.admit(prompts, stream_ids)
+        sync = self.device.type == "cuda"
+        if sync:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        steps = 0
+        if self.mode == "ar":  # exactly max_new steps, no checks needed
+            for _ in range(self.max_new):
+                self.step()
+            steps = self.max_new
+        else:
+            while True:
+                for _ in range(check_every):
+                    self.step()
+                steps += check_every
+                if int(self.gen.min()) >= self.max_new or steps >= self.max_steps:
+                    break
+        if sync:
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+        if int(self.gen.min()) < self.max_new:
+            raise RuntimeError(f"decoding stopped after {steps} steps with requests unfinished: {self.gen.tolist()}")
+        out = self.out[:, : self.max_new].tolist()
+        acc = self.acc_log[: min(steps, self.max_steps)].tolist() if self.mode == "spec" else []
+        margins = self.out_margin[:, : self.max_new].tolist() if self.record_margins else None
+        return Result(out, steps, acc, margins, seconds)

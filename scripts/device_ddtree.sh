@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# DDTree speculative decoding end to end on the GPU machine (issue 10), about 6-8 minutes:
+#   1. compiles kdtree's kernels for the example's shapes in the background (kdtree-gen warm),
+#   2. python -m examples.ddtree.run: trains the target + drafter (~2.5 min, fixed seeds; or loads
+#      them from $KDTREE_DDTREE_CACHE), greedy equality, the sampling TV test, acceptance lengths,
+#      tokens/s vs autoregressive at batch 1/4/16/64 (CUDA graphs) and the per-op breakdown,
+#   3. the GPU tests tests/python/test_ddtree_gpu.py (load the cached weights).
+# Needs: torch with CUDA and an importable kdtree package (scripts/device_python.sh installs it;
+# a source build with build/libkdtree.so also works). Output under $OUT (default ./out-ddtree):
+# ddtree.txt, ddtree.json, pytest_ddtree.txt, warm.txt.
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+OUT=${OUT:-$root/out-ddtree}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+export KDTREE_DDTREE_CACHE=${KDTREE_DDTREE_CACHE:-/tmp/kdtree-ddtree-weights}
+export PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH}
+
+# The cubin cache scripts/device_python.sh uses (kernels it compiled are reused), seeded from .carry/cache.
+export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-py-cache}
+mkdir -p "$KDTREE_CACHE_DIR"
+[[ -d $root/.carry/cache ]] && cp -rn "$root/.carry/cache/." "$KDTREE_CACHE_DIR/" 2>/dev/null
+
+# kdtree: already importable, else the wheel device_python.sh installed into /tmp/site, else the
+# carried wheel (.whl/kdtree-*.whl) installed the same way.
+if ! python3 -c "import kdtree" 2>/dev/null; then
+  wheel=$(ls "$root"/.whl/kdtree-*.whl 2>/dev/null | head -1)
+  if [[ ! -d /tmp/site/kdtree && -n $wheel ]]; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site "$wheel"
+  fi
+  [[ -d /tmp/site/kdtree ]] && export PYTHONPATH=/tmp/site:$PYTHONPATH
+fi
+if ! python3 -c "import kdtree, torch; assert torch.cuda.is_available(), 'no CUDA device'"; then
+  echo "device_ddtree: needs torch with a CUDA device and the kdtree package (run scripts/device_python.sh first)" >&2
+  exit 2
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+
+echo "== warming kdtree's kernels for the example (background, log in \$OUT/warm.txt)"
+python3 -m kdtree warm --arch native --heads mla576/512 --widths 16,32,64,128 --pages 64 --dtypes bf16 -j 8 \
+  >"$OUT/warm.txt" 2>&1 &
+warm_pid=$!
+
+status=0
+echo "== python -m examples.ddtree.run"
+timeout 420 python3 -m examples.ddtree.run --json "$OUT/ddtree.json" "$@" 2>&1 | tee "$OUT/ddtree.txt"
+rc=${PIPESTATUS[0]}
+[[ $rc -ne 0 ]] && { echo "run.py exited with $rc"; status=1; }
+wait "$warm_pid" || echo "kdtree warm exited non-zero (see warm.txt); kernels compile at first use instead"
+tail -n 2 "$OUT/warm.txt"
+
+echo "== GPU tests"
+timeout 240 python3 -m pytest -q -rs tests/python/test_ddtree_gpu.py 2>&1 | tee "$OUT/pytest_ddtree.txt"
+rc=${PIPESTATUS[0]}
+[[ $rc -ne 0 ]] && { echo "pytest exited with $rc"; status=1; }
+exit $status

@@ -1,0 +1,305 @@
+"""CPU tests of the DDTree example (examples/ddtree): the plain-torch op backend against
+independent brute-force checks, the MLA absorbed decode path against the training forward, the
+serving loop's losslessness (greedy equality, sampling TV) with a tiny trained model, negative
+controls that show those checks fail on a broken loop, and bad-input errors."""
+import itertools
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from examples.ddtree import checks, engine, torch_ops, train  # noqa: E402
+from examples.ddtree.paged_cache import OutOfPages, PageAllocator  # noqa: E402
+
+CPU = dict(device="cpu", dtype=torch.float32, page_size=16)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # Many small ops: more threads only add contention on a 2-core CI machine.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    import os
+    old = os.environ.get("KDTREE_DDTREE_CACHE")
+    os.environ["KDTREE_DDTREE_CACHE"] = str(tmp_path_factory.mktemp("ddtree-cache"))
+    try:
+        target, drafter, cfg, _ = train.get_models("tiny", "cpu", log=lambda *a: None)
+    finally:
+        if old is None:
+            del os.environ["KDTREE_DDTREE_CACHE"]
+        else:
+            os.environ["KDTREE_DDTREE_CACHE"] = old
+    return target, drafter, cfg
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return train.corpus_prompts("tiny", [20, 33, 50, 7, 41, 12], seed=3)
+
+
+# ----------------------------------------------------------------------------- the torch ops
+
+def _draft(B, D, K, seed):
+    g = torch.Generator().manual_seed(seed)
+    lp = torch.log_softmax(torch.randn(B, D, 50, generator=g) * 2, -1)
+    vals, idx = lp.topk(K, dim=-1)
+    return idx.to(torch.int32), vals
+
+
+@pytest.mark.parametrize("B,D,K,budget,W", [(3, 3, 3, 15, 16), (2, 4, 2, 20, 32), (1, 2, 4, 19, 32)])
+def test_tree_build_selects_the_top_budget_paths(B, D, K, budget, W):
+    """tree_build[W] against enumeration of every path: the selected nodes are the budget best by
+    (score desc, depth asc, rank path asc), in that order, with consistent links and masks."""
+    tokens, lps = _draft(B, D, K, seed=B * 100 + D)
+    roots = torch.tensor([7, 8, 9][:B], dtype=torch.int32)
+    prefix = torch.tensor([5, 0, 130][:B], dtype=torch.int32)
+    t = torch_ops.tree_build(tokens, lps, roots, prefix, budget=budget, max_tree_nodes=W)
+    for b in range(B):
+        paths = [p for d in range(1, D + 1) for p in itertools.product(range(K), repeat=d)]
+        score = {p: float(sum(torch.tensor([lps[b, i, r] for i, r in enumerate(p)], dtype=torch.float32).tolist()))
+                 for p in paths}
+        best = sorted(paths, key=lambda p: (-score[p], len(p), p))[:budget]
+        n = int(t.node_counts[b])
+        assert n == budget + 1
+        # reconstruct each node's rank path from parents and tokens
+        got = [()]
+        for i in range(1, n):
+            par = int(t.parents[b, i])
+            assert 0 <= par < i
+            d = len(got[par]) + 1
+            rank = tokens[b, d - 1].tolist().index(int(t.tokens[b, i]))
+            got.append(got[par] + (rank,))
+            assert int(t.depths[b, i]) == d and int(t.positions[b, i]) == int(prefix[b]) + d
+            assert math.isclose(float(t.scores[b, i]), score[got[i]], rel_tol=1e-5, abs_tol=1e-5)
+        assert got[1:] == best
+        assert int(t.tokens[b, 0]) == int(roots[b]) and int(t.parents[b, 0]) == -1
+        for i in range(n):
+            anc, j = {i}, i
+            while j > 0:
+                j = int(t.parents[b, j])
+                anc.add(j)
+            bits = {j for j in range(W) if (int(t.tree_mask[b, i, j // 64]) >> (j % 64)) & 1}
+            assert bits == anc
+            kids = [j for j in range(n) if int(t.parents[b, j]) == i and j > 0]
+            assert int(t.first_child[b, i]) == (kids[0] if kids else -1)
+            if i > 0:
+                sibs = [j for j in range(i + 1, n) if int(t.parents[b, j]) == int(t.parents[b, i])]
+                assert int(t.next_sibling[b, i]) == (sibs[0] if sibs else -1)
+        assert (t.tokens[b, n:] == -1).all() and (t.tree_mask[b, n:] == 0).all()
+
+
+def test_tree_build_rejects_budget_over_width():
+    tokens, lps = _draft(1, 2, 2, 0)
+    with pytest.raises(ValueError, match="budget"):
+        torch_ops.tree_build(tokens, lps, torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
+                             budget=128, max_tree_nodes=128)
+
+
+def test_tree_accept_follows_target_tokens():
+    # tree: 0 -> 1 (tok 5), 0 -> 2 (tok 6), 1 -> 3 (tok 7), 2 -> 4 (tok 8), 3 -> 5 (tok 9)
+    tokens = torch.tensor([[4, 5, 6, 7, 8, 9]], dtype=torch.int32)
+    parents = torch.tensor([[-1, 0, 0, 1, 2, 3]], dtype=torch.int32)
+    counts = torch.tensor([6], dtype=torch.int32)
+    cases = [([6, 0, 8, 0, 1, 0], [0, 2, 4], 1),      # root->6 (node 2)->8 (node 4)->target 1 (bonus)
+             ([5, 7, 0, 9, 0, 3], [0, 1, 3, 5], 3),   # the full chain; bonus = target at node 5
+             ([1, 5, 6, 7, 8, 9], [0], 1)]            # nothing accepted
+    for targets, path, bonus in cases:
+        p, acc, bon = torch_ops.tree_accept(tokens, parents, counts, torch.tensor([targets], dtype=torch.int32))
+        assert p[0, :len(path)].tolist() == path and (p[0, len(path):] == -1).all()
+        assert int(acc[0]) == len(path) - 1 and int(bon[0]) == bonus
+        # packed layout with node_indptr gives the same
+        p2, acc2, bon2 = torch_ops.tree_accept(tokens, parents, counts, torch.tensor(targets, dtype=torch.int32),
+                                               node_indptr=torch.tensor([0, 6], dtype=torch.int32))
+        assert torch.equal(p, p2) and torch.equal(acc, acc2) and torch.equal(bon, bon2)
+
+
+def test_kv_compact_moves_rows_through_pages_read_before_write():
+    page, P, L = 4, 6, 2
+    cache = torch.arange(L * P * page * 3, dtype=torch.float32).view(L, P, page, 3)
+    before = cache.clone()
+    table = torch.tensor([[5, 2, 0], [1, 3, 4]], dtype=torch.int32)
+    # request 0: prefix 3, 6 nodes, path 0,2,3,5 (entry j moves from 3+n_j to 3+j: 5->4, 6->5, 8->6;
+    # position 5 is the destination of entry 2 and the source of entry 1: read before write)
+    # request 1: prefix 1, 3 nodes, path 0 only (no move)
+    kv = torch.tensor([9, 4], dtype=torch.int32)
+    counts = torch.tensor([6, 3], dtype=torch.int32)
+    path = torch.tensor([[0, 2, 3, 5, -1, -1, -1, -1], [0, -1, -1, -1, -1, -1, -1, -1]], dtype=torch.int32)
+    acc = torch.tensor([3, 0], dtype=torch.int32)
+    torch_ops.kv_compact(cache, table, kv, counts, path, acc)
+
+    def row(c, b, pos):
+        return c[:, int(table[b, pos // page]), pos % page]
+
+    for j, n in enumerate([0, 2, 3, 5]):
+        assert torch.equal(row(cache, 0, 3 + j), row(before, 0, 3 + n))
+    for pos in range(3):
+        assert torch.equal(row(cache, 0, pos), row(before, 0, pos))
+    assert torch.equal(cache[:, [1, 3, 4]], before[:, [1, 3, 4]])
+
+
+def test_sample_tokens_greedy_ties_and_seeded_sampling():
+    logits = torch.tensor([[0.0, 3.0, 3.0, 1.0], [5.0, 5.0, float("nan"), 0.0]])
+    assert torch_ops.sample_tokens(logits).tolist() == [1, 0]
+    # Sampling: frequencies follow softmax within a bound computed from the sample size.
+    V, n = 6, 20000
+    base = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
+    toks = torch_ops.sample_tokens(base.repeat(n, 1), temperature=1.0, seed=3, row_offsets=torch.arange(n))
+    freq = torch.bincount(toks.long(), minlength=V).double() / n
+    p = torch.softmax(base.double(), 0)
+    sd = (p * (1 - p) / n).sqrt()
+    assert ((freq - p).abs() <= 5 * sd + 1e-12).all(), (freq, p)
+    # Same seed and offsets -> same tokens; other offsets -> other draws.
+    again = torch_ops.sample_tokens(base.repeat(n, 1), temperature=1.0, seed=3, row_offsets=torch.arange(n))
+    other = torch_ops.sample_tokens(base.repeat(n, 1), temperature=1.0, seed=3, row_offsets=torch.arange(n) + n)
+    assert torch.equal(toks, again) and not torch.equal(toks, other)
+    # temperature 0.5 sharpens: softmax(2 * logits)
+    t2 = torch_ops.sample_tokens(base.repeat(n, 1), temperature=0.5, seed=4)
+    f2 = torch.bincount(t2.long(), minlength=V).double() / n
+    p2 = torch.softmax(2 * base.double(), 0)
+    assert ((f2 - p2).abs() <= 5 * (p2 * (1 - p2) / n).sqrt() + 1e-12).all()
+
+
+def test_verify_attention_chain_tree_equals_causal_attention():
+    """A chain tree is causal attention: compare with dense softmax over a contiguous copy."""
+    g = torch.Generator().manual_seed(0)
+    page, H, Dqk, Dv = 4, 3, 24, 16
+    lens, nodes = [11, 6], [5, 3]
+    P = 8
+    cache = torch.randn(P, page, Dqk, generator=g)
+    table = torch.tensor([[6, 1, 3, -1], [0, 7, -1, -1]], dtype=torch.int32)
+    q = torch.randn(sum(nodes), H, Dqk, generator=g)
+    mask = torch.tensor([[(1 << (i + 1)) - 1] for n in nodes for i in range(n)], dtype=torch.int64)
+    indptr = torch.tensor([0, 5, 8], dtype=torch.int32)
+    out, lse = torch_ops.verify_attention(q, cache, table, torch.tensor(lens, dtype=torch.int32), indptr, mask,
+                                          max_tree_nodes=16, v_cache=cache[..., :Dv], sm_scale=0.3, return_lse=True)
+    r = 0
+    for b, (L, n) in enumerate(zip(lens, nodes)):
+        seq = torch.cat([cache[int(p)] for p in table[b] if p >= 0])[:L]
+        for i in range(n):
+            s = (q[r] @ seq[: L - n + i + 1].T) * 0.3
+            ref = torch.softmax(s, -1) @ seq[: L - n + i + 1, :Dv]
+            assert torch.allclose(out[r], ref, atol=1e-5)
+            assert torch.allclose(lse[r], torch.logsumexp(s, -1), atol=1e-5)
+            r += 1
+
+
+def test_page_allocator():
+    a = PageAllocator(5)
+    x = a.alloc(3)
+    assert len(set(x)) == 3 and a.free_pages == 2
+    with pytest.raises(OutOfPages, match="needs 3 pages but only 2 of 5 are free"):
+        a.alloc(3)
+    a.free(x)
+    assert a.free_pages == 5
+    with pytest.raises(ValueError, match="double free"):
+        a.free([x[0], x[0]])
+    with pytest.raises(ValueError, match="not a page"):
+        a.free([7])
+
+
+# ----------------------------------------------------------------------------- the model
+
+@torch.no_grad()
+def test_absorbed_paged_decode_equals_training_forward(models, prompts):
+    """Token-by-token decode (absorbed MLA, paged cache, verify_attention) reproduces the logits of
+    the unabsorbed full-sequence forward."""
+    target, drafter, cfg = models
+    seq = torch.tensor(prompts[2][:24])
+    full, _, _ = target(seq[None])
+    e = engine.Engine(target, drafter, cfg, torch_ops, mode="ar", batch_size=1, max_prompt=32, max_new=24, **CPU)
+    e.admit([seq[:2].tolist()])
+    for i in range(1, 23):  # root = seq[i] at position i
+        e.root.fill_(int(seq[i]))
+        stages = dict(e.stages())
+        stages["target"]()
+        assert torch.allclose(e.s["logits"][0], full[0, i], atol=2e-4, rtol=1e-4), i
+        e.kv_lens.add_(1)
+
+
+# ----------------------------------------------------------------------------- the serving loop
+
+def test_greedy_speculative_equals_autoregressive(models, prompts):
+    g = checks.greedy_equality(models, torch_ops, prompts, max_new=48, budget=15, top_k=4, **CPU)
+    assert g["other_divergences"] == 0, g["requests"]
+    assert g["near_tie_divergences"] <= 1, g["requests"]
+    assert g["mean_tokens_per_step"] > 1.2  # the drafter is predictive: trees accept tokens
+
+
+def test_greedy_check_fails_without_kv_compact(models, prompts):
+    """Negative control: a loop that skips kv_compact keeps rejected nodes' KV and diverges."""
+    class NoCompact:
+        def __getattr__(self, name):
+            return getattr(torch_ops, name)
+
+        @staticmethod
+        def kv_compact(*a, **k):
+            return None
+
+    g = checks.greedy_equality(models, NoCompact(), prompts, max_new=48, budget=15, top_k=4, **CPU)
+    assert g["other_divergences"] > 0
+
+
+def test_sampling_distribution_matches_autoregressive(models, prompts):
+    r = checks.sampling_tv(models, torch_ops, prompts[1], n_samples=600, budget=15, top_k=4, chunk=600,
+                           rounds=400, **CPU)
+    for name, st in r["stats"].items():
+        assert st["tv"] <= st["threshold"], (name, st)
+    assert r["coupled_identical_fraction"] == 1.0
+
+
+def test_sampling_tv_detects_lossy_acceptance(models, prompts):
+    """Negative control: accepting the drafter's best child whatever the target sampled is lossy;
+    the TV test must reject it."""
+    class AcceptDraft:
+        def __getattr__(self, name):
+            return getattr(torch_ops, name)
+
+        @staticmethod
+        def tree_accept(tokens, parents, node_counts, target_tokens, *, node_indptr=None):
+            path, acc, bonus = torch_ops.tree_accept(tokens, parents, node_counts, target_tokens,
+                                                     node_indptr=node_indptr)
+            # always take child 1 of the root (the drafter's top token) when the target did not
+            take = (acc == 0) & (parents[:, 1] == 0)
+            path[take, 1] = 1
+            acc = torch.where(take, torch.ones_like(acc), acc)
+            t = target_tokens.view(tokens.shape[0], -1)[:, 1]
+            bonus = torch.where(take, t, bonus)
+            return path, acc, bonus
+
+    r = checks.sampling_tv(models, AcceptDraft(), prompts[1], n_samples=600, budget=15, top_k=4, chunk=600,
+                           rounds=400, **CPU)
+    assert any(st["tv"] > st["threshold"] for st in r["stats"].values()), r["stats"]
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def test_bad_input_errors(models):
+    target, drafter, cfg = models
+    e = engine.Engine(target, drafter, cfg, torch_ops, mode="spec", batch_size=2, max_prompt=20, max_new=8,
+                      budget=15, top_k=4, **CPU)
+    with pytest.raises(ValueError, match="prompt 1 has 40 tokens; this engine's cache takes prompts of at most 20"):
+        e.admit([[32] * 10, [32] * 40])
+    with pytest.raises(ValueError, match="at least 2"):
+        e.admit([[32] * 10, [32]])
+    with pytest.raises(ValueError, match="batch of 2"):
+        e.admit([[32] * 10])
+    small = engine.Engine(target, drafter, cfg, torch_ops, mode="spec", batch_size=4, max_prompt=20, max_new=8,
+                          budget=15, top_k=4, num_pages=5, **CPU)
+    with pytest.raises(ValueError, match="a batch of 4 requests needs 12 pages of 16 tokens but the cache has 5 free"):
+        small.admit([[32] * 10] * 4)
+    with pytest.raises(ValueError, match="budget 128 does not fit"):
+        engine.Engine(target, drafter, cfg, torch_ops, mode="spec", batch_size=1, max_prompt=20, max_new=8,
+                      budget=128, top_k=4, **CPU)
+    with pytest.raises(ValueError, match="backend"):
+        engine.load_backend("triton")

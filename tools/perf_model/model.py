@@ -1,0 +1,135 @@
+"""Predicted time of one bench_verify shape: the launch plan (from verify_plan, the
+runtime's own planner), the SM simulation of the kernel's steady-state tile, the
+waves of CTAs over the SMs, the fixed work of a CTA, the DRAM bytes, the split
+combine and the launches."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import sim
+from kernel import Kernel
+
+FLOP_PER_HMMA = 4096  # m16n8k16: 2 * 16 * 8 * 16
+
+
+@dataclasses.dataclass
+class Prediction:
+    shape: str
+    arch: str
+    us: float
+    main_us: float
+    combine_us: float
+    binding: str
+    ctas_per_sm: int
+    waves: int
+    tile_cycles: float       # one KV tile of all resident CTAs of an SM (full waves)
+    tensor_busy: float
+    port_busy: float
+    issue_busy: float
+    l2_busy: float
+    tflops: float
+    kv_gbps: float
+    flops: float
+    bytes: float
+
+
+def occupancy(k: Kernel, plan: dict, r: dict) -> int:
+    """CTAs per SM the hardware can hold: registers (allocated per warp in units of
+    256, 16K per scheduler), shared memory (plus the per-CTA reservation), warps."""
+    warps = plan["warps"]
+    regs_warp = math.ceil(k.registers * 32 / 256) * 256
+    warps_per_sched = (r["regs_sm"] // 4) // regs_warp
+    by_regs = (4 * warps_per_sched) // warps
+    by_smem = plan["max_smem_per_sm"] // (plan["smem"] + r["smem_reserved_cta"])
+    by_warps = r["max_warps_sm"] // warps
+    return max(1, min(by_regs, by_smem, by_warps, r["max_ctas_sm"]))
+
+
+def shape_flops_bytes(plan: dict) -> tuple[float, float]:
+    """The roofline's FLOPs and bytes, as bench_verify computes them."""
+    mla = plan["head_qk"] == 576
+    nodes = plan["nodes"] * plan["batch"]
+    flops = 2.0 * nodes * plan["q_heads"] * plan["kv_len"] * (plan["head_qk"] + plan["head_v"])
+    kv = plan["batch"] * plan["kv_len"] * plan["kv_heads"] * (plan["head_qk"] + (0 if mla else plan["head_v"])) * 2
+    qo = nodes * plan["q_heads"] * (plan["head_qk"] + plan["head_v"]) * 2
+    return flops, float(kv + qo)
+
+
+class Model:
+    def __init__(self, rates: dict):
+        self.r = rates
+        self._sim: dict = {}
+
+    def tile(self, k: Kernel, warps: int, ctas: int, active_sms: int) -> sim.SmResult:
+        key = (k.name, warps, ctas, active_sms)
+        if key not in self._sim:
+            r = dict(self.r)
+            # The L2 bandwidth is shared by the SMs that are running.
+            r["l2_bytes_per_s"] = self.r["l2_bytes_per_s"] * self.r["num_sms"] / max(1, active_sms)
+            self._sim[key] = sim.simulate(k.steps, warps, ctas, r)
+        return self._sim[key]
+
+    def predict(self, plan: dict, k: Kernel) -> Prediction:
+        r = self.r
+        clk = r["clock_hz"]
+        nsm = r["num_sms"]
+        occ = occupancy(k, plan, r)
+        ctas = plan["active_x"] * plan["grid"][1] * plan["splits"]
+        tiles = math.ceil(plan["split_tokens"] / plan["block_n"])
+        tiles = min(tiles, math.ceil(plan["kv_len"] / plan["block_n"]))
+        slots = nsm * occ
+        waves = math.ceil(ctas / slots)
+        # Fixed work of a CTA: the instructions outside the loop, the pipeline fill
+        # (Q and the first STAGES - 1 tiles) and the output or fp32 partial stores.
+        # The CTAs of the first wave start together, so their fill is one burst
+        # through L2 (one memory latency at least), and those of the last wave end
+        # together with one burst of stores; CTAs of other waves overlap theirs
+        # with running CTAs.
+        mla = plan["head_qk"] == 576
+        row_bytes = (plan["head_qk"] + (0 if mla else plan["head_v"])) * 2
+        fill_bytes = plan["block_m"] * plan["head_qk"] * 2 + (plan["stages"] - 1) * plan["block_n"] * row_bytes
+        store_bytes = plan["block_m"] * plan["head_v"] * (4 if plan["splits"] > 1 else 2)
+        l2_bpc = r["l2_bytes_per_s"] / clk
+        cycles = 0.0
+        first = None
+        remaining = ctas
+        for wave in range(waves):
+            in_wave = min(remaining, slots)
+            remaining -= in_wave
+            per_sm = math.ceil(in_wave / nsm)
+            active = min(nsm, in_wave)
+            t = self.tile(k, plan["warps"], per_sm, active)
+            first = first or t
+            fill = max(r["mem_latency"], in_wave * fill_bytes / l2_bpc) if wave == 0 else r["mem_latency"]
+            drain = max(r["mem_latency"], in_wave * store_bytes / l2_bpc) if wave == waves - 1 else 0
+            cycles += k.outside_stall_cycles + fill + tiles * t.cycles_per_tile + drain
+        main_us = cycles / clk * 1e6
+        flops, nbytes = shape_flops_bytes(plan)
+        rows = plan["nodes"] * plan["batch"] * plan["q_heads"]
+        partial_bytes = plan["splits"] * rows * (plan["head_v"] + 1) * 4 if plan["splits"] > 1 else 0
+        dram_us = (nbytes + partial_bytes) / r["dram_bytes_per_s"] * 1e6 + 2 * r["mem_latency"] / clk * 1e6
+        binding = self.binding(first)
+        if dram_us > main_us:
+            main_us, binding = dram_us, "DRAM"
+        combine_us = 0.0
+        if plan["splits"] > 1:
+            # Each combine thread holds 16 splits' loads in flight per round trip;
+            # the partials were just written and are read from L2.
+            batches = math.ceil(plan["splits"] / 16) * max(1, plan["head_v"] // 512)
+            combine_us = (r["launch_us"] + batches * r["mem_latency"] / clk * 1e6 +
+                          (partial_bytes + rows * plan["head_v"] * 2) / r["l2_bytes_per_s"] * 1e6)
+        total = r["launch_us"] + main_us + combine_us
+        if waves * tiles * first.cycles_per_tile < 0.5 * cycles and binding != "DRAM":
+            binding = "fill/drain (" + binding + ")"
+        return Prediction(plan["shape"], r["arch"], total, main_us, combine_us, binding, occ, waves,
+                          first.cycles_per_tile, first.tensor_busy, first.port_busy, first.issue_busy, first.l2_busy,
+                          flops / total / 1e6, nbytes / total / 1e3, flops, nbytes)
+
+    @staticmethod
+    def binding(t: sim.SmResult) -> str:
+        use = {"tensor": t.tensor_busy, "smem port": t.port_busy, "issue": t.issue_busy, "L2": t.l2_busy}
+        name, top = max(use.items(), key=lambda kv: kv[1])
+        if top >= 0.85:
+            return name
+        return f"latency ({name} {top:.0%})"

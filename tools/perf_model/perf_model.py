@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Performance model of verify_attention from the kernels' SASS (docs/PERFORMANCE.md,
+"Performance model").
+
+  perf_model.py predict  --arch sm_120 [--tiles B_M,B_N,W,S[,R]] [--json FILE] [--compile-arch ARCH]
+  perf_model.py validate --measured BENCH_OUTPUT [--arch sm_90] [--tiles ...] [--column graph_us] [--max-error 20]
+  perf_model.py check    --baseline tools/perf_model/baseline_sm120.json [--update] [--tolerance 0.10]
+
+Kernels and launch plans come from build/verify_plan (the runtime's planner and
+code generator; --plan-tool overrides the path); --tiles sets KDTREE_VERIFY_TILES
+for it, as on the GPU. BENCH_OUTPUT is bench_verify's printed table or its --json
+file. Needs nvdisasm and cuobjdump (pip install nvidia-cuda-nvdisasm
+nvidia-cuda-cuobjdump); no GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import kernel as kernel_mod  # noqa: E402
+from model import Model  # noqa: E402
+from rates import rates_for  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def copies_per_thread(plan: dict) -> int:
+    """16-byte cp.async copies per thread and KV tile (templates/verify_attention.cu:
+    8 lanes per token row, rows strided by threads / 8)."""
+    threads = plan["warps"] * 32
+    rows_per_pass = threads // 8
+    passes = -(-plan["block_n"] // rows_per_pass)
+    chunks = plan["head_qk"] // 8 + (0 if plan["head_qk"] == 576 else plan["head_v"] // 8)
+    return passes * (-(-chunks // 8))
+
+
+def load(arch: str, tiles: str | None, plan_tool: str, cache_dir: str | None, shape: str | None,
+         compile_arch: str | None = None) -> list[tuple[dict, kernel_mod.Kernel]]:
+    env = dict(os.environ)
+    env.pop("KDTREE_VERIFY_TILES", None)
+    if tiles:
+        env["KDTREE_VERIFY_TILES"] = tiles
+    with tempfile.TemporaryDirectory(prefix="kdtree-perf-") as out:
+        cmd = [plan_tool, "--arch", arch, "--cubin-dir", out]
+        if cache_dir:
+            cmd += ["--cache-dir", cache_dir]
+        if shape:
+            cmd += ["--shape", shape]
+        if compile_arch:
+            cmd += ["--compile-arch", compile_arch]
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise SystemExit(f"perf_model: {' '.join(cmd)} failed:\n{res.stderr}")
+        plans = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+        kernels: dict[str, kernel_mod.Kernel] = {}
+        result = []
+        for plan in plans:
+            name = plan["kernel"]
+            if name not in kernels:
+                with open(os.path.join(out, name + ".log")) as f:
+                    log_text = f.read()
+                kernels[name] = kernel_mod.analyse(os.path.join(out, name + ".cubin"), copies_per_thread(plan), log_text)
+            result.append((plan, kernels[name]))
+        return result
+
+
+def predictions(args, arch: str, tiles: str | None, compile_arch: str | None = None):
+    rates = rates_for(compile_arch or arch)
+    if args.clock_ghz:
+        rates["clock_hz"] = args.clock_ghz * 1e9  # a measured clock (scripts/device_perf_model.sh samples it)
+    model = Model(rates)
+    items = load(arch, tiles, args.plan_tool, args.cache_dir, args.shape, compile_arch)
+    return [(plan, k, model.predict(plan, k)) for plan, k in items]
+
+
+def tiles_of(plan: dict) -> str:
+    return f"{plan['block_m']},{plan['block_n']},{plan['warps']},{plan['stages']},{plan['warp_rows']}"
+
+
+def print_predictions(rows, out=sys.stdout) -> None:
+    print(f"{'shape':24} {'tiles':16} {'regs':>4} {'spill':>5} {'splits':>6} {'CTA/SM':>6} {'waves':>5} "
+          f"{'tile clk':>8} {'tensor':>6} {'port':>5} {'issue':>5} {'L2':>5} {'us':>8} {'TFLOP/s':>7}  binding", file=out)
+    for plan, k, p in rows:
+        print(f"{plan['shape']:24} {tiles_of(plan):16} {k.registers:4d} {max(k.spill_instrs, k.spill_bytes, 0):5d} "
+              f"{plan['splits']:6d} {p.ctas_per_sm:6d} {p.waves:5d} {p.tile_cycles:8.0f} {p.tensor_busy:6.0%} "
+              f"{p.port_busy:5.0%} {p.issue_busy:5.0%} {p.l2_busy:5.0%} {p.us:8.1f} {p.tflops:7.1f}  {p.binding}", file=out)
+
+
+def print_counts(rows, out=sys.stdout) -> None:
+    seen = set()
+    for plan, k, _ in rows:
+        if k.name in seen:
+            continue
+        seen.add(k.name)
+        c = dict(k.counts)
+        total = c.pop("total")
+        parts = ", ".join(f"{v} {n}" for n, v in sorted(c.items(), key=lambda kv: -kv[1]))
+        print(f"{k.name}: per warp and KV tile {total} instructions: {parts}; "
+              f"{k.port_bytes_per_warp} shared-memory bytes", file=out)
+
+
+def read_measured(path: str, column: str) -> dict[str, float]:
+    """shape -> µs from bench_verify's table or its --json lines."""
+    measured: dict[str, float] = {}
+    header = None
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("#"):
+                continue
+            if line.startswith("{"):
+                obj = json.loads(line)
+                measured[obj["shape"]] = float(obj[column])
+                continue
+            fields = line.split()
+            if fields and fields[0] == "shape":
+                header = fields
+                continue
+            if header and len(fields) >= len(header) - 2 and column in header:
+                try:
+                    measured[fields[0]] = float(fields[header.index(column)])
+                except ValueError:
+                    pass
+    if not measured:
+        raise SystemExit(f"perf_model: no '{column}' measurements in {path} (bench_verify output or --json file)")
+    return measured
+
+
+def cmd_predict(args) -> int:
+    rows = predictions(args, args.arch, args.tiles, args.compile_arch)
+    print_counts(rows)
+    print_predictions(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            for plan, k, p in rows:
+                f.write(json.dumps({"shape": p.shape, "arch": p.arch, "tiles": tiles_of(plan), "us": round(p.us, 2),
+                                    "binding": p.binding, "tflops": round(p.tflops, 1), "registers": k.registers,
+                                    "spills": max(k.spill_instrs, k.spill_bytes, 0)}) + "\n")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    measured = read_measured(args.measured, args.column)
+    rows = predictions(args, args.arch, args.tiles)
+    print_counts(rows)
+    print(f"{'shape':24} {'tiles':16} {'predicted us':>12} {'measured us':>11} {'error':>7}  binding")
+    worst = 0.0
+    missing = []
+    for plan, k, p in rows:
+        if plan["shape"] not in measured:
+            missing.append(plan["shape"])
+            continue
+        m = measured[plan["shape"]]
+        err = (p.us - m) / m
+        worst = max(worst, abs(err))
+        print(f"{plan['shape']:24} {tiles_of(plan):16} {p.us:12.1f} {m:11.1f} {err:+7.1%}  {p.binding}")
+    if missing:
+        print(f"not measured: {', '.join(missing)}")
+    print(f"worst error {worst:.1%} (limit {args.max_error:.0f}%)")
+    return 1 if worst * 100 > args.max_error else 0
+
+
+def cmd_check(args) -> int:
+    rows = predictions(args, "sm_120", None)
+    print_predictions(rows)
+    status = 0
+    for plan, k, _ in rows:
+        if k.spill_instrs or k.spill_bytes > 0:
+            print(f"FAIL {k.name}: spills ({k.spill_instrs} LDL/STL, {k.spill_bytes} bytes by ptxas)")
+            status = 1
+    current = {p.shape: round(p.us, 2) for _, _, p in rows}
+    if args.update:
+        with open(args.baseline, "w") as f:
+            json.dump({"arch": "sm_120", "predicted_us": current}, f, indent=1, sort_keys=True)
+            f.write("\n")
+        print(f"baseline written: {args.baseline}")
+        return status
+    with open(args.baseline) as f:
+        base = json.load(f)["predicted_us"]
+    for shape, us in sorted(current.items()):
+        if shape not in base:
+            print(f"note {shape}: no baseline (run with --update to record it)")
+            continue
+        ratio = us / base[shape]
+        if ratio > 1 + args.tolerance:
+            print(f"FAIL {shape}: predicted {us:.1f} us on the RTX PRO 6000, baseline {base[shape]:.1f} us "
+                  f"({ratio - 1:+.1%}, limit +{args.tolerance:.0%})")
+            status = 1
+    print("perf_model check: " + ("FAILED" if status else "ok"))
+    return status
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--plan-tool", default=os.path.join(ROOT, "build", "verify_plan"))
+    ap.add_argument("--cache-dir", default=None, help="kdtree cubin cache for verify_plan (default: its default)")
+    ap.add_argument("--shape", default=None, help="only shapes with this name prefix")
+    ap.add_argument("--clock-ghz", type=float, default=None, help="SM clock to model instead of the arch's")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("predict")
+    p.add_argument("--arch", required=True)
+    p.add_argument("--tiles")
+    p.add_argument("--json")
+    p.add_argument("--compile-arch", help="what-if: --arch's tiles and plan, compiled for and run on this arch "
+                                          "(shared-memory limits of --arch)")
+    v = sub.add_parser("validate")
+    v.add_argument("--measured", required=True)
+    v.add_argument("--arch", default="sm_90")
+    v.add_argument("--tiles")
+    v.add_argument("--column", default="graph_us", choices=["us", "b2b_us", "graph_us"])
+    v.add_argument("--max-error", type=float, default=20.0)
+    c = sub.add_parser("check")
+    c.add_argument("--baseline", default=os.path.join(ROOT, "tools", "perf_model", "baseline_sm120.json"))
+    c.add_argument("--update", action="store_true")
+    c.add_argument("--tolerance", type=float, default=0.10)
+    args = ap.parse_args()
+    if not os.access(args.plan_tool, os.X_OK):
+        raise SystemExit(f"perf_model: {args.plan_tool} not found: build the project first (scripts/build.sh)")
+    return {"predict": cmd_predict, "validate": cmd_validate, "check": cmd_check}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

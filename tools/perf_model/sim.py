@@ -1,0 +1,249 @@
+"""One SM running the steady-state KV-tile loop: every resident warp replays its
+SASS path with the compiler's control bits, against the SM's shared resources.
+
+Per cycle, each of the 4 schedulers issues at most one instruction from one of
+its warps (loose round robin). An instruction issues when the warp's stall
+count since its last issue has elapsed, the scoreboards it waits for are clear,
+and its pipe accepts it:
+  - HMMA: the scheduler's tensor pipe, busy 4096 FLOP / (tensor FLOP/clk/SM / 4)
+    cycles per m16n8k16 (its result latency is in the compiler's stall counts);
+  - shared-memory accesses (LDSM, LDS, STS, SHFL and the shared-memory write of
+    cp.async): one port per SM, busy bytes / port_bytes_per_clk cycles each, the
+    result after smem_latency more (released through the instruction's scoreboard);
+    while the port's backlog exceeds mio_queue_cycles, no more are accepted (the
+    MIO queue is full: "MIO throttle");
+  - cp.async (LDGSTS): also the SM's share of the L2 bandwidth; a commit group is
+    complete mem_latency after its last byte, and DEPBAR waits for it;
+  - other math: the scheduler's FMA, IMAD, ALU or XU (MUFU, conversions) pipe, busy
+    32 / (its lanes per scheduler) cycles; LDG (page table, tree mask: L1-resident) l1_latency;
+  - BAR.SYNC: released when every warp of the CTA has arrived.
+The time per tile is the steady-state period once every warp has run a few tiles.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from sass import Instr, access_bytes
+
+# Instruction kinds of the replay.
+ALU, HMMA, MIO, LDGSTS, LDG, MUFU, BAR, DEPBAR, COMMIT = range(9)
+
+
+@dataclasses.dataclass
+class Step:
+    kind: int
+    stall: int
+    wr_sb: int
+    rd_sb: int
+    wait: int
+    port_bytes: int = 0
+    global_bytes: int = 0
+    depbar_n: int = 0
+    live: bool = True  # False for @!PT instructions (issued, never executed)
+    pipe: str = ""     # the scheduler's math pipe it occupies ("fma", "imad", "alu", "xu"), if any
+
+
+# Math pipes by opcode (CUDA programming guide, arithmetic instruction throughput:
+# FP32 add/mul/fma 128 lanes per SM on sm_86+ (64 on sm_80); integer add, logic,
+# compare, min/max, shift and integer multiply-add 64; conversions and MUFU 16).
+_PIPES = {
+    "fma": ("FFMA", "FADD", "FMUL", "HFMA2", "HADD2", "HMUL2"),
+    "imad": ("IMAD", "IMUL"),
+    "alu": ("IADD3", "IADD", "LOP3", "LOP", "ISETP", "FSETP", "FMNMX", "IMNMX", "SEL", "FSEL", "SHF", "PLOP3", "LEA",
+            "PRMT", "IABS", "FCHK", "BMSK", "SGXT", "POPC", "FLO"),
+    "xu": ("MUFU", "F2FP", "F2F", "I2F", "F2I", "FRND", "I2FP", "F2IP"),
+}
+_PIPE_OF = {op: pipe for pipe, ops in _PIPES.items() for op in ops}
+
+
+def compile_path(path: list[Instr]) -> list[Step]:
+    steps = []
+    for ins in path:
+        b = ins.base
+        live = ins.pred != "@!PT"
+        if b == "HMMA":
+            kind = HMMA
+        elif b == "LDGSTS":
+            kind = LDGSTS
+        elif b in ("LDSM", "LDS", "STS", "SHFL"):
+            kind = MIO
+        elif b in ("LDG", "LDC", "ULDC"):
+            kind = LDG if b == "LDG" else ALU
+        elif b == "MUFU":
+            kind = MUFU
+        elif b == "BAR":
+            kind = BAR
+        elif b == "DEPBAR":
+            kind = DEPBAR
+        elif b == "LDGDEPBAR":
+            kind = COMMIT
+        else:
+            kind = ALU
+        s = Step(kind, max(1, ins.stall), ins.wr_sb, ins.rd_sb, ins.wait, live=live, pipe=_PIPE_OF.get(b, ""))
+        if kind in (MIO, LDGSTS) and live:
+            s.port_bytes = access_bytes(ins)
+        if kind == LDGSTS and live:
+            s.global_bytes = access_bytes(ins)
+        if kind == DEPBAR:
+            m = re.search(r"0x([0-9a-f]+)", ins.operands)
+            s.depbar_n = int(m.group(1), 16) if m else 0
+        steps.append(s)
+    return steps
+
+
+@dataclasses.dataclass
+class SmResult:
+    cycles_per_tile: float   # all resident CTAs advance one tile
+    tensor_busy: float       # fraction of cycles each scheduler's tensor pipe is busy (mean)
+    port_busy: float         # fraction of cycles the shared-memory port is busy
+    issue_busy: float        # fraction of scheduler issue slots used (mean)
+    l2_busy: float           # fraction of the SM's L2 bandwidth share used
+    stalls: dict             # warp-cycles not issued, by reason, per issued instruction
+
+
+def simulate(steps: list[Step], warps_per_cta: int, ctas: int, rates: dict, tiles: int = 6, warm: int = 2) -> SmResult:
+    n_warps = warps_per_cta * ctas
+    hmma_occ = 4096.0 / (rates["tensor_flop_per_clk_sm"] / 4)
+    port_rate = rates["smem_bytes_per_clk_sm"]
+    l2_rate = rates["l2_bytes_per_s"] / rates["num_sms"] / rates["clock_hz"]
+    smem_lat, l1_lat = rates["smem_latency"], rates["l1_latency"]
+    mem_lat, mufu_lat = rates["mem_latency"], rates["mufu_latency"]
+    bar_lat = rates["barrier_latency"]
+    mio_queue = rates["mio_queue_cycles"]
+
+    n = len(steps)
+    pc = [0] * n_warps
+    tile = [0] * n_warps
+    ready = [0.0] * n_warps
+    sb = [[0.0] * 6 for _ in range(n_warps)]
+    groups: list[list[float]] = [[] for _ in range(n_warps)]
+    open_group = [0.0] * n_warps
+    at_bar = [False] * n_warps
+    bar_count = [0] * ctas
+    bar_waiters: list[list[int]] = [[] for _ in range(ctas)]
+    tile_end: list[list[float]] = [[] for _ in range(n_warps)]
+    sched_of = [w % 4 for w in range(n_warps)]
+    cta_of = [w // warps_per_cta for w in range(n_warps)]
+    tensor_free = [0.0] * 4
+    pipe_cycles = rates["pipe_cycles"]
+    pipe_free = [{p: 0.0 for p in pipe_cycles} for _ in range(4)]
+    last_issued = [-1] * 4
+    port_grant = [0.0] * 4
+    port_free = 0.0
+    l2_free = 0.0
+    busy_tensor = busy_port = busy_l2 = 0.0
+    issued = 0
+    # A warp starts with its earlier tiles' copies complete (the pipeline prologue).
+    warps_of = [[w for w in range(n_warps) if sched_of[w] == s] for s in range(4)]
+    now = 0
+    done = 0
+    stalls: dict[str, int] = {}
+    counting = False
+    t_warm = t_end = None
+    limit = 200000 * tiles
+    while done < n_warps:
+        now += 1
+        if now > limit:
+            raise RuntimeError("simulation did not converge")
+        # The scheduler that least recently got the shared-memory port goes first.
+        for s in sorted(range(4), key=port_grant.__getitem__):
+            cands = warps_of[s]
+            order = cands
+            if last_issued[s] in cands:  # loose round robin: start after the last warp issued
+                i = cands.index(last_issued[s])
+                order = cands[i + 1:] + cands[:i + 1]
+            chosen = -1
+            for w in order:
+                if tile[w] >= tiles:
+                    continue
+                reason = ""
+                st = steps[pc[w]]
+                if at_bar[w]:
+                    reason = "barrier"
+                elif ready[w] > now:
+                    reason = "fixed latency (stall count)"
+                elif st.wait and any((st.wait >> k) & 1 and sb[w][k] > now for k in range(6)):
+                    reason = "scoreboard"
+                elif st.kind == HMMA and tensor_free[s] - now >= 1:
+                    reason = "tensor pipe"
+                elif st.pipe and pipe_free[s][st.pipe] - now >= 1:
+                    reason = "math pipe"
+                elif st.kind in (MIO, LDGSTS) and port_free - now > mio_queue:
+                    reason = "MIO throttle"
+                elif st.kind == DEPBAR and len(groups[w]) > st.depbar_n and max(groups[w][:len(groups[w]) - st.depbar_n]) > now:
+                    reason = "cp.async wait"
+                elif chosen >= 0:
+                    reason = "not selected"
+                else:
+                    chosen = w
+                if reason and counting:
+                    stalls[reason] = stalls.get(reason, 0) + 1
+            if chosen >= 0:
+                w = chosen
+                st = steps[pc[w]]
+                kind = st.kind
+                issued += 1
+                last_issued[s] = w
+                if st.pipe:
+                    pipe_free[s][st.pipe] = max(pipe_free[s][st.pipe], now) + pipe_cycles[st.pipe]
+                done_at = now
+                if kind == HMMA:
+                    tensor_free[s] = max(tensor_free[s], now) + hmma_occ
+                    busy_tensor += hmma_occ
+                elif kind == MUFU:
+                    done_at = now + mufu_lat
+                elif kind in (MIO, LDGSTS) and st.live:
+                    port_grant[s] = now
+                    service = max(1.0, st.port_bytes / port_rate)
+                    start = max(port_free, now)
+                    port_free = start + service
+                    busy_port += service
+                    done_at = port_free + smem_lat
+                    if kind == LDGSTS:
+                        l2s = st.global_bytes / l2_rate
+                        l2_free = max(l2_free, now) + l2s
+                        busy_l2 += l2s
+                        open_group[w] = max(open_group[w], l2_free + mem_lat)
+                        done_at = start + 2
+                elif kind == LDG and st.live:
+                    done_at = now + l1_lat
+                elif kind == COMMIT:
+                    groups[w].append(open_group[w])
+                    open_group[w] = 0.0
+                    if len(groups[w]) > 8:
+                        groups[w] = groups[w][-8:]
+                if st.wr_sb < 6:
+                    sb[w][st.wr_sb] = max(sb[w][st.wr_sb], done_at)
+                if st.rd_sb < 6:
+                    sb[w][st.rd_sb] = max(sb[w][st.rd_sb], now + 2 if kind not in (MIO, LDGSTS) else done_at - smem_lat)
+                ready[w] = now + st.stall
+                pc[w] += 1
+                if kind == BAR:
+                    c = cta_of[w]
+                    at_bar[w] = True
+                    bar_count[c] += 1
+                    bar_waiters[c].append(w)
+                    if bar_count[c] == warps_per_cta:
+                        for x in bar_waiters[c]:
+                            at_bar[x] = False
+                            ready[x] = max(ready[x], now + bar_lat)
+                        bar_count[c] = 0
+                        bar_waiters[c] = []
+                if pc[w] == n:
+                    pc[w] = 0
+                    tile[w] += 1
+                    tile_end[w].append(now)
+                    if tile[w] >= tiles:
+                        done += 1
+        if t_warm is None and all(len(e) >= warm for e in tile_end):
+            t_warm = max(e[warm - 1] for e in tile_end)
+            b0 = (busy_tensor, busy_port, busy_l2, issued, now)
+            counting = True
+    t_end = max(e[-1] for e in tile_end)
+    span = t_end - t_warm
+    per_tile = span / (tiles - warm)
+    bt, bp, bl, bi, _ = b0
+    n_issued = max(1, issued - bi)
+    return SmResult(per_tile, (busy_tensor - bt) / (4 * span), (busy_port - bp) / span, (issued - bi) / (4 * span),
+                    (busy_l2 - bl) / span, {k: v / n_issued for k, v in sorted(stalls.items())})

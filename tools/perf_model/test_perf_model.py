@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Unit tests of the performance model's parts on hand-written SASS (no GPU, no
+disassembler): control-bit decoding, the steady-state path of the KV-tile loop,
+the simulator's limits and the measured-file reader."""
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import sass  # noqa: E402
+import sim  # noqa: E402
+from model import Model, occupancy  # noqa: E402
+from perf_model import copies_per_thread, read_measured  # noqa: E402
+from rates import rates_for  # noqa: E402
+
+
+def ctrl(stall=1, yield_=0, wr=7, rd=7, wait=0):
+    """The high 64-bit word of an instruction with these control bits."""
+    c = stall | (yield_ << 4) | (wr << 5) | (rd << 8) | (wait << 11)
+    return f"0x{c << 41:016x}"
+
+
+def listing(lines):
+    """nvdisasm -hex style text of kdtree_verify_attention from (label or (text, ctrl))."""
+    out = [".text.kdtree_verify_attention:"]
+    addr = 0
+    for item in lines:
+        if isinstance(item, str):
+            out.append(f"{item}:")
+            continue
+        text, c = item
+        out.append(f"        /*{addr:04x}*/                   {text} ;   /* 0x0000000000000000 */")
+        out.append(f"                                                   /* {c} */")
+        addr += 16
+    return "\n".join(out) + "\n"
+
+
+# A loop with a KV copy in one or two row passes (only two passes give the
+# thread's 2 copies), an edge-only arithmetic block, a lane-predicated store and
+# a dependent HMMA pair.
+LOOP = [
+    ("MOV R1, R2", ctrl()),
+    ".L_x_1",
+    ("DEPBAR.LE SB0, 0x1", ctrl()),
+    ("BAR.SYNC.DEFER_BLOCKING 0x0", ctrl()),
+    ("@P1 BRA `(.L_x_2)", ctrl()),
+    ("LDGSTS.E.BYPASS.128 [R3], desc[UR6][R4.64], P0", ctrl()),
+    ("BRA `(.L_x_3)", ctrl()),
+    ".L_x_2",
+    ("LDGSTS.E.BYPASS.128 [R3], desc[UR6][R4.64], P0", ctrl()),
+    ("LDGSTS.E.BYPASS.128 [R3+0x80], desc[UR6][R4.64+0x80], P0", ctrl()),
+    ".L_x_3",
+    ("LDGDEPBAR", ctrl()),
+    ("LDSM.16.M88.4 R8, [R5]", ctrl(wr=0)),
+    ("HMMA.16816.F32.BF16 R12, R8, R10, R12", ctrl(stall=2, wait=1)),
+    ("NOP", ctrl(stall=15)),
+    ("HMMA.16816.F32.BF16 R12, R8, R10, R12", ctrl(stall=1)),
+    ("@!P2 BRA `(.L_x_4)", ctrl()),
+    ("FMUL R12, R12, R20", ctrl()),
+    ("FMUL R13, R13, R20", ctrl()),
+    ".L_x_4",
+    ("@P3 BRA `(.L_x_5)", ctrl()),
+    ("STS [R6], R12", ctrl()),
+    ".L_x_5",
+    ("@P0 BRA `(.L_x_1)", ctrl()),
+    ("EXIT", ctrl()),
+]
+
+
+class SassTest(unittest.TestCase):
+    def setUp(self):
+        self.instrs, self.labels = sass.parse_function(listing(LOOP))
+
+    def test_control_bits(self):
+        ldsm = self.instrs[9]
+        self.assertEqual(ldsm.op, "LDSM.16.M88.4")
+        self.assertEqual(ldsm.wr_sb, 0)
+        hmma = self.instrs[10]
+        self.assertEqual((hmma.stall, hmma.wait, hmma.wr_sb), (2, 1, 7))
+        self.assertEqual(self.instrs[11].stall, 15)
+
+    def test_loop_and_steady_path(self):
+        head, back = sass.main_loop(self.instrs, self.labels)
+        self.assertEqual((head, back), (1, len(self.instrs) - 2))
+        path = sass.steady_path(self.instrs, self.labels, head, back, copies_per_thread=2)
+        counts = sass.count(path)
+        # two row passes, the FMULs of the edge/rescale block skipped, the lane store run
+        self.assertEqual(counts["LDGSTS"], 2)
+        self.assertEqual(counts["HMMA"], 2)
+        self.assertEqual(counts["STS"], 1)
+        self.assertNotIn("FMUL", [i.base for i in path])
+        one = sass.count(sass.steady_path(self.instrs, self.labels, head, back, copies_per_thread=1))
+        self.assertEqual(one["LDGSTS"], 1)
+
+    def test_spills_and_bytes(self):
+        self.assertEqual(sass.spills(self.instrs), 0)
+        spill = sass.parse_function(listing([("STL [R1], R2", ctrl()), ("LDL R2, [R1]", ctrl())]))[0]
+        self.assertEqual(sass.spills(spill), 2)
+        self.assertEqual(sass.access_bytes(self.instrs[9]), 512)  # ldmatrix.x4: four 8x8 bf16 matrices
+        self.assertEqual(sass.access_bytes(self.instrs[4]), 512)  # cp.async: 32 lanes x 16 bytes
+
+
+class SimTest(unittest.TestCase):
+    def test_tensor_bound_loop_runs_at_the_tensor_rate(self):
+        # Independent HMMAs only: one scheduler's pipe takes one per 4096 / (rate / 4) cycles.
+        r = rates_for("sm_120")
+        steps = [sim.Step(sim.HMMA, 1, 7, 7, 0) for _ in range(64)]
+        res = sim.simulate(steps, warps_per_cta=4, ctas=1, rates=r)
+        per_hmma = 4096 / (r["tensor_flop_per_clk_sm"] / 4)
+        self.assertAlmostEqual(res.cycles_per_tile, 64 * per_hmma, delta=per_hmma * 2)
+        self.assertGreater(res.tensor_busy, 0.95)
+
+    def test_port_bound_loop_runs_at_128_bytes_per_clock(self):
+        r = rates_for("sm_90")
+        steps = [sim.Step(sim.MIO, 1, 7, 7, 0, port_bytes=512) for _ in range(32)]
+        res = sim.simulate(steps, warps_per_cta=8, ctas=1, rates=r)
+        self.assertAlmostEqual(res.cycles_per_tile, 8 * 32 * 4, delta=16)
+        self.assertGreater(res.port_busy, 0.95)
+
+    def test_stall_counts_bound_a_lone_warp(self):
+        r = rates_for("sm_90")
+        steps = [sim.Step(sim.ALU, 10, 7, 7, 0) for _ in range(10)]
+        res = sim.simulate(steps, warps_per_cta=1, ctas=1, rates=r)
+        self.assertAlmostEqual(res.cycles_per_tile, 100, delta=1)
+
+
+class PlanTest(unittest.TestCase):
+    PLAN = {"warps": 4, "smem": 66048, "max_smem_per_sm": 102400, "block_n": 64, "head_qk": 64, "head_v": 64}
+
+    def test_occupancy_by_shared_memory_and_registers(self):
+        class K:
+            registers = 220
+        r = rates_for("sm_120")
+        self.assertEqual(occupancy(K, self.PLAN, r), 1)
+        self.assertEqual(occupancy(K, dict(self.PLAN, smem=49664), r), 2)
+        K.registers = 255  # 256 x 32 per warp: two warps per scheduler, two 4-warp CTAs
+        self.assertEqual(occupancy(K, dict(self.PLAN, smem=10000), r), 2)
+
+    def test_copies_per_thread(self):
+        # gqa64, 64 tokens, 128 threads: 16 rows per pass, 4 passes, K and V one chunk each
+        self.assertEqual(copies_per_thread(self.PLAN), 8)
+        mla = {"warps": 8, "block_n": 64, "head_qk": 576, "head_v": 512}
+        self.assertEqual(copies_per_thread(mla), 18)  # 2 passes x 9 chunks (the ncu count of v8)
+
+    def test_measured_table_and_json(self):
+        with tempfile.TemporaryDirectory() as d:
+            table = os.path.join(d, "t.txt")
+            with open(table, "w") as f:
+                f.write("verify_attention on sm_90: floor = ...\n"
+                        "shape                          us   b2b_us graph_us\n"
+                        "mla_b1_h16_n16_p4k           32.6     28.6     29.1\n")
+            self.assertEqual(read_measured(table, "graph_us"), {"mla_b1_h16_n16_p4k": 29.1})
+            js = os.path.join(d, "t.json")
+            with open(js, "w") as f:
+                f.write('{"shape":"gqa64_b4_g8_n64_p8k","us":213.1,"b2b_us":210.0,"graph_us":209.6}\n')
+            self.assertEqual(read_measured(js, "us"), {"gqa64_b4_g8_n64_p8k": 213.1})
+            with self.assertRaises(SystemExit):
+                read_measured(table, "b2b")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)
