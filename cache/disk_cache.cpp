@@ -15,7 +15,7 @@
 #include <system_error>
 #include <thread>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace fs = std::filesystem;
 

@@ -9,7 +9,7 @@
 #include "codegen/tree_accept.hpp"
 #include "codegen/tree_build.hpp"
 #include "codegen/verify_attention.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace kdtree::codegen {
 namespace {

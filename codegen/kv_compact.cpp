@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "codegen/tree_ops_common.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace kdtree::codegen {
 

@@ -9,7 +9,7 @@
 
 #include "codegen/render.hpp"
 #include "codegen/template_store.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace kdtree::codegen {
 namespace {

@@ -17,7 +17,7 @@
 #include "reference/verify_attention.hpp"
 #include "reference/verify_case.hpp"
 #include "runtime/driver.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace {
 

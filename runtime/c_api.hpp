@@ -7,7 +7,7 @@
 #include <string>
 
 #include "kdtree/kdtree.h"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "runtime/runtime.hpp"
 
 struct kdtree_runtime {

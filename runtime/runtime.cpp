@@ -10,7 +10,7 @@
 
 #include "codegen/generator_version.hpp"
 #include "runtime/driver.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 namespace kdtree {

@@ -32,7 +32,7 @@
 #include "codegen/tree_build.hpp"
 #include "codegen/verify_attention.hpp"
 #include "runtime/driver.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "runtime/runtime.hpp"
 
 namespace fs = std::filesystem;

@@ -16,7 +16,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace fs = std::filesystem;
 using kdtree::cache::DiskCache;

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "codegen/kv_compact.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "tests/support/codegen_checks.hpp"
 
 using namespace kdtree::codegen;

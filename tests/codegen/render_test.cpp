@@ -4,7 +4,7 @@
 
 #include "codegen/render.hpp"
 #include "codegen/template_store.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 using kdtree::codegen::render;
 

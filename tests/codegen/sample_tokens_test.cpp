@@ -5,7 +5,7 @@
 #include <string>
 
 #include "codegen/sample_tokens.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "tests/support/codegen_checks.hpp"
 
 using namespace kdtree::codegen;

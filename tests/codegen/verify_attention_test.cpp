@@ -4,7 +4,7 @@
 #include <string>
 
 #include "codegen/verify_attention.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 using namespace kdtree::codegen;
 

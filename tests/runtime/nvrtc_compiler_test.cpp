@@ -5,7 +5,7 @@
 #include <string>
 
 #include "runtime/driver.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/runtime.hpp"
 

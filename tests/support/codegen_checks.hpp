@@ -10,7 +10,7 @@
 #include "codegen/arch.hpp"
 #include "codegen/kernel_source.hpp"
 #include "kdtree/kdtree.h"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/runtime.hpp"
 
