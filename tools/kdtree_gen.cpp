@@ -26,10 +26,7 @@
 #include "cache/disk_cache.hpp"
 #include "codegen/arch.hpp"
 #include "codegen/grid.hpp"
-#include "codegen/kv_compact.hpp"
-#include "codegen/sample_tokens.hpp"
-#include "codegen/tree_accept.hpp"
-#include "codegen/tree_build.hpp"
+#include "codegen/ops.hpp"
 #include "codegen/verify_attention.hpp"
 #include "runtime/driver.hpp"
 #include "base/error.hpp"
@@ -171,44 +168,12 @@ struct EmitOptions {
 codegen::KernelSource emit_source(const EmitOptions& o) {
   const codegen::Arch arch =
       o.arch == "native" ? make_runtime("native", fs::path())->arch() : codegen::parse_arch(o.arch);
-  if (o.op == "verify_attention") {
-    kdtree_verify_spec c{};
-    codegen::parse_head_name(o.head, &c.head_dim_qk, &c.head_dim_v);
-    c.num_q_heads = 16;
-    c.num_kv_heads = c.head_dim_qk == 576 ? 1 : 2;
-    c.page_size = o.page;
-    c.max_tree_nodes = o.width;
-    c.dtype = codegen::parse_dtype(o.dtype);
-    return codegen::generate_verify_attention(codegen::validate_verify_spec(c), arch);
-  }
-  if (o.op == "tree_build") {
-    codegen::TreeBuildSpec spec{};
-    spec.max_tree_nodes = o.width;
-    codegen::validate(spec);
-    return codegen::generate_tree_build(spec, arch);
-  }
-  if (o.op == "tree_accept") {
-    codegen::TreeAcceptSpec spec{};
-    spec.max_tree_nodes = o.width;
-    codegen::validate(spec);
-    return codegen::generate_tree_accept(spec, arch);
-  }
-  if (o.op == "sample_tokens") {
-    codegen::SampleSpec spec{};
-    spec.logits_dtype = codegen::parse_dtype(o.dtype);
-    codegen::validate(spec);
-    return codegen::generate_sample_tokens(spec, arch);
-  }
-  if (o.op == "kv_compact") {
-    codegen::KvCompactSpec spec{};
-    spec.page_size = o.page;
-    spec.max_tree_nodes = o.width;
-    codegen::validate(spec);
-    return codegen::generate_kv_compact(spec, arch);
-  }
-  fail(KDTREE_ERROR_UNSUPPORTED,
-       fmt::format("unknown op '{}': use verify_attention, tree_build, tree_accept, sample_tokens or kv_compact",
-                   o.op));
+  codegen::OpPoint point;
+  point.head = o.head;
+  point.width = o.width;
+  point.page = o.page;
+  point.dtype = codegen::parse_dtype(o.dtype);
+  return codegen::find_operation(o.op).generate(point, arch);
 }
 
 int run_emit(const EmitOptions& o) {
@@ -349,8 +314,8 @@ int main(int argc, char** argv) {
 
   EmitOptions emit;
   CLI::App* emit_cmd = app.add_subcommand("emit", "Print the generated CUDA source of one kernel");
-  emit_cmd->add_option("--op", emit.op, "verify_attention, tree_build, tree_accept, sample_tokens, kv_compact")
-      ->check(CLI::IsMember({"verify_attention", "tree_build", "tree_accept", "sample_tokens", "kv_compact"}))
+  emit_cmd->add_option("--op", emit.op, fmt::format("{}", fmt::join(codegen::operation_names(), ", ")))
+      ->check(CLI::IsMember(codegen::operation_names()))
       ->capture_default_str();
   emit_cmd->add_option("--head", emit.head, "Head shape (verify_attention)")->capture_default_str();
   emit_cmd->add_option("--width", emit.width, "Tree width W")->capture_default_str();
