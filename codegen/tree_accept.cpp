@@ -26,7 +26,7 @@ KernelSource generate_tree_accept(const TreeAcceptSpec& spec, const Arch& arch) 
       {"ERROR_NODE_COUNT", std::to_string(KDTREE_DEVICE_ERROR_NODE_COUNT)},
       {"ERROR_TREE", std::to_string(KDTREE_DEVICE_ERROR_TREE)},
   };
-  return tree_op_source("tree_accept", spec.label(), spec.file_stem(), params);
+  return tree_op_source("tree_accept", spec.label(), spec.file_stem(), params, kTreeAcceptThreads);
 }
 
 }  // namespace kdtree::codegen

@@ -17,13 +17,14 @@ void validate_tree_width(const char* op, int w) {
 }
 
 KernelSource tree_op_source(const std::string& op, const std::string& label, const std::string& file_stem,
-                            const Params& params) {
+                            const Params& params, int threads) {
   KernelSource ks;
   ks.op = op;
   ks.label = label;
   ks.file_stem = file_stem;
   ks.source = template_text(op + "_params.h") + render(op + ".cu", template_text(op + ".cu"), params);
   ks.entry_points = {"kdtree_" + op};
+  ks.launch.threads = threads;
   return ks;  // no options: the compiler adds the standard and ptxas ones
 }
 

@@ -82,7 +82,7 @@ void kv_compact(Runtime& rt, const kdtree_kv_compact_args& a) {
   dims.grid_x = static_cast<unsigned>(chunks_k + chunks_v);
   dims.grid_y = static_cast<unsigned>(a.batch_size);
   dims.grid_z = static_cast<unsigned>(a.num_layers);
-  dims.block_x = codegen::kKvCompactThreads;
+  dims.block_x = static_cast<unsigned>(module.launch().threads);
   rt.launch(fn, dims, args, static_cast<CUstream>(a.stream), "kv_compact");
 }
 

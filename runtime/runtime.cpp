@@ -167,6 +167,20 @@ std::shared_ptr<const CompiledModule> Runtime::compile(const codegen::KernelSour
   return module;
 }
 
+std::shared_ptr<const codegen::KernelSource> Runtime::source(const std::string& fast_key,
+                                                             const std::function<codegen::KernelSource()>& make) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = sources_.find(fast_key);
+    if (it != sources_.end()) return it->second;
+  }
+  // Rendering is cheap and deterministic: two threads racing here make equal
+  // sources and the first one stored wins.
+  auto made = std::make_shared<const codegen::KernelSource>(make());
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sources_.emplace(fast_key, std::move(made)).first->second;
+}
+
 Module& Runtime::module(const std::string& fast_key, const std::function<codegen::KernelSource()>& make) {
   std::shared_ptr<std::mutex> key_lock;
   {
@@ -184,9 +198,11 @@ Module& Runtime::module(const std::string& fast_key, const std::function<codegen
     auto it = modules_.find(fast_key);
     if (it != modules_.end()) return *it->second;
   }
-  make_current();
+  // Generation validates (e.g. a tiles override) before the device is touched.
   auto loaded = std::make_unique<Module>();
-  loaded->compiled_ = compile(make());
+  loaded->source_ = source(fast_key, make);
+  make_current();
+  loaded->compiled_ = compile(*loaded->source_);
   driver::check(driver::api().cuModuleLoadData(&loaded->module_, loaded->compiled_->cubin.data()),
                 ("cuModuleLoadData(" + loaded->compiled_->label + ")").c_str());
   std::lock_guard<std::mutex> lock(mutex_);

@@ -41,10 +41,13 @@ class Module {
   // at least `dynamic_smem` bytes (set once per function).
   CUfunction function(const std::string& entry, int dynamic_smem = 0);
   const CompiledModule& compiled() const { return *compiled_; }
+  // How its kernels are launched, as the generator decided with the source.
+  const codegen::LaunchFacts& launch() const { return source_->launch; }
 
  private:
   friend class Runtime;
   CUmodule module_ = nullptr;
+  std::shared_ptr<const codegen::KernelSource> source_;
   std::shared_ptr<const CompiledModule> compiled_;
   std::mutex mutex_;
   std::map<std::string, std::pair<CUfunction, int>> functions_;
@@ -72,8 +75,13 @@ class Runtime {
   // Compiles `source` for arch() or loads it from the cache. No device needed.
   std::shared_ptr<const CompiledModule> compile(const codegen::KernelSource& source);
 
-  // The loaded module for `fast_key` (a cheap string naming the op and its
-  // compile-time shape); `make` renders the source only on the first request.
+  // The generated source (and launch facts) for `fast_key`, a cheap string naming
+  // the op and its compile-time shape; `make` runs only on the first request, so
+  // planning a launch and loading the module read one generation. No device needed.
+  std::shared_ptr<const codegen::KernelSource> source(const std::string& fast_key,
+                                                      const std::function<codegen::KernelSource()>& make);
+
+  // The loaded module for `fast_key`, compiled from source(fast_key, make).
   Module& module(const std::string& fast_key, const std::function<codegen::KernelSource()>& make);
 
   // Launches on `stream` (no host synchronisation). Throws naming `what`.
@@ -93,6 +101,7 @@ class Runtime {
   CUdevice cu_device_ = 0;
   CUcontext context_ = nullptr;
   std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<const codegen::KernelSource>> sources_;
   std::map<std::string, std::unique_ptr<Module>> modules_;
   std::map<std::string, std::shared_ptr<std::mutex>> module_locks_;
 };

@@ -47,7 +47,7 @@ void sample_tokens(Runtime& rt, const kdtree_sample_args& a) {
 
   LaunchDims dims;
   dims.grid_x = static_cast<unsigned>(a.num_rows);
-  dims.block_x = codegen::kSampleThreads;
+  dims.block_x = static_cast<unsigned>(module.launch().threads);
   rt.launch(fn, dims, args, static_cast<CUstream>(a.stream), "sample_tokens");
 }
 

@@ -46,7 +46,7 @@ void tree_accept(Runtime& rt, const kdtree_tree_accept_args& a) {
 
   LaunchDims dims;
   dims.grid_x = static_cast<unsigned>(a.batch_size);
-  dims.block_x = 32;
+  dims.block_x = static_cast<unsigned>(module.launch().threads);
   rt.launch(fn, dims, args, static_cast<CUstream>(a.stream), "tree_accept");
 }
 

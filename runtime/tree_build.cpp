@@ -67,7 +67,7 @@ void tree_build(Runtime& rt, const kdtree_tree_build_args& a) {
 
   LaunchDims dims;
   dims.grid_x = static_cast<unsigned>(a.batch_size);
-  dims.block_x = 32;
+  dims.block_x = static_cast<unsigned>(module.launch().threads);
   rt.launch(fn, dims, args, static_cast<CUstream>(a.stream), "tree_build");
 }
 

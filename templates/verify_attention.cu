@@ -23,6 +23,11 @@ constexpr int WARPS_M = ${WARPS_M};
 constexpr int WARPS_N = ${WARPS_N};
 constexpr int WARP_ROWS = ${WARP_ROWS};
 constexpr int STAGES = ${STAGES};
+// Byte offsets of the K stages, V stages, P and the row exchange in dynamic shared memory (Q at 0).
+constexpr int SMEM_K = ${SMEM_K};
+constexpr int SMEM_V = ${SMEM_V};
+constexpr int SMEM_P = ${SMEM_P};
+constexpr int SMEM_RED = ${SMEM_RED};
 constexpr int MF = WARP_ROWS / 16;  // m16 fragments per warp
 
 constexpr int MASK_WORDS = (MAX_TREE_NODES + 63) / 64;
@@ -43,7 +48,7 @@ static_assert(IS_MLA || HEAD_DIM_V == HEAD_DIM, "GQA: V rows as wide as K rows")
 static_assert(HEAD_DIM % 64 == 0 && HEAD_DIM_V % 16 == 0, "the QK loop steps 64 dims; PV 16");
 static_assert(QK_CHUNKS % 8 == 0 && (IS_MLA || V_CHUNKS % 8 == 0), "rows swizzle in groups of 8 chunks");
 
-// Shared memory (dynamic): Q | K stages | V stages (GQA) | P (WARPS_N > 1) | row exchange.
+// Shared memory (dynamic, offsets SMEM_*): Q | K stages | V stages (GQA) | P (WARPS_N > 1) | row exchange.
 // Rows are XOR-swizzled in 16-byte chunks so ldmatrix reads are free of bank conflicts.
 template <int CHUNKS>
 static __device__ __forceinline__ int swizzle(int row, int chunk) {
@@ -234,12 +239,13 @@ static __device__ __forceinline__ void load_p_frags(kd_u32 (&a)[MF][4], int kk, 
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p) {
+  // The carve-up is the generator's (verify_smem_layout), which also sizes the launch.
   extern __shared__ __align__(128) unsigned char smem_raw[];
   kd_u16* sq = (kd_u16*)smem_raw;
-  kd_u16* sk = sq + BLOCK_M * HEAD_DIM;
-  kd_u16* sv = sk + STAGES * K_TILE_ELEMS;
-  kd_u16* sp = sv + STAGES * V_TILE_ELEMS;
-  float* sred = (float*)(sp + (WARPS_N > 1 ? BLOCK_M * BLOCK_N : 0));  // [WARPS_N][BLOCK_M]
+  kd_u16* sk = (kd_u16*)(smem_raw + SMEM_K);
+  kd_u16* sv = (kd_u16*)(smem_raw + SMEM_V);
+  kd_u16* sp = (kd_u16*)(smem_raw + SMEM_P);
+  float* sred = (float*)(smem_raw + SMEM_RED);  // [WARPS_N][BLOCK_M]
   constexpr kd_u32 K_TILE_BYTES = K_TILE_ELEMS * 2, V_TILE_BYTES = V_TILE_ELEMS * 2;
   const kd_u32 sq_addr = kd_smem_addr(sq), sk_addr = kd_smem_addr(sk), sv_addr = kd_smem_addr(sv);
 
@@ -568,9 +574,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 
 // Merges the split partials of each (node, head) row by their LSE. A row is
 // HEAD_DIM_V / 4 threads, each owning four columns (16-byte loads).
-constexpr int COMBINE_THREADS = 128;
+// The generator launches COMBINE_THREADS threads and COMBINE_ROWS rows per CTA.
+constexpr int COMBINE_THREADS = ${COMBINE_THREADS};
+constexpr int COMBINE_ROW_THREADS = ${COMBINE_ROW_THREADS};
 constexpr int COMBINE_BATCH = 16;
-constexpr int COMBINE_ROW_THREADS = HEAD_DIM_V / 4 < COMBINE_THREADS ? HEAD_DIM_V / 4 : COMBINE_THREADS;
 constexpr int COMBINE_ROWS = COMBINE_THREADS / COMBINE_ROW_THREADS;
 static_assert(HEAD_DIM_V % (4 * COMBINE_ROW_THREADS) == 0, "combine columns");
 

@@ -101,8 +101,9 @@ typedef struct kdtree_verify_spec {
 
 typedef struct kdtree_verify_args {
   kdtree_verify_spec spec;
-  int batch_size;
-  int total_nodes; /* = node_indptr[batch_size]; host copy, sizes out and lse */
+  int batch_size;  /* >= 1; batch_size * num_kv_heads <= 65535 (one CTA row per request and KV head) */
+  int total_nodes; /* = node_indptr[batch_size]; host copy, sizes out and lse; batch_size..batch_size *
+                      max_tree_nodes, and total_nodes * num_q_heads <= 2^31 - 1 */
   int max_kv_len;  /* host upper bound of kv_lens[b]; plans the KV split */
   int num_pages;   /* physical pages in the caches; page ids are checked against it */
   const void* q;                 /* device [total_nodes, num_q_heads, head_dim_qk] */
@@ -116,11 +117,11 @@ typedef struct kdtree_verify_args {
   float sm_scale;                /* > 0, e.g. 1/sqrt(head_dim_qk) */
   void* out;                     /* device [total_nodes, num_q_heads, head_dim_v] */
   float* lse;                    /* device [total_nodes, num_q_heads], natural log; may be NULL */
-  void* workspace;               /* device, >= kdtree_verify_workspace_size bytes; may be NULL if that is 0 */
+  void* workspace;               /* device, 16-byte aligned, >= kdtree_verify_workspace_size bytes; may be NULL if that is 0 */
   size_t workspace_size;
   int32_t* error_flags;          /* device int32, optional: KDTREE_DEVICE_ERROR_* bits are OR-ed in */
   void* stream;                  /* CUstream; NULL = default stream */
-  int num_splits;                /* 0 = chosen from the shape and SM count; > 0 forces it (splits past kv_len stay idle) */
+  int num_splits;                /* 0 = chosen from the shape and SM count; 1..65535 forces it (splits past kv_len stay idle) */
 } kdtree_verify_args;
 
 /* Workspace bytes a verify_attention call with these host-known sizes needs
