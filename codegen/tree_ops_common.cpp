@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "codegen/template_store.hpp"
 #include "base/error.hpp"
 
 namespace kdtree::codegen {
@@ -22,7 +21,7 @@ KernelSource tree_op_source(const std::string& op, const std::string& label, con
   ks.op = op;
   ks.label = label;
   ks.file_stem = file_stem;
-  ks.source = template_text(op + "_params.h") + render(op + ".cu", template_text(op + ".cu"), params);
+  set_template_source(ks, op, params);
   ks.entry_points = {"kdtree_" + op};
   ks.launch.threads = threads;
   return ks;  // no options: the compiler adds the standard and ptxas ones

@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include "codegen/render.hpp"
-#include "codegen/template_store.hpp"
 #include "base/error.hpp"
 
 namespace kdtree::codegen {
@@ -254,8 +253,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
                               spec.mla() ? fmt::format("mla{}x{}", spec.head_dim_qk, spec.head_dim_v)
                                          : fmt::format("gqa{}", spec.head_dim_qk),
                               spec.max_tree_nodes, spec.page_size, dtype_name(spec.dtype));
-  src.source = template_text("common.cuh") + template_text("verify_attention_params.h") +
-               render("verify_attention.cu", template_text("verify_attention.cu"), params);
+  set_template_source(src, "verify_attention", params);
   src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine"};
   src.launch.threads = tiles.warps * 32;
   src.launch.dynamic_smem = smem.bytes;

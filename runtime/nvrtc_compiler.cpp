@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "codegen/render.hpp"
 
 namespace kdtree {
 namespace {
@@ -22,7 +23,7 @@ std::string write_failed_source(const codegen::KernelSource& source, const codeg
   if (ec) dir = "/tmp";
   auto path = dir / fmt::format("kdtree-failed-{}-{}.cu", source.file_stem, arch.name());
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << source.source;
+  out << codegen::flatten(source);
   return out ? path.string() : std::string("(could not write the source to ") + path.string() + ")";
 }
 
@@ -40,8 +41,13 @@ std::vector<std::string> nvrtc_options(const codegen::KernelSource& source, cons
 
 NvrtcOutput nvrtc_compile(const codegen::KernelSource& source, const codegen::Arch& arch) {
   nvrtcProgram program = nullptr;
-  check_nvrtc(nvrtcCreateProgram(&program, source.source.c_str(), (source.file_stem + ".cu").c_str(), 0,
-                                 nullptr, nullptr),
+  std::vector<const char*> header_texts, header_names;
+  for (const auto& [name, text] : source.headers) {
+    header_names.push_back(name.c_str());
+    header_texts.push_back(text.c_str());
+  }
+  check_nvrtc(nvrtcCreateProgram(&program, source.source.c_str(), (source.file_stem + ".cu").c_str(),
+                                 static_cast<int>(header_texts.size()), header_texts.data(), header_names.data()),
               "nvrtcCreateProgram");
   struct Destroy {
     nvrtcProgram* p;

@@ -154,9 +154,11 @@ void Runtime::make_current() {
 std::shared_ptr<const CompiledModule> Runtime::compile(const codegen::KernelSource& source) {
   const codegen::Arch& target = arch();
   std::vector<std::string> options = nvrtc_options(source, target);
+  // The key covers everything NVRTC reads: the source and its named headers.
   std::string key_material = fmt::format("kdtree generator {}\nnvrtc {}\narch {}\noptions {}\n{}",
                                          KDTREE_GENERATOR_VERSION, nvrtc_version(), target.name(),
                                          fmt::join(options, " "), source.source);
+  for (const auto& [name, text] : source.headers) key_material += fmt::format("\n// header {}\n{}", name, text);
   auto module = std::make_shared<CompiledModule>();
   module->label = source.label;
   std::string readable = fmt::format("{}-{}", source.file_stem, target.name());

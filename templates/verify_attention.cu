@@ -11,23 +11,27 @@
 // one column warp, P stays in registers). Split-KV: blockIdx.z takes split_tokens
 // tokens and writes fp32 partials that kdtree_verify_combine merges by LSE.
 
-constexpr int HEAD_DIM = ${HEAD_DIM_QK};
-constexpr int HEAD_DIM_V = ${HEAD_DIM_V};
-constexpr int PAGE_SIZE = ${PAGE_SIZE};
-constexpr int MAX_TREE_NODES = ${MAX_TREE_NODES};
-constexpr bool IS_MLA = ${IS_MLA};  // V = the first HEAD_DIM_V dims of the K row
-constexpr bool IS_BF16 = ${IS_BF16};
-constexpr int BLOCK_M = ${BLOCK_M};
-constexpr int BLOCK_N = ${BLOCK_N};
-constexpr int WARPS_M = ${WARPS_M};
-constexpr int WARPS_N = ${WARPS_N};
-constexpr int WARP_ROWS = ${WARP_ROWS};
-constexpr int STAGES = ${STAGES};
+#include "common.cuh"
+#include "verify_attention_params.h"
+#include "verify_attention_config.h"
+
+constexpr int HEAD_DIM = KD_HEAD_DIM_QK;
+constexpr int HEAD_DIM_V = KD_HEAD_DIM_V;
+constexpr int PAGE_SIZE = KD_PAGE_SIZE;
+constexpr int MAX_TREE_NODES = KD_MAX_TREE_NODES;
+constexpr bool IS_MLA = KD_IS_MLA;  // V = the first HEAD_DIM_V dims of the K row
+constexpr bool IS_BF16 = KD_IS_BF16;
+constexpr int BLOCK_M = KD_BLOCK_M;
+constexpr int BLOCK_N = KD_BLOCK_N;
+constexpr int WARPS_M = KD_WARPS_M;
+constexpr int WARPS_N = KD_WARPS_N;
+constexpr int WARP_ROWS = KD_WARP_ROWS;
+constexpr int STAGES = KD_STAGES;
 // Byte offsets of the K stages, V stages, P and the row exchange in dynamic shared memory (Q at 0).
-constexpr int SMEM_K = ${SMEM_K};
-constexpr int SMEM_V = ${SMEM_V};
-constexpr int SMEM_P = ${SMEM_P};
-constexpr int SMEM_RED = ${SMEM_RED};
+constexpr int SMEM_K = KD_SMEM_K;
+constexpr int SMEM_V = KD_SMEM_V;
+constexpr int SMEM_P = KD_SMEM_P;
+constexpr int SMEM_RED = KD_SMEM_RED;
 constexpr int MF = WARP_ROWS / 16;  // m16 fragments per warp
 
 constexpr int MASK_WORDS = (MAX_TREE_NODES + 63) / 64;
@@ -93,10 +97,10 @@ static __device__ __forceinline__ int request_errors(const kdtree_verify_params&
   int flag = 0;
   if (r.n_nodes < 1 || r.n_nodes > MAX_TREE_NODES || r.prefix < 0 || r.node_base < 0 ||
       r.node_base + r.n_nodes > p.total_nodes) {
-    flag |= 1;  // KDTREE_DEVICE_ERROR_NODE_COUNT
+    flag |= KDTREE_DEVICE_ERROR_NODE_COUNT;
   }
   if (r.kv_len > p.max_kv_len || (r.kv_len + PAGE_SIZE - 1) / PAGE_SIZE > p.max_pages_per_req) {
-    flag |= 2;  // KDTREE_DEVICE_ERROR_KV_LEN
+    flag |= KDTREE_DEVICE_ERROR_KV_LEN;
   }
   return flag;
 }
@@ -534,7 +538,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   }
   // A bad page or request poisons its rows with NaN (the flag says why).
   const bool poisoned = __syncthreads_or(bad_page);
-  if (bad_page && p.error_flags) atomicOr(p.error_flags, 4);  // KDTREE_DEVICE_ERROR_PAGE_INDEX
+  if (bad_page && p.error_flags) atomicOr(p.error_flags, KDTREE_DEVICE_ERROR_PAGE_INDEX);
 
   const bool partial = p.num_splits > 1;
 #pragma unroll
@@ -575,8 +579,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 // Merges the split partials of each (node, head) row by their LSE. A row is
 // HEAD_DIM_V / 4 threads, each owning four columns (16-byte loads).
 // The generator launches COMBINE_THREADS threads and COMBINE_ROWS rows per CTA.
-constexpr int COMBINE_THREADS = ${COMBINE_THREADS};
-constexpr int COMBINE_ROW_THREADS = ${COMBINE_ROW_THREADS};
+constexpr int COMBINE_THREADS = KD_COMBINE_THREADS;
+constexpr int COMBINE_ROW_THREADS = KD_COMBINE_ROW_THREADS;
 constexpr int COMBINE_BATCH = 16;
 constexpr int COMBINE_ROWS = COMBINE_THREADS / COMBINE_ROW_THREADS;
 static_assert(HEAD_DIM_V % (4 * COMBINE_ROW_THREADS) == 0, "combine columns");

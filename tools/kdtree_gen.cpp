@@ -27,6 +27,7 @@
 #include "codegen/arch.hpp"
 #include "codegen/grid.hpp"
 #include "codegen/ops.hpp"
+#include "codegen/render.hpp"
 #include "codegen/verify_attention.hpp"
 #include "runtime/driver.hpp"
 #include "base/error.hpp"
@@ -177,16 +178,17 @@ codegen::KernelSource emit_source(const EmitOptions& o) {
 }
 
 int run_emit(const EmitOptions& o) {
-  const codegen::KernelSource source = emit_source(o);
+  const codegen::KernelSource kernel = emit_source(o);
+  const std::string source = codegen::flatten(kernel);  // one file, its headers inlined
   if (o.output.empty() || o.output == "-") {
-    std::fwrite(source.source.data(), 1, source.source.size(), stdout);
+    std::fwrite(source.data(), 1, source.size(), stdout);
     return 0;
   }
   std::ofstream out(o.output, std::ios::binary);
-  out.write(source.source.data(), static_cast<std::streamsize>(source.source.size()));
+  out.write(source.data(), static_cast<std::streamsize>(source.size()));
   out.close();
   if (!out) fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("cannot write {}", o.output));
-  fmt::print(stderr, "{}: {} bytes to {}\n", source.label, source.source.size(), o.output);
+  fmt::print(stderr, "{}: {} bytes to {}\n", kernel.label, source.size(), o.output);
   return 0;
 }
 

@@ -40,16 +40,10 @@ typedef enum kdtree_dtype {
   KDTREE_DTYPE_F32 = 2 /* sample_tokens logits only */
 } kdtree_dtype;
 
-/* Bits that kernels set in the optional device word `error_flags` when device-side
- * input is malformed. The affected outputs are written as NaN (attention) or -1
- * (token ids), never left stale. */
-enum {
-  KDTREE_DEVICE_ERROR_NODE_COUNT = 1,  /* n_b < 1, n_b > max_tree_nodes, or kv_len < n_b */
-  KDTREE_DEVICE_ERROR_KV_LEN = 2,      /* kv_len > max_kv_len or beyond max_pages_per_req pages */
-  KDTREE_DEVICE_ERROR_PAGE_INDEX = 4,  /* page table entry outside [0, num_pages) */
-  KDTREE_DEVICE_ERROR_TREE = 8,        /* parents not topological / root not -1 */
-  KDTREE_DEVICE_ERROR_PATH = 16        /* accepted path malformed (kv_compact) */
-};
+/* KDTREE_DEVICE_ERROR_*: the bits kernels set in the optional device word
+ * `error_flags` (its own header, plain C with no includes, so the kernels'
+ * sources include it too). */
+#include "kdtree/kdtree_device_errors.h"
 
 typedef struct kdtree_runtime kdtree_runtime;
 

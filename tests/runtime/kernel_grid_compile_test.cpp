@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "codegen/grid.hpp"
+#include "codegen/render.hpp"
 #include "runtime/runtime.hpp"
 
 namespace fs = std::filesystem;
@@ -37,7 +38,7 @@ void compile_grid(int sm) {
       int dynamic_smem = 0;  // what the launch asks for beyond ptxas's static amount
       try {
         codegen::KernelSource src = items[i].make();
-        source = src.source;
+        source = codegen::flatten(src);
         dynamic_smem = src.launch.dynamic_smem;
         m = rt->compile(src);
       } catch (const std::exception& e) {
