@@ -242,6 +242,90 @@ static __device__ __forceinline__ void load_p_frags(kd_u32 (&a)[MF][4], int kk, 
   }
 }
 
+// ---- Phases of the kernel (see kdtree_verify_attention). A thread holds, per m16
+// fragment mf, rows lane / 4 (h = 0) and lane / 4 + 8 (h = 1) of the fragment,
+// and per n8 tile the columns 2 * (lane % 4) + {0, 1}.
+
+// The CTA row exchange: the WARPS_N column warps of a warp row combine a per-row
+// value through shared memory, as a max (SUM false: from the thread's own value,
+// folding warp by warp) or a sum (SUM true: of every warp's value, row fragment by
+// row fragment). Those fold orders are the ones the kernel was tuned with. The
+// caller makes sure no thread still reads sred from an earlier exchange.
+template <bool SUM>
+static __device__ __forceinline__ void cta_row_exchange(float (&v)[MF][2], float* sred, int wm, int wn, int lane) {
+  if ((lane & 3) == 0) {
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf) {
+      sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4] = v[mf][0];
+      sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8] = v[mf][1];
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < MF * WARPS_N; ++i) {
+    const int mf = SUM ? i / WARPS_N : i % MF;
+    const int w = SUM ? i % WARPS_N : i / MF;
+    if (SUM && w == 0) v[mf][0] = v[mf][1] = 0.f;
+    const float r0 = sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4];
+    const float r1 = sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8];
+    v[mf][0] = SUM ? v[mf][0] + r0 : fmaxf(v[mf][0], r0);
+    v[mf][1] = SUM ? v[mf][1] + r1 : fmaxf(v[mf][1], r1);
+  }
+}
+
+// Online softmax: P = exp2(S * scale - m) in place, l and the reference max m
+// updated, alpha the factor O must be rescaled by. The reference max moves only
+// when the row max passes it by more than LAZY_MAX_LOG2: P stays
+// <= 2^LAZY_MAX_LOG2 (far inside the range of every 16-bit type) and l shares the
+// reference, so the result is the same while most tiles of a long prefix skip
+// the O rescale. Returns whether any of this thread's alphas is not 1.
+static __device__ __forceinline__ bool online_softmax(float (&s)[MF][S_TILES][4], const float (&mx)[MF][2],
+                                                      float (&m_run)[MF][2], float (&l_run)[MF][2],
+                                                      float (&alpha)[MF][2], float scale_log2) {
+  bool rescale = false;
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float mx2 = mx[mf][h] * scale_log2;  // log2 domain
+      float m_new = mx2 > m_run[mf][h] + LAZY_MAX_LOG2 ? mx2 : m_run[mf][h];
+      float m_use = m_new == -KD_INF ? 0.f : m_new;  // a fully masked row stays at zero
+      alpha[mf][h] = kd_exp2(m_run[mf][h] - m_use);
+      rescale |= alpha[mf][h] != 1.f;
+      m_run[mf][h] = m_new;
+      l_run[mf][h] *= alpha[mf][h];
+#pragma unroll
+      for (int j = 0; j < S_TILES; ++j) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          s[mf][j][2 * h + c] = kd_exp2(fmaf(s[mf][j][2 * h + c], scale_log2, -m_use));
+          l_run[mf][h] += s[mf][j][2 * h + c];
+        }
+      }
+    }
+  }
+  return rescale;
+}
+
+static __device__ __forceinline__ void rescale_o(float (&o)[MF][O_TILES][4], const float (&alpha)[MF][2]) {
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+    for (int j = 0; j < O_TILES; ++j) {
+      o[mf][j][0] *= alpha[mf][0];
+      o[mf][j][1] *= alpha[mf][0];
+      o[mf][j][2] *= alpha[mf][1];
+      o[mf][j][3] *= alpha[mf][1];
+    }
+  }
+}
+
+// The kernel reads as its phases: the Q tile, then per KV tile QK, mask and row
+// max, the CTA row exchange, online softmax, PV; then the row sums (the exchange
+// again) and writing rows. The exchange and the softmax are functions; the other
+// phases stay inline because moving them into functions changed the SASS ptxas
+// emits (register assignment and schedule, measured), which this kernel's
+// performance model reads.
 extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p) {
   // The carve-up is the generator's (verify_smem_layout), which also sizes the launch.
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -410,65 +494,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         mx[mf][h] = fmaxf(mx[mf][h], __shfl_xor_sync(0xffffffffu, mx[mf][h], 2));
       }
     }
-    if (WARPS_N > 1) {
-      if ((lane & 3) == 0) {
-#pragma unroll
-        for (int mf = 0; mf < MF; ++mf) {
-          sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4] = mx[mf][0];
-          sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8] = mx[mf][1];
-        }
-      }
-      __syncthreads();
-#pragma unroll
-      for (int w = 0; w < WARPS_N; ++w) {
-#pragma unroll
-        for (int mf = 0; mf < MF; ++mf) {
-          mx[mf][0] = fmaxf(mx[mf][0], sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4]);
-          mx[mf][1] = fmaxf(mx[mf][1], sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8]);
-        }
-      }
-    }
+    // ---- the CTA row exchange of the row max (column warps > 1)
+    if (WARPS_N > 1) cta_row_exchange<false>(mx, sred, wm, wn, lane);
+    // ---- online softmax; once the reference maxima settle, alpha is 1 for the
+    // whole warp and the O_TILES * 4 rescales are skipped.
     float alpha[MF][2];
-    bool rescale = false;
-#pragma unroll
-    for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        // The reference max moves only when the row max passes it by more than
-        // LAZY_MAX_LOG2: P = exp2(s - m) stays <= 2^LAZY_MAX_LOG2 (far inside the
-        // range of every 16-bit type) and l shares the reference, so the result is
-        // the same while most tiles of a long prefix skip the O rescale.
-        const float mx2 = mx[mf][h] * p.scale_log2;  // log2 domain
-        float m_new = mx2 > m_run[mf][h] + LAZY_MAX_LOG2 ? mx2 : m_run[mf][h];
-        float m_use = m_new == -KD_INF ? 0.f : m_new;  // a fully masked row stays at zero
-        alpha[mf][h] = kd_exp2(m_run[mf][h] - m_use);
-        rescale |= alpha[mf][h] != 1.f;
-        m_run[mf][h] = m_new;
-        l_run[mf][h] *= alpha[mf][h];
-#pragma unroll
-        for (int j = 0; j < S_TILES; ++j) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            s[mf][j][2 * h + c] = kd_exp2(fmaf(s[mf][j][2 * h + c], p.scale_log2, -m_use));
-            l_run[mf][h] += s[mf][j][2 * h + c];
-          }
-        }
-      }
-    }
-    // Once the reference maxima settle, alpha is 1 for the whole warp and the
-    // O_TILES * 4 rescales are skipped.
-    if (__any_sync(0xffffffffu, rescale)) {
-#pragma unroll
-      for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-        for (int j = 0; j < O_TILES; ++j) {
-          o[mf][j][0] *= alpha[mf][0];
-          o[mf][j][1] *= alpha[mf][0];
-          o[mf][j][2] *= alpha[mf][1];
-          o[mf][j][3] *= alpha[mf][1];
-        }
-      }
-    }
+    const bool rescale = online_softmax(s, mx, m_run, l_run, alpha, p.scale_log2);
+    if (__any_sync(0xffffffffu, rescale)) rescale_o(o, alpha);
 
     // ---- O += P V (P through shared memory when the row's columns span warps)
     if (WARPS_N > 1) {
@@ -517,29 +549,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     }
   }
   if (WARPS_N > 1) {
-    __syncthreads();
-    if ((lane & 3) == 0) {
-#pragma unroll
-      for (int mf = 0; mf < MF; ++mf) {
-        sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4] = l_run[mf][0];
-        sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8] = l_run[mf][1];
-      }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int mf = 0; mf < MF; ++mf) {
-      l_run[mf][0] = l_run[mf][1] = 0.f;
-#pragma unroll
-      for (int w = 0; w < WARPS_N; ++w) {
-        l_run[mf][0] += sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4];
-        l_run[mf][1] += sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8];
-      }
-    }
+    __syncthreads();  // every warp has read the last tile's max exchange
+    cta_row_exchange<true>(l_run, sred, wm, wn, lane);
   }
   // A bad page or request poisons its rows with NaN (the flag says why).
   const bool poisoned = __syncthreads_or(bad_page);
   if (bad_page && p.error_flags) atomicOr(p.error_flags, KDTREE_DEVICE_ERROR_PAGE_INDEX);
 
+  // ---- writing rows: O / l as 16-bit out and the natural-log LSE, or with split
+  // KV the fp32 partials and the log2-domain LSE for kdtree_verify_combine.
   const bool partial = p.num_splits > 1;
 #pragma unroll
   for (int mf = 0; mf < MF; ++mf) {
