@@ -7,7 +7,6 @@
 
 #include "codegen/kv_compact.hpp"
 #include "runtime/arg_checks.hpp"
-#include "runtime/c_api.hpp"
 #include "runtime/tree_ops.hpp"
 #include "kv_compact_params.h"
 
@@ -23,7 +22,7 @@ constexpr int kMaxGridYZ = 65535;
 
 }  // namespace
 
-void kv_compact(Runtime& rt, const kdtree_kv_compact_args& a) {
+void kv_compact(Engine& rt, const kdtree_kv_compact_args& a) {
   codegen::KvCompactSpec spec;
   spec.page_size = a.page_size;
   spec.max_tree_nodes = a.max_tree_nodes;
@@ -87,10 +86,3 @@ void kv_compact(Runtime& rt, const kdtree_kv_compact_args& a) {
 }
 
 }  // namespace kdtree
-
-extern "C" kdtree_status kdtree_kv_compact(kdtree_runtime* rt, const kdtree_kv_compact_args* args) {
-  return kdtree::guarded("kdtree_kv_compact", [&] {
-    kdtree::require(args != nullptr, "args is NULL");
-    kdtree::kv_compact(kdtree::unwrap(rt), *args);
-  });
-}

@@ -1,5 +1,7 @@
-// The runtime: owns the disk cache, compiles kernels through NVRTC, loads them
-// on its device and launches them. One per device; every method is thread-safe.
+// kdtree::Engine, the runtime behind a kdtree_runtime handle: owns the disk cache,
+// compiles kernels through NVRTC, loads them on its device and launches them. One
+// per device; every method is thread-safe. (Not the public C++ API's
+// kdtree::Runtime in kdtree.hpp, which wraps the C handle.)
 #pragma once
 #include <cuda.h>
 
@@ -45,7 +47,7 @@ class Module {
   const codegen::LaunchFacts& launch() const { return source_->launch; }
 
  private:
-  friend class Runtime;
+  friend class Engine;
   CUmodule module_ = nullptr;
   std::shared_ptr<const codegen::KernelSource> source_;
   std::shared_ptr<const CompiledModule> compiled_;
@@ -59,13 +61,13 @@ struct LaunchDims {
   unsigned dynamic_smem = 0;
 };
 
-class Runtime {
+class Engine {
  public:
   // Bound to CUDA device `device`; the driver is loaded at first device use.
-  Runtime(int device, const std::string& cache_dir);
+  Engine(int device, const std::string& cache_dir);
   // Compile-only runtime for an arch (no device, no driver).
-  static std::unique_ptr<Runtime> offline(int sm, const std::string& cache_dir);
-  ~Runtime();
+  static std::unique_ptr<Engine> offline(int sm, const std::string& cache_dir);
+  ~Engine();
 
   bool has_device() const { return device_ >= 0; }
   // Target arch and limits; for a device runtime this queries the device.
@@ -91,7 +93,7 @@ class Runtime {
   void make_current();
 
  private:
-  Runtime() = default;
+  Engine() = default;
   void ensure_device();
 
   int device_ = -1;

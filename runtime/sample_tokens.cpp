@@ -7,13 +7,12 @@
 
 #include "codegen/sample_tokens.hpp"
 #include "runtime/arg_checks.hpp"
-#include "runtime/c_api.hpp"
 #include "runtime/tree_ops.hpp"
 #include "sample_tokens_params.h"
 
 namespace kdtree {
 
-void sample_tokens(Runtime& rt, const kdtree_sample_args& a) {
+void sample_tokens(Engine& rt, const kdtree_sample_args& a) {
   codegen::SampleSpec spec;
   spec.logits_dtype = a.logits_dtype;
   codegen::validate(spec);
@@ -52,10 +51,3 @@ void sample_tokens(Runtime& rt, const kdtree_sample_args& a) {
 }
 
 }  // namespace kdtree
-
-extern "C" kdtree_status kdtree_sample_tokens(kdtree_runtime* rt, const kdtree_sample_args* args) {
-  return kdtree::guarded("kdtree_sample_tokens", [&] {
-    kdtree::require(args != nullptr, "args is NULL");
-    kdtree::sample_tokens(kdtree::unwrap(rt), *args);
-  });
-}

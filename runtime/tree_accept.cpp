@@ -7,13 +7,12 @@
 
 #include "codegen/tree_accept.hpp"
 #include "runtime/arg_checks.hpp"
-#include "runtime/c_api.hpp"
 #include "runtime/tree_ops.hpp"
 #include "tree_accept_params.h"
 
 namespace kdtree {
 
-void tree_accept(Runtime& rt, const kdtree_tree_accept_args& a) {
+void tree_accept(Engine& rt, const kdtree_tree_accept_args& a) {
   codegen::TreeAcceptSpec spec;
   spec.max_tree_nodes = a.max_tree_nodes;
   codegen::validate(spec);
@@ -51,10 +50,3 @@ void tree_accept(Runtime& rt, const kdtree_tree_accept_args& a) {
 }
 
 }  // namespace kdtree
-
-extern "C" kdtree_status kdtree_tree_accept(kdtree_runtime* rt, const kdtree_tree_accept_args* args) {
-  return kdtree::guarded("kdtree_tree_accept", [&] {
-    kdtree::require(args != nullptr, "args is NULL");
-    kdtree::tree_accept(kdtree::unwrap(rt), *args);
-  });
-}

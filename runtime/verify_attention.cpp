@@ -8,7 +8,6 @@
 
 #include "codegen/verify_attention.hpp"
 #include "runtime/arg_checks.hpp"
-#include "runtime/c_api.hpp"
 #include "verify_attention_params.h"
 
 namespace kdtree {
@@ -19,12 +18,12 @@ constexpr long long kMaxGridYZ = 65535;
 
 long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
-Module& verify_module(Runtime& rt, const codegen::VerifySpec& spec) {
+Module& verify_module(Engine& rt, const codegen::VerifySpec& spec) {
   return rt.module(spec.fast_key(), [&] { return codegen::generate_verify_attention(spec, rt.arch()); });
 }
 
 // The generated source's launch facts, without loading it (no device needed offline).
-codegen::LaunchFacts verify_launch(Runtime& rt, const codegen::VerifySpec& spec) {
+codegen::LaunchFacts verify_launch(Engine& rt, const codegen::VerifySpec& spec) {
   return rt.source(spec.fast_key(), [&] { return codegen::generate_verify_attention(spec, rt.arch()); })->launch;
 }
 
@@ -94,7 +93,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   return plan;
 }
 
-void verify_attention(Runtime& rt, const kdtree_verify_args& a) {
+void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   const codegen::VerifySpec spec = codegen::validate_verify_spec(a.spec);
   check_verify_sizes(a.spec, spec.max_tree_nodes, a.batch_size, a.total_nodes, a.max_kv_len, a.num_splits);
   // 16-byte cp.async rows for q and the caches; 4-byte stores of out.
@@ -176,44 +175,20 @@ void verify_attention(Runtime& rt, const kdtree_verify_args& a) {
   }
 }
 
+size_t verify_workspace_size(Engine& rt, const kdtree_verify_spec& s, int batch_size, int total_nodes,
+                             int max_kv_len) {
+  const codegen::VerifySpec spec = codegen::validate_verify_spec(s);
+  check_verify_sizes(s, spec.max_tree_nodes, batch_size, total_nodes, max_kv_len, 0);
+  return plan_verify(verify_launch(rt, spec), rt.arch(), s, batch_size, total_nodes, max_kv_len, 0).workspace_bytes;
+}
+
+void warm_verify(Engine& rt, const kdtree_verify_spec& s) {
+  const codegen::VerifySpec spec = codegen::validate_verify_spec(s);
+  if (rt.has_device()) {
+    verify_module(rt, spec);
+  } else {
+    rt.compile(*rt.source(spec.fast_key(), [&] { return codegen::generate_verify_attention(spec, rt.arch()); }));
+  }
+}
+
 }  // namespace kdtree
-
-using kdtree::guarded;
-using kdtree::require;
-
-extern "C" {
-
-kdtree_status kdtree_verify_workspace_size(kdtree_runtime* rt, const kdtree_verify_spec* spec, int batch_size,
-                                           int total_nodes, int max_kv_len, size_t* bytes) {
-  return guarded("kdtree_verify_workspace_size", [&] {
-    require(spec != nullptr, "spec is NULL");
-    require(bytes != nullptr, "bytes is NULL");
-    kdtree::Runtime& r = kdtree::unwrap(rt);
-    const kdtree::codegen::VerifySpec v = kdtree::codegen::validate_verify_spec(*spec);
-    kdtree::check_verify_sizes(*spec, v.max_tree_nodes, batch_size, total_nodes, max_kv_len, 0);
-    *bytes = kdtree::plan_verify(kdtree::verify_launch(r, v), r.arch(), *spec, batch_size, total_nodes, max_kv_len, 0)
-                 .workspace_bytes;
-  });
-}
-
-kdtree_status kdtree_verify_attention(kdtree_runtime* rt, const kdtree_verify_args* args) {
-  return guarded("kdtree_verify_attention", [&] {
-    require(args != nullptr, "args is NULL");
-    kdtree::verify_attention(kdtree::unwrap(rt), *args);
-  });
-}
-
-kdtree_status kdtree_warm(kdtree_runtime* rt, const kdtree_verify_spec* spec) {
-  return guarded("kdtree_warm", [&] {
-    require(spec != nullptr, "spec is NULL");
-    kdtree::Runtime& r = kdtree::unwrap(rt);
-    kdtree::codegen::VerifySpec v = kdtree::codegen::validate_verify_spec(*spec);
-    if (r.has_device()) {
-      kdtree::verify_module(r, v);
-    } else {
-      r.compile(*r.source(v.fast_key(), [&] { return kdtree::codegen::generate_verify_attention(v, r.arch()); }));
-    }
-  });
-}
-
-}  // extern "C"

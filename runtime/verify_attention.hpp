@@ -29,6 +29,13 @@ size_t verify_workspace_bytes(const kdtree_verify_spec& spec, int total_nodes, i
 VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& spec,
                        int batch_size, int total_nodes, int max_kv_len, int forced_splits);
 
-void verify_attention(Runtime& rt, const kdtree_verify_args& args);
+void verify_attention(Engine& rt, const kdtree_verify_args& args);
+
+// kdtree_verify_workspace_size: the workspace of the automatic split plan.
+size_t verify_workspace_size(Engine& rt, const kdtree_verify_spec& spec, int batch_size, int total_nodes,
+                             int max_kv_len);
+
+// kdtree_warm: compiles (device runtime: and loads) the spec's kernels.
+void warm_verify(Engine& rt, const kdtree_verify_spec& spec);
 
 }  // namespace kdtree

@@ -50,7 +50,7 @@ fs::path cache_dir_or_default(const std::string& dir) {
 
 // The arch to compile for and a runtime that does it. "native" (or no --arch on a
 // machine with a GPU) binds device 0; otherwise the runtime is compile-only.
-std::unique_ptr<Runtime> make_runtime(const std::string& arch, const fs::path& dir) {
+std::unique_ptr<Engine> make_runtime(const std::string& arch, const fs::path& dir) {
   std::string why;
   bool native = arch == "native";
   if (arch.empty()) native = driver::available(&why);
@@ -58,11 +58,11 @@ std::unique_ptr<Runtime> make_runtime(const std::string& arch, const fs::path& d
     if (arch == "native" && !driver::available(&why)) {
       fail(KDTREE_ERROR_NO_DEVICE, fmt::format("--arch native needs a GPU: {}", why));
     }
-    auto rt = std::make_unique<Runtime>(0, dir.string());
+    auto rt = std::make_unique<Engine>(0, dir.string());
     rt->arch();  // query the device now, so a driver problem is reported before any work
     return rt;
   }
-  return Runtime::offline(codegen::parse_arch(arch.empty() ? "sm_120" : arch).sm, dir.string());
+  return Engine::offline(codegen::parse_arch(arch.empty() ? "sm_120" : arch).sm, dir.string());
 }
 
 // ------------------------------------------------------------------ warm
@@ -90,7 +90,7 @@ int run_warm(const WarmOptions& o) {
   grid.tree_ops = !o.no_tree_ops;
   grid.attention = !o.no_attention;
 
-  std::unique_ptr<Runtime> rt = make_runtime(o.arch, dir);
+  std::unique_ptr<Engine> rt = make_runtime(o.arch, dir);
   const codegen::Arch arch = rt->arch();
   // Validates every grid point before the first compile.
   const std::vector<codegen::GridItem> items = codegen::enumerate_grid(grid, arch);
