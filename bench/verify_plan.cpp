@@ -27,7 +27,7 @@
 
 #include "codegen/grid.hpp"
 #include "codegen/verify_attention.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/verify_attention.hpp"
 #include "verify_shapes.hpp"
@@ -43,7 +43,7 @@ void write_module(const kdtree::CompiledModule& m, const std::string& dir, const
 }
 
 // Every verify_attention kernel of the default grid for the arch.
-int run_grid(kdtree::Runtime& rt, const std::string& cubin_dir, int jobs) {
+int run_grid(kdtree::Engine& rt, const std::string& cubin_dir, int jobs) {
   const kdtree::codegen::Arch& arch = rt.arch();
   struct Item {
     kdtree::codegen::VerifySpec spec;
@@ -94,7 +94,7 @@ int run_grid(kdtree::Runtime& rt, const std::string& cubin_dir, int jobs) {
                 "\"kernel\":\"%s\"}\n",
                 arch.name().c_str(), it.spec.head_dim_qk, it.spec.head_dim_v, it.spec.max_tree_nodes,
                 it.spec.page_size, kdtree::codegen::dtype_name(it.spec.dtype), t.block_m, t.block_n, t.warps, t.stages,
-                t.warp_rows, t.smem_bytes, it.kernel.c_str());
+                t.warp_rows, kdtree::codegen::verify_smem_layout(it.spec, t).bytes, it.kernel.c_str());
   }
   return 0;
 }
@@ -123,11 +123,11 @@ int run(int argc, char** argv) {
     else kdtree::fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("unknown argument '{}'", argv[i]));
   }
   if (arch_name.empty()) kdtree::fail(KDTREE_ERROR_INVALID_ARGUMENT, "--arch is required (sm_120, sm_90, sm_80)");
-  auto rt = kdtree::Runtime::offline(kdtree::codegen::parse_arch(arch_name).sm, cache_dir);
+  auto rt = kdtree::Engine::offline(kdtree::codegen::parse_arch(arch_name).sm, cache_dir);
   const kdtree::codegen::Arch& arch = rt->arch();
   if (grid) return run_grid(*rt, cubin_dir, std::max(1, std::stoi(jobs_text)));
   auto compiler = compile_arch.empty() ? nullptr
-                                       : kdtree::Runtime::offline(kdtree::codegen::parse_arch(compile_arch).sm, cache_dir);
+                                       : kdtree::Engine::offline(kdtree::codegen::parse_arch(compile_arch).sm, cache_dir);
   for (const kdtree::bench::VerifyShape& s : kdtree::bench::kVerifyShapes) {
     if (!only.empty() && std::strncmp(only.c_str(), s.name, only.size())) continue;
     const int width = kdtree::bench::verify_width(s.nodes);
@@ -135,16 +135,19 @@ int run(int argc, char** argv) {
     const int total_nodes = s.nodes * s.batch;
     const int kv_len = s.prefix + s.nodes;
     const int forced = splits_text.empty() ? 0 : std::stoi(splits_text);
-    const kdtree::VerifyPlan plan = kdtree::plan_verify(*rt, spec, s.batch, total_nodes, kv_len, forced);
-    const kdtree::codegen::VerifyTiles& t = plan.tiles;
     const kdtree::codegen::VerifySpec vspec = kdtree::codegen::validate_verify_spec(spec);
-    const kdtree::codegen::KernelSource source = kdtree::codegen::generate_verify_attention(vspec, arch);
+    // The runtime's tiles (KDTREE_VERIFY_TILES applies) and its generated source and plan.
+    const kdtree::codegen::VerifyTiles t = kdtree::codegen::verify_tiles(vspec, arch);
+    const kdtree::codegen::KernelSource source = kdtree::codegen::generate_verify_attention(vspec, arch, t);
+    kdtree::check_verify_sizes(spec, width, s.batch, total_nodes, kv_len, forced);
+    const kdtree::VerifyPlan plan =
+        kdtree::plan_verify(source.launch, arch, spec, s.batch, total_nodes, kv_len, forced);
     const int group = s.q_heads / s.kv_heads;
     // The grids runtime/verify_attention.cpp launches: x covers max_tree_nodes rows
     // (CTAs past a request's rows exit at once); the combine is 128 threads.
     const long long grid_x = ceil_div((long long)width * group, t.block_m);
     const long long active_x = ceil_div((long long)s.nodes * group, t.block_m);
-    const long long combine_rows = std::max(1, 128 / (s.head_v / 4));
+    const long long combine_rows = source.launch.combine_rows;
     const long long combine_ctas = plan.num_splits > 1 ? ceil_div((long long)total_nodes * s.q_heads, combine_rows) : 0;
     std::string kernel = fmt::format("{}-{}-{}_{}_{}_{}_{}", source.file_stem,
                                      compiler ? compiler->arch().name() : arch.name(), t.block_m, t.block_n, t.warps,
@@ -160,7 +163,7 @@ int run(int argc, char** argv) {
         "\"kernel\":\"%s\"}\n",
         s.name, arch.name().c_str(), arch.num_sms, arch.max_smem_per_sm, s.batch, s.q_heads, s.kv_heads, s.nodes,
         kv_len, s.head_qk, s.head_v, s.page, width, t.block_m, t.block_n, t.warps, t.stages, t.warp_rows,
-        t.warps_n(), t.smem_bytes, plan.num_splits, plan.split_tokens, grid_x, s.batch * s.kv_heads,
+        t.warps_n(), source.launch.dynamic_smem, plan.num_splits, plan.split_tokens, grid_x, s.batch * s.kv_heads,
         plan.num_splits, active_x, combine_ctas, kernel.c_str());
   }
   return 0;

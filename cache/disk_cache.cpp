@@ -19,7 +19,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace fs = std::filesystem;
 

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace kdtree::codegen {
 namespace {

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "kdtree/kdtree.h"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace kdtree::codegen {
 

@@ -1,17 +1,33 @@
 // What a generator produces: one CUDA translation unit, ready for NVRTC.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kdtree::codegen {
+
+// How the generated kernels are launched, decided by the generator together with
+// the source, so the host reads it here rather than recomputing or mirroring it.
+// Fields an operation does not use stay 0.
+struct LaunchFacts {
+  int threads = 0;          // threads per CTA of entry_points[0]
+  int dynamic_smem = 0;     // dynamic shared memory of entry_points[0], bytes
+  int block_m = 0;          // verify_attention: (node, head) rows per CTA
+  int block_n = 0;          // verify_attention: KV tokens per tile (a split is a multiple of it)
+  int combine_threads = 0;  // verify_attention: threads per CTA of kdtree_verify_combine
+  int combine_rows = 0;     // verify_attention: (node, head) rows per combine CTA
+};
 
 struct KernelSource {
   std::string op;                        // "verify_attention", "tree_build", ...
   std::string label;                     // grid-point name: "verify_attention[mla576/512,W=64,page=64,bf16]"
   std::string file_stem;                 // file-name-safe: "verify_attention-mla576x512-W64-p64-bf16"
-  std::string source;                    // rendered CUDA C++
+  std::string source;                    // CUDA C++: a prelude, then templates/<op>.cu
+  // The headers `source` includes, handed to NVRTC by name: {name, text}.
+  std::vector<std::pair<std::string, std::string>> headers;
   std::vector<std::string> entry_points; // extern "C" __global__ names
   std::vector<std::string> options;      // NVRTC options except the arch
+  LaunchFacts launch;
 };
 
 }  // namespace kdtree::codegen

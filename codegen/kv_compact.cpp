@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "codegen/tree_ops_common.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace kdtree::codegen {
 
@@ -36,7 +36,7 @@ KernelSource generate_kv_compact(const KvCompactSpec& spec, const Arch& arch) {
       {"VECS_PER_THREAD", std::to_string(kKvCompactVecsPerThread)},
   };
   const std::string file_stem = fmt::format("kv_compact-W{}-p{}", spec.max_tree_nodes, spec.page_size);
-  return tree_op_source("kv_compact", spec.label(), file_stem, params);
+  return tree_op_source("kv_compact", spec.label(), file_stem, params, kKvCompactThreads);
 }
 
 }  // namespace kdtree::codegen

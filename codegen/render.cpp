@@ -1,59 +1,105 @@
 #include "codegen/render.hpp"
 
+#include <algorithm>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
+#include "codegen/template_store.hpp"
+#include "kdtree/kdtree.h"
 
 namespace kdtree::codegen {
 namespace {
 
-bool is_key_start(char c) { return (c >= 'A' && c <= 'Z') || c == '_'; }
-bool is_key_char(char c) { return is_key_start(c) || (c >= '0' && c <= '9'); }
+bool is_name_char(char c) { return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
+
+// Names NAME of the "#ifndef KD_NAME" lines of a config header.
+std::set<std::string> config_names(std::string_view config_name, std::string_view config) {
+  std::set<std::string> names;
+  std::istringstream in{std::string(config)};
+  const std::string marker = "#ifndef KD_";
+  int line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.rfind(marker, 0) != 0) continue;
+    const std::string name = line.substr(marker.size());
+    bool ok = !name.empty();
+    for (char c : name) ok = ok && is_name_char(c);
+    if (!ok || !names.insert(name).second) {
+      fail(KDTREE_ERROR_INTERNAL, fmt::format("template {}:{}: '{}' is not one new KD_<NAME> default "
+                                              "([A-Z0-9_]+, once)",
+                                              config_name, line_no, line));
+    }
+  }
+  return names;
+}
 
 }  // namespace
 
-std::string render(std::string_view template_name, std::string_view text, const Params& params) {
+std::string config_prelude(std::string_view config_name, std::string_view config, const Params& params) {
+  const std::set<std::string> defaults = config_names(config_name, config);
   std::string out;
-  out.reserve(text.size() + 256);
-  std::set<std::string> used;
-  int line = 1;
-  size_t i = 0;
-  while (i < text.size()) {
-    char c = text[i];
-    if (c == '\n') ++line;
-    if (c != '$' || i + 1 >= text.size() || text[i + 1] != '{') {
-      out.push_back(c);
-      ++i;
-      continue;
-    }
-    size_t close = text.find('}', i + 2);
-    std::string_view key = close == std::string_view::npos ? std::string_view{}
-                                                            : text.substr(i + 2, close - i - 2);
-    bool well_formed = !key.empty() && is_key_start(key[0]);
-    for (char k : key) well_formed = well_formed && is_key_char(k);
-    if (!well_formed) {
+  for (const auto& [name, value] : params) {
+    if (!defaults.count(name)) {
       fail(KDTREE_ERROR_INTERNAL,
-           fmt::format("template {}:{}: malformed placeholder near '{}' (expected ${{NAME}} with NAME "
-                       "in [A-Z_][A-Z0-9_]*)",
-                       template_name, line, text.substr(i, std::min<size_t>(24, text.size() - i))));
+           fmt::format("template {}: the generator sets KD_{}, which the header does not declare", config_name, name));
     }
-    auto it = params.find(std::string(key));
-    if (it == params.end()) {
-      fail(KDTREE_ERROR_INTERNAL,
-           fmt::format("template {}:{}: placeholder ${{{}}} has no value", template_name, line, key));
-    }
-    used.insert(it->first);
-    out += it->second;
-    i = close + 1;
+    out += fmt::format("#define KD_{} {}\n", name, value);
   }
-  for (const auto& [key, value] : params) {
-    if (!used.count(key)) {
+  for (const std::string& name : defaults) {
+    if (!params.count(name)) {
       fail(KDTREE_ERROR_INTERNAL,
-           fmt::format("template {}: value for '{}' is not used by the template", template_name, key));
+           fmt::format("template {}: KD_{} has no value from the generator (its default is for tools only)",
+                       config_name, name));
     }
   }
+  return out;
+}
+
+std::string device_errors_header() {
+  return fmt::format(
+      "/* kdtree.h's device error bits (include/kdtree/kdtree_device_errors.h), as built. */\n"
+      "#ifndef KDTREE_DEVICE_ERRORS_H\n#define KDTREE_DEVICE_ERRORS_H\n"
+      "enum {{\n  KDTREE_DEVICE_ERROR_NODE_COUNT = {},\n  KDTREE_DEVICE_ERROR_KV_LEN = {},\n"
+      "  KDTREE_DEVICE_ERROR_PAGE_INDEX = {},\n  KDTREE_DEVICE_ERROR_TREE = {},\n  KDTREE_DEVICE_ERROR_PATH = {}\n}};\n"
+      "#endif\n",
+      int(KDTREE_DEVICE_ERROR_NODE_COUNT), int(KDTREE_DEVICE_ERROR_KV_LEN), int(KDTREE_DEVICE_ERROR_PAGE_INDEX),
+      int(KDTREE_DEVICE_ERROR_TREE), int(KDTREE_DEVICE_ERROR_PATH));
+}
+
+void set_template_source(KernelSource& ks, const std::string& op, const Params& params) {
+  const std::string config_name = op + "_config.h";
+  const std::string config = template_text(config_name);
+  ks.source = config_prelude(config_name, config, params) + template_text(op + ".cu");
+  ks.headers = {{"common.cuh", template_text("common.cuh")},
+                {"kdtree/kdtree_device_errors.h", device_errors_header()},
+                {op + "_params.h", template_text(op + "_params.h")},
+                {config_name, config}};
+}
+
+namespace {
+
+void expand(const std::string& text, const KernelSource& ks, std::set<std::string>& done, std::string& out) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const auto header = std::find_if(ks.headers.begin(), ks.headers.end(),
+                                     [&](const auto& h) { return line == "#include \"" + h.first + "\""; });
+    if (header == ks.headers.end()) {
+      out += line + "\n";
+    } else if (done.insert(header->first).second) {
+      expand(header->second, ks, done, out);
+    }
+  }
+}
+
+}  // namespace
+
+std::string flatten(const KernelSource& ks) {
+  std::string out;
+  std::set<std::string> done;
+  expand(ks.source, ks, done, out);
   return out;
 }
 

@@ -1,17 +1,36 @@
-// Template rendering: `${NAME}` placeholders (NAME = [A-Z_][A-Z0-9_]*) replaced
-// by values. An unknown placeholder (no value) or an unused value is an error, so
-// a template and its generator cannot drift apart silently.
+// Turning a template into the translation unit NVRTC compiles. Every template
+// templates/<op>.cu is valid CUDA on its own: it includes common.cuh, its
+// <op>_params.h and its <op>_config.h, whose #ifndef defaults let tools read it.
+// The generator puts a prelude before it that defines each KD_<NAME>
+// configuration value, and hands the headers to NVRTC as named headers.
 #pragma once
 #include <map>
 #include <string>
 #include <string_view>
 
+#include "codegen/kernel_source.hpp"
+
 namespace kdtree::codegen {
 
 using Params = std::map<std::string, std::string>;
 
-// `template_name` only labels error messages. Throws kdtree::Error
-// (KDTREE_ERROR_INTERNAL) naming the template, key and line.
-std::string render(std::string_view template_name, std::string_view text, const Params& params);
+// "#define KD_<NAME> <value>" for each value. The config header (`config_name`,
+// text `config`) must give a default (#ifndef KD_<NAME>) for exactly these names:
+// a value it lacks, or a default no value replaces, throws KDTREE_ERROR_INTERNAL
+// naming both, so a template and its generator cannot drift apart silently.
+std::string config_prelude(std::string_view config_name, std::string_view config, const Params& params);
+
+// The text NVRTC receives as "kdtree/kdtree_device_errors.h": kdtree.h's device
+// error enum with the values this build was compiled with (the header itself is
+// not embedded).
+std::string device_errors_header();
+
+// Sets ks.source (the config prelude, then templates/<op>.cu) and ks.headers
+// (common.cuh, kdtree/kdtree_device_errors.h, <op>_params.h, <op>_config.h).
+void set_template_source(KernelSource& ks, const std::string& op, const Params& params);
+
+// ks.source with each #include of a named header replaced by the header's text,
+// recursively and once per header: one self-contained file (`kdtree-gen emit`).
+std::string flatten(const KernelSource& ks);
 
 }  // namespace kdtree::codegen

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "codegen/tree_ops_common.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace kdtree::codegen {
 namespace {
@@ -44,7 +44,7 @@ KernelSource generate_sample_tokens(const SampleSpec& spec, const Arch& arch) {
       {"LOGITS_BF16", spec.logits_dtype == KDTREE_DTYPE_BF16 ? "1" : "0"},
   };
   const std::string file_stem = fmt::format("sample_tokens-{}", logits_name(spec.logits_dtype));
-  return tree_op_source("sample_tokens", spec.label(), file_stem, params);
+  return tree_op_source("sample_tokens", spec.label(), file_stem, params, kSampleThreads);
 }
 
 }  // namespace kdtree::codegen

@@ -22,11 +22,8 @@ KernelSource generate_tree_accept(const TreeAcceptSpec& spec, const Arch& arch) 
   Params params{
       {"MAX_TREE_NODES", std::to_string(w)},
       {"NODES_PER_LANE", std::to_string((w + 31) / 32)},
-      // The device error bits come from kdtree.h so the kernel cannot drift from the ABI.
-      {"ERROR_NODE_COUNT", std::to_string(KDTREE_DEVICE_ERROR_NODE_COUNT)},
-      {"ERROR_TREE", std::to_string(KDTREE_DEVICE_ERROR_TREE)},
   };
-  return tree_op_source("tree_accept", spec.label(), spec.file_stem(), params);
+  return tree_op_source("tree_accept", spec.label(), spec.file_stem(), params, kTreeAcceptThreads);
 }
 
 }  // namespace kdtree::codegen

@@ -8,6 +8,9 @@
 
 namespace kdtree::codegen {
 
+// One warp per request (the template's __launch_bounds__(32)).
+inline constexpr int kTreeAcceptThreads = 32;
+
 struct TreeAcceptSpec {
   int max_tree_nodes = 64;  // W
 

@@ -25,7 +25,7 @@ KernelSource generate_tree_build(const TreeBuildSpec& spec, const Arch& arch) {
       {"MAX_DEPTH", std::to_string(kTreeBuildMaxDepth)},
       {"MAX_TOP_K", std::to_string(kTreeBuildMaxTopK)},
   };
-  return tree_op_source("tree_build", spec.label(), spec.file_stem(), params);
+  return tree_op_source("tree_build", spec.label(), spec.file_stem(), params, kTreeBuildThreads);
 }
 
 }  // namespace kdtree::codegen

@@ -11,6 +11,8 @@ namespace kdtree::codegen {
 // request's [D, K] log-probs; a rank path packs 6 bits per depth).
 inline constexpr int kTreeBuildMaxDepth = 16;
 inline constexpr int kTreeBuildMaxTopK = 64;
+// One warp per request (the template's __launch_bounds__(32)).
+inline constexpr int kTreeBuildThreads = 32;
 
 struct TreeBuildSpec {
   int max_tree_nodes = 64;  // W

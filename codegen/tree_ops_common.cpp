@@ -2,8 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "codegen/template_store.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace kdtree::codegen {
 
@@ -17,13 +16,14 @@ void validate_tree_width(const char* op, int w) {
 }
 
 KernelSource tree_op_source(const std::string& op, const std::string& label, const std::string& file_stem,
-                            const Params& params) {
+                            const Params& params, int threads) {
   KernelSource ks;
   ks.op = op;
   ks.label = label;
   ks.file_stem = file_stem;
-  ks.source = template_text(op + "_params.h") + render(op + ".cu", template_text(op + ".cu"), params);
+  set_template_source(ks, op, params);
   ks.entry_points = {"kdtree_" + op};
+  ks.launch.threads = threads;
   return ks;  // no options: the compiler adds the standard and ptxas ones
 }
 

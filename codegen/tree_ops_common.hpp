@@ -16,9 +16,10 @@ bool is_supported_tree_width(int max_tree_nodes);
 // use 16, 32, 64 or 128".
 void validate_tree_width(const char* op, int max_tree_nodes);
 
-// templates/<op>_params.h followed by templates/<op>.cu rendered with `params`;
-// the entry point is "kdtree_<op>".
+// templates/<op>.cu with `params` as its configuration (set_template_source);
+// the entry point is "kdtree_<op>", launched with `threads` threads per CTA and
+// static shared memory only.
 KernelSource tree_op_source(const std::string& op, const std::string& label, const std::string& file_stem,
-                            const Params& params);
+                            const Params& params, int threads);
 
 }  // namespace kdtree::codegen

@@ -1,7 +1,6 @@
 #include "codegen/verify_attention.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <vector>
 
@@ -9,8 +8,7 @@
 
 #include "codegen/dtype_check.hpp"
 #include "codegen/render.hpp"
-#include "codegen/template_store.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace kdtree::codegen {
 namespace {
@@ -109,76 +107,118 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
   return v;
 }
 
-namespace {
-
-int verify_smem_bytes(const VerifySpec& spec, const VerifyTiles& t) {
+VerifySmemLayout verify_smem_layout(const VerifySpec& spec, const VerifyTiles& t) {
   const int warps_n = t.warps_n();
-  int q = t.block_m * spec.head_dim_qk * 2;
-  int kv = t.block_n * (spec.head_dim_qk + (spec.mla() ? 0 : spec.head_dim_v)) * 2;
-  int p = warps_n > 1 ? t.block_m * t.block_n * 2 : 0;
-  int red = warps_n * t.block_m * 4;
-  return q + t.stages * kv + p + red;
+  const int k_tile = t.block_n * spec.head_dim_qk * 2;
+  const int v_tile = spec.mla() ? 0 : t.block_n * spec.head_dim_v * 2;  // MLA: V is the K row's head
+  VerifySmemLayout l;
+  l.k = t.block_m * spec.head_dim_qk * 2;
+  l.v = l.k + t.stages * k_tile;
+  l.p = l.v + t.stages * v_tile;
+  l.red = l.p + (warps_n > 1 ? t.block_m * t.block_n * 2 : 0);  // P only when a row spans warps
+  l.bytes = l.red + warps_n * t.block_m * 4;
+  return l;
 }
 
-// KDTREE_VERIFY_TILES="block_m,block_n,warps,stages[,warp_rows]" overrides the choice
-// (tuning only).
-bool tiles_from_env(const VerifySpec& spec, const Arch& arch, VerifyTiles* t) {
-  const char* env = std::getenv("KDTREE_VERIFY_TILES");
-  if (!env || !*env) return false;
-  VerifyTiles c;
-  int fields = std::sscanf(env, "%d,%d,%d,%d,%d", &c.block_m, &c.block_n, &c.warps, &c.stages, &c.warp_rows);
-  const bool rows_ok = (c.warp_rows == 16 || c.warp_rows == 32) && c.block_m >= c.warp_rows && c.block_m % c.warp_rows == 0;
-  const int warps_n = rows_ok && c.warps % c.warps_m() == 0 ? c.warps_n() : 0;
-  // A column warp's V slice must keep whole 8-chunk swizzle groups (head_dim_v / warps_n % 64 == 0).
-  if (fields < 4 || warps_n < 1 || spec.head_dim_v % (64 * warps_n) || c.block_n % 16 || c.block_n % (8 * warps_n) ||
-      c.stages < 2) {
+namespace {
+
+// One field of KDTREE_VERIFY_TILES: a decimal integer in [lo, hi] and nothing else.
+int tiles_field(const std::string& text, const std::string& field, const char* name, int lo, int hi) {
+  bool ok = !field.empty() && field.size() <= 9;
+  for (char c : field) ok = ok && c >= '0' && c <= '9';
+  const int v = ok ? std::stoi(field) : -1;
+  if (!ok || v < lo || v > hi) {
     fail(KDTREE_ERROR_INVALID_ARGUMENT,
-         fmt::format("KDTREE_VERIFY_TILES='{}' is not block_m,block_n,warps,stages[,warp_rows]", env));
+         fmt::format("KDTREE_VERIFY_TILES='{}': {} '{}' must be an integer in {}..{} (format "
+                     "block_m,block_n,warps,stages[,warp_rows])",
+                     text, name, field, lo, hi));
   }
-  c.smem_bytes = verify_smem_bytes(spec, c);
-  if (c.smem_bytes > arch.max_smem_per_block) return false;
-  *t = c;
-  return true;
+  return v;
 }
 
 }  // namespace
 
+VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, const Arch& arch) {
+  std::vector<std::string> fields(1);
+  for (char c : text) {
+    if (c == ',') {
+      fields.emplace_back();
+    } else {
+      fields.back().push_back(c);
+    }
+  }
+  auto bad = [&](const std::string& why) {
+    fail(KDTREE_ERROR_INVALID_ARGUMENT,
+         fmt::format("KDTREE_VERIFY_TILES='{}' for {}: {}", text, spec.label(), why));
+  };
+  if (fields.size() != 4 && fields.size() != 5) {
+    bad(fmt::format("{} fields, expected block_m,block_n,warps,stages[,warp_rows]", fields.size()));
+  }
+  VerifyTiles t;
+  t.block_m = tiles_field(text, fields[0], "block_m", 16, 256);
+  t.block_n = tiles_field(text, fields[1], "block_n", 16, 256);
+  t.warps = tiles_field(text, fields[2], "warps", 1, 32);
+  t.stages = tiles_field(text, fields[3], "stages", 2, 8);
+  if (fields.size() == 5) t.warp_rows = tiles_field(text, fields[4], "warp_rows", 16, 32);
+  if (t.warp_rows != 16 && t.warp_rows != 32) bad("warp_rows must be 16 or 32");
+  if (t.block_m % t.warp_rows) bad(fmt::format("block_m must be a multiple of warp_rows ({})", t.warp_rows));
+  if (t.warps % t.warps_m()) {
+    bad(fmt::format("warps must be a multiple of the {} warp rows (block_m / warp_rows)", t.warps_m()));
+  }
+  const int warps_n = t.warps_n();
+  // A column warp's V slice keeps whole 8-chunk swizzle groups; its S columns whole n8 tiles.
+  if (spec.head_dim_v % (64 * warps_n)) {
+    bad(fmt::format("{} column warps do not divide head_dim_v {} into multiples of 64", warps_n, spec.head_dim_v));
+  }
+  if (t.block_n % 16 || t.block_n % (8 * warps_n)) {
+    bad(fmt::format("block_n must be a multiple of 16 and of 8 x {} column warps", warps_n));
+  }
+  const int bytes = verify_smem_layout(spec, t).bytes;
+  if (bytes > arch.max_smem_per_block) {
+    bad(fmt::format("{} bytes of shared memory do not fit {} ({} per block)", bytes, arch.name(),
+                    arch.max_smem_per_block));
+  }
+  return t;
+}
+
+VerifyTiles verify_tiles(const VerifySpec& spec, const Arch& arch) {
+  const char* env = std::getenv("KDTREE_VERIFY_TILES");
+  if (env && *env) return parse_verify_tiles(env, spec, arch);
+  return choose_verify_tiles(spec, arch);
+}
+
 VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
-  VerifyTiles chosen;
-  if (tiles_from_env(spec, arch, &chosen)) return chosen;
   // Candidates in order of preference; the first that fits the arch's shared memory wins.
   std::vector<VerifyTiles> candidates;
-  // Fields: block_m, block_n, warps, stages, smem (computed), warp_rows.
+  // Fields: block_m, block_n, warps, stages, warp_rows.
   if (spec.mla()) {
     // MLA's 576-wide rows make Q and K tiles large: V columns are split over
     // column warps so the O accumulator (64 x 512 fp32 per CTA) fits in registers;
     // 32-row warps (2 x 4) read each V fragment for two m16 fragments.
-    candidates = {{64, 64, 8, 2, 0, 32}, {64, 32, 8, 2, 0, 32}, {32, 16, 4, 3, 0, 16},
-                  {32, 16, 4, 2, 0, 16}};
+    candidates = {{64, 64, 8, 2, 32}, {64, 32, 8, 2, 32}, {32, 16, 4, 3, 16}, {32, 16, 4, 2, 16}};
   } else if (spec.head_dim_v <= 128) {
     // GQA: one column warp, P stays in registers. 32-row warps where the O slice
     // (32 x head_dim fp32) and S leave room without spills (gqa128: 32 KV tokens
     // per tile); deepest pipeline that fits.
     const int bn = spec.head_dim_v == 64 ? 64 : 32;
-    candidates = {{128, bn, 4, 3, 0, 32}, {128, bn, 4, 2, 0, 32}, {64, 64, 4, 3, 0, 16},
-                  {64, 64, 4, 2, 0, 16}};
+    candidates = {{128, bn, 4, 3, 32}, {128, bn, 4, 2, 32}, {64, 64, 4, 3, 16}, {64, 64, 4, 2, 16}};
   } else {
     // gqa256: a 32-row O slice over all 256 columns would not fit in registers;
     // two column warps (P through shared memory) take 128 columns each.
-    candidates = {{128, 64, 8, 2, 0, 32}, {64, 64, 4, 3, 0, 16}, {64, 64, 4, 2, 0, 16},
-                  {64, 32, 4, 3, 0, 16}, {64, 32, 4, 2, 0, 16}};
+    candidates = {{128, 64, 8, 2, 32}, {64, 64, 4, 3, 16}, {64, 64, 4, 2, 16}, {64, 32, 4, 3, 16},
+                  {64, 32, 4, 2, 16}};
   }
-  for (VerifyTiles c : candidates) {
-    c.smem_bytes = verify_smem_bytes(spec, c);
-    if (c.smem_bytes > arch.max_smem_per_block) continue;
+  for (const VerifyTiles& c : candidates) {
+    const int bytes = verify_smem_layout(spec, c).bytes;
+    if (bytes > arch.max_smem_per_block) continue;
     // One stage fewer where that fits a second CTA on the SM (gqa64 on the 100 KB
     // parts: 8 warps instead of 4 hide the latency a deeper pipeline would;
     // tools/perf_model predicts 191 -> 164 us for bench_verify's gqa64 on the RTX PRO 6000).
     VerifyTiles shallower = c;
     shallower.stages = c.stages - 1;
-    shallower.smem_bytes = verify_smem_bytes(spec, shallower);
-    auto per_sm = [&](const VerifyTiles& t) { return arch.max_smem_per_sm / (t.smem_bytes + 1024); };
-    if (shallower.stages >= 2 && per_sm(c) == 1 && per_sm(shallower) >= 2) return shallower;
+    const int shallower_bytes = verify_smem_layout(spec, shallower).bytes;
+    auto per_sm = [&](int b) { return arch.max_smem_per_sm / (b + 1024); };
+    if (shallower.stages >= 2 && per_sm(bytes) == 1 && per_sm(shallower_bytes) >= 2) return shallower;
     return c;
   }
   fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("{} does not fit {} ({} bytes of shared memory per block)",
@@ -186,7 +226,18 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
 }
 
 KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch) {
-  const VerifyTiles tiles = choose_verify_tiles(spec, arch);
+  return generate_verify_attention(spec, arch, verify_tiles(spec, arch));
+}
+
+KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch, const VerifyTiles& tiles) {
+  // One kernel family (mma.sync) for every supported arch: the arch shows in the
+  // tiles. A second family (sm_90a wgmma) would be dispatched on it here.
+  (void)arch;
+  const VerifySmemLayout smem = verify_smem_layout(spec, tiles);
+  // The combine kernel: a row is head_dim_v / 4 threads (four columns each, 16-byte
+  // loads), at most kCombineThreads; a CTA takes as many rows as fit.
+  constexpr int kCombineThreads = 128;
+  const int combine_row_threads = std::min(spec.head_dim_v / 4, kCombineThreads);
   Params params = {
       {"HEAD_DIM_QK", std::to_string(spec.head_dim_qk)},
       {"HEAD_DIM_V", std::to_string(spec.head_dim_v)},
@@ -200,6 +251,12 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch)
       {"WARPS_N", std::to_string(tiles.warps_n())},
       {"WARP_ROWS", std::to_string(tiles.warp_rows)},
       {"STAGES", std::to_string(tiles.stages)},
+      {"SMEM_K", std::to_string(smem.k)},
+      {"SMEM_V", std::to_string(smem.v)},
+      {"SMEM_P", std::to_string(smem.p)},
+      {"SMEM_RED", std::to_string(smem.red)},
+      {"COMBINE_THREADS", std::to_string(kCombineThreads)},
+      {"COMBINE_ROW_THREADS", std::to_string(combine_row_threads)},
   };
   KernelSource src;
   src.op = "verify_attention";
@@ -208,9 +265,14 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch)
                               spec.mla() ? fmt::format("mla{}x{}", spec.head_dim_qk, spec.head_dim_v)
                                          : fmt::format("gqa{}", spec.head_dim_qk),
                               spec.max_tree_nodes, spec.page_size, dtype_name(spec.dtype));
-  src.source = template_text("common.cuh") + template_text("verify_attention_params.h") +
-               render("verify_attention.cu", template_text("verify_attention.cu"), params);
+  set_template_source(src, "verify_attention", params);
   src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine"};
+  src.launch.threads = tiles.warps * 32;
+  src.launch.dynamic_smem = smem.bytes;
+  src.launch.block_m = tiles.block_m;
+  src.launch.block_n = tiles.block_n;
+  src.launch.combine_threads = kCombineThreads;
+  src.launch.combine_rows = kCombineThreads / combine_row_threads;
   return src;
 }
 

@@ -4,7 +4,7 @@
 // first 512 dims) in a paged cache (64-token pages, scattered), prefixes of
 // 1-4K tokens and a random draft tree of up to 64 nodes per request. Runs
 // kdtree_verify_attention and checks every request against the float64 CPU
-// reference. Memory goes through the CUDA Driver API table kdtree loads.
+// reference. Memory goes through the CUDA Driver API (libcuda).
 //
 //   verify_mla [seed]      exit 0 = PASS (or no GPU: "skipped"), 1 = FAIL
 #include <chrono>
@@ -13,38 +13,38 @@
 #include <string>
 #include <vector>
 
+#include "examples/cuda_driver.hpp"
 #include "kdtree/kdtree.h"
+#include "kdtree/kdtree.hpp"
 #include "reference/verify_attention.hpp"
 #include "reference/verify_case.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/error.hpp"
 
 namespace {
 
 // Throws with kdtree's message when a C ABI call fails.
 void check(kdtree_status status, const char* what) {
-  if (status != KDTREE_OK) throw kdtree::Error(status, std::string(what) + ": " + kdtree_last_error());
+  if (status != KDTREE_OK) throw kdtree::Exception(status, std::string(what) + ": " + kdtree_last_error());
 }
 
 // A device allocation through the Driver API.
 class DeviceMemory {
  public:
   explicit DeviceMemory(size_t bytes) : bytes_(bytes) {
-    if (bytes_) kdtree::driver::check(kdtree::driver::api().cuMemAlloc(&ptr_, bytes_), "cuMemAlloc");
+    if (bytes_) example::cu(cuMemAlloc(&ptr_, bytes_), "cuMemAlloc");
   }
   template <typename T>
   explicit DeviceMemory(const std::vector<T>& host) : DeviceMemory(host.size() * sizeof(T)) {
-    if (bytes_) kdtree::driver::check(kdtree::driver::api().cuMemcpyHtoD(ptr_, host.data(), bytes_), "cuMemcpyHtoD");
+    if (bytes_) example::cu(cuMemcpyHtoD(ptr_, host.data(), bytes_), "cuMemcpyHtoD");
   }
   ~DeviceMemory() {
-    if (ptr_) kdtree::driver::api().cuMemFree(ptr_);
+    if (ptr_) cuMemFree(ptr_);
   }
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
   template <typename T>
   std::vector<T> download() const {
     std::vector<T> host(bytes_ / sizeof(T));
-    kdtree::driver::check(kdtree::driver::api().cuMemcpyDtoH(host.data(), ptr_, bytes_), "cuMemcpyDtoH");
+    example::cu(cuMemcpyDtoH(host.data(), ptr_, bytes_), "cuMemcpyDtoH");
     return host;
   }
   template <typename T = void>
@@ -81,7 +81,7 @@ int run(uint64_t seed) {
   DeviceMemory q(c.q), k_cache(c.k_cache), page_table(c.page_table), kv_lens(c.kv_lens), node_indptr(c.node_indptr),
       tree_mask(c.tree_mask);
   DeviceMemory out(c.out_elems() * sizeof(uint16_t)), lse(c.lse_elems() * sizeof(float)), flags(sizeof(int32_t));
-  kdtree::driver::check(kdtree::driver::api().cuMemsetD32(reinterpret_cast<CUdeviceptr>(flags.get()), 0, 1),
+  example::cu(cuMemsetD32(reinterpret_cast<CUdeviceptr>(flags.get()), 0, 1),
                         "cuMemsetD32");
   size_t workspace_bytes = 0;
   check(kdtree_verify_workspace_size(rt, &spec, c.batch_size, c.total_nodes, c.max_kv_len, &workspace_bytes),
@@ -114,21 +114,20 @@ int run(uint64_t seed) {
   // The first call compiles the kernel (or loads it from the cubin cache).
   auto t0 = std::chrono::steady_clock::now();
   check(kdtree_verify_attention(rt, &args), "kdtree_verify_attention");
-  kdtree::driver::check(kdtree::driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
+  example::cu(cuCtxSynchronize(), "cuCtxSynchronize");
   const double first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   // A warm call, timed on the stream.
-  const auto& api = kdtree::driver::api();
   CUevent start, stop;
-  kdtree::driver::check(api.cuEventCreate(&start, 0), "cuEventCreate");
-  kdtree::driver::check(api.cuEventCreate(&stop, 0), "cuEventCreate");
-  kdtree::driver::check(api.cuEventRecord(start, nullptr), "cuEventRecord");
+  example::cu(cuEventCreate(&start, 0), "cuEventCreate");
+  example::cu(cuEventCreate(&stop, 0), "cuEventCreate");
+  example::cu(cuEventRecord(start, nullptr), "cuEventRecord");
   check(kdtree_verify_attention(rt, &args), "kdtree_verify_attention");
-  kdtree::driver::check(api.cuEventRecord(stop, nullptr), "cuEventRecord");
-  kdtree::driver::check(api.cuEventSynchronize(stop), "cuEventSynchronize");
+  example::cu(cuEventRecord(stop, nullptr), "cuEventRecord");
+  example::cu(cuEventSynchronize(stop), "cuEventSynchronize");
   float warm_ms = 0;
-  kdtree::driver::check(api.cuEventElapsedTime(&warm_ms, start, stop), "cuEventElapsedTime");
-  api.cuEventDestroy(start);
-  api.cuEventDestroy(stop);
+  example::cu(cuEventElapsedTime(&warm_ms, start, stop), "cuEventElapsedTime");
+  cuEventDestroy(start);
+  cuEventDestroy(stop);
   std::printf("first call (compile or cache load + run) %.1f ms, warm call %.3f ms\n", first_ms, warm_ms);
 
   const std::vector<uint16_t> out_host = out.download<uint16_t>();
@@ -153,7 +152,7 @@ int run(uint64_t seed) {
 int main(int argc, char** argv) {
   const uint64_t seed = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1;
   std::string why;
-  if (!kdtree::driver::available(&why)) {
+  if (!example::gpu_available(&why)) {
     std::printf("verify_mla: skipped: no GPU (%s)\n", why.c_str());
     return 0;
   }

@@ -30,7 +30,9 @@
 #include <utility>
 #include <vector>
 
+#include "examples/cuda_driver.hpp"
 #include "kdtree/kdtree.h"
+#include "kdtree/kdtree.hpp"
 #include "reference/half.hpp"
 #include "reference/kv_compact.hpp"
 #include "reference/random_draft.hpp"
@@ -39,8 +41,6 @@
 #include "reference/tree_build.hpp"
 #include "reference/verify_attention.hpp"
 #include "reference/verify_case.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/error.hpp"
 
 namespace {
 
@@ -62,13 +62,11 @@ constexpr float kPlantedLogit = 10.0f;  // other logits are N(0, 1): greedy alwa
 constexpr int kWarmup = 3, kRepeats = 20;
 constexpr uint16_t kNaNBf16 = 0x7fc0;
 
-const kdtree::driver::Api& api() { return kdtree::driver::api(); }
-
-void cu(CUresult result, const char* what) { kdtree::driver::check(result, what); }
+using example::cu;
 
 // Throws with kdtree's message when a C ABI call fails.
 void check(kdtree_status status, const char* what) {
-  if (status != KDTREE_OK) throw kdtree::Error(status, std::string(what) + ": " + kdtree_last_error());
+  if (status != KDTREE_OK) throw kdtree::Exception(status, std::string(what) + ": " + kdtree_last_error());
 }
 
 // A device allocation through the Driver API, poisoned (0xFF bytes: NaN, -1) so
@@ -78,12 +76,12 @@ class DeviceMemory {
   DeviceMemory() = default;
   explicit DeviceMemory(size_t bytes) : bytes_(bytes) {
     if (!bytes_) return;
-    cu(api().cuMemAlloc(&ptr_, bytes_), "cuMemAlloc");
-    cu(api().cuMemsetD8(ptr_, 0xFF, bytes_), "cuMemsetD8");
+    cu(cuMemAlloc(&ptr_, bytes_), "cuMemAlloc");
+    cu(cuMemsetD8(ptr_, 0xFF, bytes_), "cuMemsetD8");
   }
   template <typename T>
   explicit DeviceMemory(const std::vector<T>& host) : DeviceMemory(host.size() * sizeof(T)) {
-    if (bytes_) cu(api().cuMemcpyHtoD(ptr_, host.data(), bytes_), "cuMemcpyHtoD");
+    if (bytes_) cu(cuMemcpyHtoD(ptr_, host.data(), bytes_), "cuMemcpyHtoD");
   }
   DeviceMemory(DeviceMemory&& o) noexcept : ptr_(std::exchange(o.ptr_, 0)), bytes_(std::exchange(o.bytes_, 0)) {}
   DeviceMemory& operator=(DeviceMemory&& o) noexcept {
@@ -94,12 +92,12 @@ class DeviceMemory {
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
   ~DeviceMemory() {
-    if (ptr_) api().cuMemFree(ptr_);
+    if (ptr_) cuMemFree(ptr_);
   }
   template <typename T>
   std::vector<T> download() const {
     std::vector<T> host(bytes_ / sizeof(T));
-    if (bytes_) cu(api().cuMemcpyDtoH(host.data(), ptr_, bytes_), "cuMemcpyDtoH");
+    if (bytes_) cu(cuMemcpyDtoH(host.data(), ptr_, bytes_), "cuMemcpyDtoH");
     return host;
   }
   template <typename T = void>
@@ -140,12 +138,12 @@ struct Checker {
 class Timer {
  public:
   Timer() {
-    cu(api().cuEventCreate(&start_, 0), "cuEventCreate");
-    cu(api().cuEventCreate(&stop_, 0), "cuEventCreate");
+    cu(cuEventCreate(&start_, 0), "cuEventCreate");
+    cu(cuEventCreate(&stop_, 0), "cuEventCreate");
   }
   ~Timer() {
-    api().cuEventDestroy(start_);
-    api().cuEventDestroy(stop_);
+    cuEventDestroy(start_);
+    cuEventDestroy(stop_);
   }
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
@@ -161,11 +159,11 @@ class Timer {
     std::vector<float> ms(kRepeats);
     for (float& t : ms) {
       prepare();
-      cu(api().cuEventRecord(start_, nullptr), "cuEventRecord");
+      cu(cuEventRecord(start_, nullptr), "cuEventRecord");
       op();
-      cu(api().cuEventRecord(stop_, nullptr), "cuEventRecord");
-      cu(api().cuEventSynchronize(stop_), "cuEventSynchronize");
-      cu(api().cuEventElapsedTime(&t, start_, stop_), "cuEventElapsedTime");
+      cu(cuEventRecord(stop_, nullptr), "cuEventRecord");
+      cu(cuEventSynchronize(stop_), "cuEventSynchronize");
+      cu(cuEventElapsedTime(&t, start_, stop_), "cuEventElapsedTime");
     }
     std::sort(ms.begin(), ms.end());
     return ms[ms.size() / 2];
@@ -181,7 +179,7 @@ template <typename Op>
 double wall_ms(Op&& op) {
   const auto t0 = std::chrono::steady_clock::now();
   op();
-  cu(api().cuCtxSynchronize(), "cuCtxSynchronize");
+  cu(cuCtxSynchronize(), "cuCtxSynchronize");
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -233,7 +231,7 @@ struct Step {
   DeviceMemory d_accepted_path, d_accept_lens, d_bonus_tokens;
 
   // The error word is cleared before an op's first (checked) call; timed repeats may OR into it later.
-  void clear_flags() { cu(api().cuMemsetD32(flags.ptr(), 0, 1), "cuMemsetD32"); }
+  void clear_flags() { cu(cuMemsetD32(flags.ptr(), 0, 1), "cuMemsetD32"); }
   int32_t read_flags() const { return flags.download<int32_t>()[0]; }
   void record(const char* op, double first_ms, double median_ms) { timings.push_back({op, first_ms, median_ms}); }
   int prefix(int b) const { return draft.prefix_lens[b]; }
@@ -381,7 +379,7 @@ void write_tree_kv(Step& s) {
         const size_t row = s.physical_row(b, s.prefix(b) + i);
         uint16_t* host = &s.cache[l][row * kDqk];
         for (int d = 0; d < kDqk; ++d) host[d] = random_bf16(s.rng);
-        cu(api().cuMemcpyHtoD(s.d_cache[l].ptr() + row * row_bytes, host, row_bytes), "cuMemcpyHtoD");
+        cu(cuMemcpyHtoD(s.d_cache[l].ptr() + row * row_bytes, host, row_bytes), "cuMemcpyHtoD");
       }
 
   s.q.resize(size_t(s.total_nodes) * kHeads * kDqk);
@@ -394,7 +392,7 @@ void write_tree_kv(Step& s) {
   for (int b = 0; b < kBatch; ++b) {
     const size_t n = s.nodes(b), from = size_t(b) * kW;
     if (n)
-      cu(api().cuMemcpyDtoD(s.d_packed_mask.ptr() + s.node_indptr[b] * sizeof(uint64_t),
+      cu(cuMemcpyDtoD(s.d_packed_mask.ptr() + s.node_indptr[b] * sizeof(uint64_t),
                             s.d_tree.tree_mask.ptr() + from * sizeof(uint64_t), n * sizeof(uint64_t)),
          "cuMemcpyDtoD");
     s.packed_mask.insert(s.packed_mask.end(), s.tree.tree_mask.begin() + from, s.tree.tree_mask.begin() + from + n);
@@ -654,7 +652,7 @@ void compact_kv(Step& s) {
   std::vector<DeviceMemory> pristine;
   for (const DeviceMemory& c : s.d_cache) {
     pristine.emplace_back(c.bytes());
-    cu(api().cuMemcpyDtoD(pristine.back().ptr(), c.ptr(), c.bytes()), "cuMemcpyDtoD");
+    cu(cuMemcpyDtoD(pristine.back().ptr(), c.ptr(), c.bytes()), "cuMemcpyDtoD");
   }
 
   kdtree_kv_compact_args a{};
@@ -704,7 +702,7 @@ void compact_kv(Step& s) {
 
   const auto restore = [&] {
     for (int l = 0; l < kLayers; ++l)
-      cu(api().cuMemcpyDtoD(s.d_cache[l].ptr(), pristine[l].ptr(), pristine[l].bytes()), "cuMemcpyDtoD");
+      cu(cuMemcpyDtoD(s.d_cache[l].ptr(), pristine[l].ptr(), pristine[l].bytes()), "cuMemcpyDtoD");
   };
   s.record("kv_compact", first_ms, s.timer.median_ms(op, restore));
 }
@@ -764,7 +762,7 @@ int run(uint64_t seed) {
 int main(int argc, char** argv) {
   const uint64_t seed = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1;
   std::string why;
-  if (!kdtree::driver::available(&why)) {
+  if (!example::gpu_available(&why)) {
     std::printf("verify_step: skipped: no GPU (%s)\n", why.c_str());
     return 0;
   }

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace kdtree {
 

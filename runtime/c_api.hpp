@@ -7,11 +7,11 @@
 #include <string>
 
 #include "kdtree/kdtree.h"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "runtime/runtime.hpp"
 
 struct kdtree_runtime {
-  std::unique_ptr<kdtree::Runtime> impl;
+  std::unique_ptr<kdtree::Engine> impl;
 };
 
 namespace kdtree {
@@ -36,7 +36,7 @@ kdtree_status guarded(const char* function, Body&& body) noexcept {
   }
 }
 
-inline Runtime& unwrap(kdtree_runtime* rt) {
+inline Engine& unwrap(kdtree_runtime* rt) {
   require(rt != nullptr && rt->impl != nullptr, "runtime is NULL");
   return *rt->impl;
 }

@@ -8,7 +8,6 @@
 #include "codegen/dtype_check.hpp"
 #include "codegen/kv_compact.hpp"
 #include "runtime/arg_checks.hpp"
-#include "runtime/c_api.hpp"
 #include "runtime/tree_ops.hpp"
 #include "kv_compact_params.h"
 
@@ -24,7 +23,7 @@ constexpr int kMaxGridYZ = 65535;
 
 }  // namespace
 
-void kv_compact(Runtime& rt, const kdtree_kv_compact_args& a) {
+void kv_compact(Engine& rt, const kdtree_kv_compact_args& a) {
   codegen::KvCompactSpec spec;
   spec.page_size = a.page_size;
   spec.max_tree_nodes = a.max_tree_nodes;
@@ -84,15 +83,8 @@ void kv_compact(Runtime& rt, const kdtree_kv_compact_args& a) {
   dims.grid_x = static_cast<unsigned>(chunks_k + chunks_v);
   dims.grid_y = static_cast<unsigned>(a.batch_size);
   dims.grid_z = static_cast<unsigned>(a.num_layers);
-  dims.block_x = codegen::kKvCompactThreads;
+  dims.block_x = static_cast<unsigned>(module.launch().threads);
   rt.launch(fn, dims, args, static_cast<CUstream>(a.stream), "kv_compact");
 }
 
 }  // namespace kdtree
-
-extern "C" kdtree_status kdtree_kv_compact(kdtree_runtime* rt, const kdtree_kv_compact_args* args) {
-  return kdtree::guarded("kdtree_kv_compact", [&] {
-    kdtree::require(args != nullptr, "args is NULL");
-    kdtree::kv_compact(kdtree::unwrap(rt), *args);
-  });
-}

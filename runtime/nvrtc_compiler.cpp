@@ -10,7 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
+#include "codegen/render.hpp"
 
 namespace kdtree {
 namespace {
@@ -32,8 +33,9 @@ std::string write_failed_source(const codegen::KernelSource& source, const codeg
     return fmt::format("(could not write the source to {}: {})", dir.string(),
                        std::error_code(errno, std::generic_category()).message());
   }
-  const char* p = source.source.data();
-  std::size_t left = source.source.size();
+  const std::string text = codegen::flatten(source);
+  const char* p = text.data();
+  std::size_t left = text.size();
   while (left > 0) {
     const ssize_t n = ::write(fd, p, left);
     if (n < 0 && errno == EINTR) continue;
@@ -63,8 +65,13 @@ std::vector<std::string> nvrtc_options(const codegen::KernelSource& source, cons
 
 NvrtcOutput nvrtc_compile(const codegen::KernelSource& source, const codegen::Arch& arch) {
   nvrtcProgram program = nullptr;
-  check_nvrtc(nvrtcCreateProgram(&program, source.source.c_str(), (source.file_stem + ".cu").c_str(), 0,
-                                 nullptr, nullptr),
+  std::vector<const char*> header_texts, header_names;
+  for (const auto& [name, text] : source.headers) {
+    header_names.push_back(name.c_str());
+    header_texts.push_back(text.c_str());
+  }
+  check_nvrtc(nvrtcCreateProgram(&program, source.source.c_str(), (source.file_stem + ".cu").c_str(),
+                                 static_cast<int>(header_texts.size()), header_texts.data(), header_names.data()),
               "nvrtcCreateProgram");
   struct Destroy {
     nvrtcProgram* p;

@@ -10,7 +10,7 @@
 
 #include "codegen/generator_version.hpp"
 #include "runtime/driver.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 namespace kdtree {
@@ -88,14 +88,14 @@ std::map<std::string, ResourceUsage> parse_ptxas_log(const std::string& log) {
   return usage;
 }
 
-Runtime::Runtime(int device, const std::string& cache_dir) : device_(device) {
+Engine::Engine(int device, const std::string& cache_dir) : device_(device) {
   require(device >= 0, "device must be >= 0 (got {})", device);
   cache_ = std::make_unique<cache::DiskCache>(cache_dir.empty() ? cache::DiskCache::default_dir()
                                                                 : std::filesystem::path(cache_dir));
 }
 
-std::unique_ptr<Runtime> Runtime::offline(int sm, const std::string& cache_dir) {
-  std::unique_ptr<Runtime> rt(new Runtime());
+std::unique_ptr<Engine> Engine::offline(int sm, const std::string& cache_dir) {
+  std::unique_ptr<Engine> rt(new Engine());
   rt->arch_ = codegen::arch_from_sm(sm);
   rt->arch_known_ = true;
   rt->cache_ = std::make_unique<cache::DiskCache>(cache_dir.empty() ? cache::DiskCache::default_dir()
@@ -103,7 +103,7 @@ std::unique_ptr<Runtime> Runtime::offline(int sm, const std::string& cache_dir) 
   return rt;
 }
 
-Runtime::~Runtime() {
+Engine::~Engine() {
   if (device_ < 0 || !context_) return;
   const auto& api = driver::api();
   for (auto& [key, module] : modules_) {
@@ -112,7 +112,7 @@ Runtime::~Runtime() {
   api.cuDevicePrimaryCtxRelease(cu_device_);
 }
 
-void Runtime::ensure_device() {
+void Engine::ensure_device() {
   if (device_ < 0) {
     fail(KDTREE_ERROR_NO_DEVICE, fmt::format("this runtime compiles for {} only and has no device", arch_.name()));
   }
@@ -140,12 +140,12 @@ void Runtime::ensure_device() {
   context_ = ctx;
 }
 
-const codegen::Arch& Runtime::arch() {
+const codegen::Arch& Engine::arch() {
   if (!arch_known_) ensure_device();
   return arch_;
 }
 
-void Runtime::make_current() {
+void Engine::make_current() {
   ensure_device();
   const auto& api = driver::api();
   CUcontext current = nullptr;
@@ -153,12 +153,14 @@ void Runtime::make_current() {
   if (current != context_) driver::check(api.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
 }
 
-std::shared_ptr<const CompiledModule> Runtime::compile(const codegen::KernelSource& source) {
+std::shared_ptr<const CompiledModule> Engine::compile(const codegen::KernelSource& source) {
   const codegen::Arch& target = arch();
   std::vector<std::string> options = nvrtc_options(source, target);
+  // The key covers everything NVRTC reads: the source and its named headers.
   std::string key_material = fmt::format("kdtree generator {}\nnvrtc {}\narch {}\noptions {}\n{}",
                                          KDTREE_GENERATOR_VERSION, nvrtc_version(), target.name(),
                                          fmt::join(options, " "), source.source);
+  for (const auto& [name, text] : source.headers) key_material += fmt::format("\n// header {}\n{}", name, text);
   auto module = std::make_shared<CompiledModule>();
   module->label = source.label;
   std::string readable = fmt::format("{}-{}", source.file_stem, target.name());
@@ -170,7 +172,21 @@ std::shared_ptr<const CompiledModule> Runtime::compile(const codegen::KernelSour
   return module;
 }
 
-Module& Runtime::module(const std::string& fast_key, const std::function<codegen::KernelSource()>& make) {
+std::shared_ptr<const codegen::KernelSource> Engine::source(const std::string& fast_key,
+                                                             const std::function<codegen::KernelSource()>& make) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = sources_.find(fast_key);
+    if (it != sources_.end()) return it->second;
+  }
+  // Rendering is cheap and deterministic: two threads racing here make equal
+  // sources and the first one stored wins.
+  auto made = std::make_shared<const codegen::KernelSource>(make());
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sources_.emplace(fast_key, std::move(made)).first->second;
+}
+
+Module& Engine::module(const std::string& fast_key, const std::function<codegen::KernelSource()>& make) {
   std::shared_ptr<std::mutex> key_lock;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -187,9 +203,11 @@ Module& Runtime::module(const std::string& fast_key, const std::function<codegen
     auto it = modules_.find(fast_key);
     if (it != modules_.end()) return *it->second;
   }
-  make_current();
+  // Generation validates (e.g. a tiles override) before the device is touched.
   auto loaded = std::make_unique<Module>();
-  loaded->compiled_ = compile(make());
+  loaded->source_ = source(fast_key, make);
+  make_current();
+  loaded->compiled_ = compile(*loaded->source_);
   driver::check(driver::api().cuModuleLoadData(&loaded->module_, loaded->compiled_->cubin.data()),
                 ("cuModuleLoadData(" + loaded->compiled_->label + ")").c_str());
   std::lock_guard<std::mutex> lock(mutex_);
@@ -214,7 +232,7 @@ CUfunction Module::function(const std::string& entry, int dynamic_smem) {
   return it->second.first;
 }
 
-void Runtime::launch(CUfunction fn, const LaunchDims& d, void** args, CUstream stream, const char* what) {
+void Engine::launch(CUfunction fn, const LaunchDims& d, void** args, CUstream stream, const char* what) {
   make_current();
   if (d.grid_x == 0 || d.grid_y == 0 || d.grid_z == 0) return;  // nothing to do
   driver::check(driver::api().cuLaunchKernel(fn, d.grid_x, d.grid_y, d.grid_z, d.block_x, d.block_y, d.block_z,

@@ -1,5 +1,7 @@
-// The runtime: owns the disk cache, compiles kernels through NVRTC, loads them
-// on its device and launches them. One per device; every method is thread-safe.
+// kdtree::Engine, the runtime behind a kdtree_runtime handle: owns the disk cache,
+// compiles kernels through NVRTC, loads them on its device and launches them. One
+// per device; every method is thread-safe. (Not the public C++ API's
+// kdtree::Runtime in kdtree.hpp, which wraps the C handle.)
 #pragma once
 #include <cuda.h>
 
@@ -41,10 +43,13 @@ class Module {
   // at least `dynamic_smem` bytes (set once per function).
   CUfunction function(const std::string& entry, int dynamic_smem = 0);
   const CompiledModule& compiled() const { return *compiled_; }
+  // How its kernels are launched, as the generator decided with the source.
+  const codegen::LaunchFacts& launch() const { return source_->launch; }
 
  private:
-  friend class Runtime;
+  friend class Engine;
   CUmodule module_ = nullptr;
+  std::shared_ptr<const codegen::KernelSource> source_;
   std::shared_ptr<const CompiledModule> compiled_;
   std::mutex mutex_;
   std::map<std::string, std::pair<CUfunction, int>> functions_;
@@ -56,13 +61,13 @@ struct LaunchDims {
   unsigned dynamic_smem = 0;
 };
 
-class Runtime {
+class Engine {
  public:
   // Bound to CUDA device `device`; the driver is loaded at first device use.
-  Runtime(int device, const std::string& cache_dir);
+  Engine(int device, const std::string& cache_dir);
   // Compile-only runtime for an arch (no device, no driver).
-  static std::unique_ptr<Runtime> offline(int sm, const std::string& cache_dir);
-  ~Runtime();
+  static std::unique_ptr<Engine> offline(int sm, const std::string& cache_dir);
+  ~Engine();
 
   bool has_device() const { return device_ >= 0; }
   // Target arch and limits; for a device runtime this queries the device.
@@ -72,8 +77,13 @@ class Runtime {
   // Compiles `source` for arch() or loads it from the cache. No device needed.
   std::shared_ptr<const CompiledModule> compile(const codegen::KernelSource& source);
 
-  // The loaded module for `fast_key` (a cheap string naming the op and its
-  // compile-time shape); `make` renders the source only on the first request.
+  // The generated source (and launch facts) for `fast_key`, a cheap string naming
+  // the op and its compile-time shape; `make` runs only on the first request, so
+  // planning a launch and loading the module read one generation. No device needed.
+  std::shared_ptr<const codegen::KernelSource> source(const std::string& fast_key,
+                                                      const std::function<codegen::KernelSource()>& make);
+
+  // The loaded module for `fast_key`, compiled from source(fast_key, make).
   Module& module(const std::string& fast_key, const std::function<codegen::KernelSource()>& make);
 
   // Launches on `stream` (no host synchronisation). Throws naming `what`.
@@ -83,7 +93,7 @@ class Runtime {
   void make_current();
 
  private:
-  Runtime() = default;
+  Engine() = default;
   void ensure_device();
 
   int device_ = -1;
@@ -93,6 +103,7 @@ class Runtime {
   CUdevice cu_device_ = 0;
   CUcontext context_ = nullptr;
   std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<const codegen::KernelSource>> sources_;
   std::map<std::string, std::unique_ptr<Module>> modules_;
   std::map<std::string, std::shared_ptr<std::mutex>> module_locks_;
 };

@@ -8,13 +8,12 @@
 #include "codegen/dtype_check.hpp"
 #include "codegen/sample_tokens.hpp"
 #include "runtime/arg_checks.hpp"
-#include "runtime/c_api.hpp"
 #include "runtime/tree_ops.hpp"
 #include "sample_tokens_params.h"
 
 namespace kdtree {
 
-void sample_tokens(Runtime& rt, const kdtree_sample_args& a) {
+void sample_tokens(Engine& rt, const kdtree_sample_args& a) {
   codegen::SampleSpec spec;
   spec.logits_dtype = codegen::checked_dtype(a.logits_dtype, "logits_dtype");
   codegen::validate(spec);
@@ -48,15 +47,8 @@ void sample_tokens(Runtime& rt, const kdtree_sample_args& a) {
 
   LaunchDims dims;
   dims.grid_x = static_cast<unsigned>(a.num_rows);
-  dims.block_x = codegen::kSampleThreads;
+  dims.block_x = static_cast<unsigned>(module.launch().threads);
   rt.launch(fn, dims, args, static_cast<CUstream>(a.stream), "sample_tokens");
 }
 
 }  // namespace kdtree
-
-extern "C" kdtree_status kdtree_sample_tokens(kdtree_runtime* rt, const kdtree_sample_args* args) {
-  return kdtree::guarded("kdtree_sample_tokens", [&] {
-    kdtree::require(args != nullptr, "args is NULL");
-    kdtree::sample_tokens(kdtree::unwrap(rt), *args);
-  });
-}

@@ -8,13 +8,12 @@
 
 #include "codegen/tree_accept.hpp"
 #include "runtime/arg_checks.hpp"
-#include "runtime/c_api.hpp"
 #include "runtime/tree_ops.hpp"
 #include "tree_accept_params.h"
 
 namespace kdtree {
 
-void tree_accept(Runtime& rt, const kdtree_tree_accept_args& a) {
+void tree_accept(Engine& rt, const kdtree_tree_accept_args& a) {
   codegen::TreeAcceptSpec spec;
   spec.max_tree_nodes = a.max_tree_nodes;
   codegen::validate(spec);
@@ -56,15 +55,8 @@ void tree_accept(Runtime& rt, const kdtree_tree_accept_args& a) {
 
   LaunchDims dims;
   dims.grid_x = static_cast<unsigned>(a.batch_size);
-  dims.block_x = 32;
+  dims.block_x = static_cast<unsigned>(module.launch().threads);
   rt.launch(fn, dims, args, static_cast<CUstream>(a.stream), "tree_accept");
 }
 
 }  // namespace kdtree
-
-extern "C" kdtree_status kdtree_tree_accept(kdtree_runtime* rt, const kdtree_tree_accept_args* args) {
-  return kdtree::guarded("kdtree_tree_accept", [&] {
-    kdtree::require(args != nullptr, "args is NULL");
-    kdtree::tree_accept(kdtree::unwrap(rt), *args);
-  });
-}

@@ -6,7 +6,6 @@
 
 #include "codegen/tree_build.hpp"
 #include "runtime/arg_checks.hpp"
-#include "runtime/c_api.hpp"
 #include "runtime/tree_ops.hpp"
 #include "tree_build_params.h"
 
@@ -19,7 +18,7 @@ void require_range(int value, int lo, int hi, const char* name) {
 
 }  // namespace
 
-void tree_build(Runtime& rt, const kdtree_tree_build_args& a) {
+void tree_build(Engine& rt, const kdtree_tree_build_args& a) {
   codegen::TreeBuildSpec spec;
   spec.max_tree_nodes = a.max_tree_nodes;
   codegen::validate(spec);
@@ -67,15 +66,8 @@ void tree_build(Runtime& rt, const kdtree_tree_build_args& a) {
 
   LaunchDims dims;
   dims.grid_x = static_cast<unsigned>(a.batch_size);
-  dims.block_x = 32;
+  dims.block_x = static_cast<unsigned>(module.launch().threads);
   rt.launch(fn, dims, args, static_cast<CUstream>(a.stream), "tree_build");
 }
 
 }  // namespace kdtree
-
-extern "C" kdtree_status kdtree_tree_build(kdtree_runtime* rt, const kdtree_tree_build_args* args) {
-  return kdtree::guarded("kdtree_tree_build", [&] {
-    kdtree::require(args != nullptr, "args is NULL");
-    kdtree::tree_build(kdtree::unwrap(rt), *args);
-  });
-}

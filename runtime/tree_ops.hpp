@@ -7,15 +7,15 @@
 namespace kdtree {
 
 // DDTree best-first selection for the whole batch in one launch.
-void tree_build(Runtime& rt, const kdtree_tree_build_args& args);
+void tree_build(Engine& rt, const kdtree_tree_build_args& args);
 
 // Longest accepted path per request, in one launch.
-void tree_accept(Runtime& rt, const kdtree_tree_accept_args& args);
+void tree_accept(Engine& rt, const kdtree_tree_accept_args& args);
 
 // One token per logits row: greedy argmax or Gumbel-max sampling with a seed.
-void sample_tokens(Runtime& rt, const kdtree_sample_args& args);
+void sample_tokens(Engine& rt, const kdtree_sample_args& args);
 
 // Moves the accepted path's KV rows into place, every layer in one launch.
-void kv_compact(Runtime& rt, const kdtree_kv_compact_args& args);
+void kv_compact(Engine& rt, const kdtree_kv_compact_args& args);
 
 }  // namespace kdtree

@@ -8,52 +8,75 @@
 
 #include "codegen/verify_attention.hpp"
 #include "runtime/arg_checks.hpp"
-#include "runtime/c_api.hpp"
 #include "verify_attention_params.h"
 
 namespace kdtree {
 namespace {
 
-int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
+// The hardware's limit on a launch's grid y and z.
+constexpr long long kMaxGridYZ = 65535;
 
-Module& verify_module(Runtime& rt, const codegen::VerifySpec& spec) {
+long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
+
+Module& verify_module(Engine& rt, const codegen::VerifySpec& spec) {
   return rt.module(spec.fast_key(), [&] { return codegen::generate_verify_attention(spec, rt.arch()); });
+}
+
+// The generated source's launch facts, without loading it (no device needed offline).
+codegen::LaunchFacts verify_launch(Engine& rt, const codegen::VerifySpec& spec) {
+  return rt.source(spec.fast_key(), [&] { return codegen::generate_verify_attention(spec, rt.arch()); })->launch;
 }
 
 }  // namespace
 
-size_t verify_workspace_bytes(const kdtree_verify_spec& s, int total_nodes, int num_splits) {
-  if (num_splits <= 1) return 0;
-  return size_t(num_splits) * size_t(total_nodes) * s.num_q_heads * (s.head_dim_v + 1) * sizeof(float);
+void check_verify_sizes(const kdtree_verify_spec& s, int max_tree_nodes, int batch_size, int total_nodes,
+                        int max_kv_len, int num_splits) {
+  require(batch_size >= 1, "batch_size {} must be >= 1", batch_size);
+  require(total_nodes >= batch_size && total_nodes <= (long long)batch_size * max_tree_nodes,
+          "total_nodes {} is out of range: each of the {} requests has 1..{} (max_tree_nodes) nodes", total_nodes,
+          batch_size, max_tree_nodes);
+  require(max_kv_len >= 1, "max_kv_len {} must be >= 1", max_kv_len);
+  require(num_splits >= 0 && num_splits <= kMaxGridYZ,
+          "num_splits {} is out of range: 0 (automatic) or 1..{} (the grid's z limit)", num_splits, kMaxGridYZ);
+  // One CTA row per (request, KV head): grid y.
+  require((long long)batch_size * s.num_kv_heads <= kMaxGridYZ,
+          "batch_size {} x num_kv_heads {} = {} exceeds {} (the grid's y limit): split the batch", batch_size,
+          s.num_kv_heads, (long long)batch_size * s.num_kv_heads, kMaxGridYZ);
+  // Output rows are indexed with int on the host and by the combine grid.
+  require((long long)total_nodes * s.num_q_heads <= INT32_MAX,
+          "total_nodes {} x num_q_heads {} exceeds 2^31 - 1 output rows: split the batch", total_nodes,
+          s.num_q_heads);
 }
 
-VerifyPlan plan_verify(Runtime& rt, const kdtree_verify_spec& s, int batch_size, int total_nodes, int max_kv_len,
-                       int forced_splits) {
-  codegen::VerifySpec spec = codegen::validate_verify_spec(s);
-  require(batch_size >= 1, "batch_size {} must be >= 1", batch_size);
-  require(total_nodes >= batch_size && total_nodes <= (long long)batch_size * spec.max_tree_nodes, "total_nodes {} is out of range: each of the {} requests has 1..{} (max_tree_nodes) nodes",
-                      total_nodes, batch_size, spec.max_tree_nodes);
-  require(max_kv_len >= 1, "max_kv_len {} must be >= 1", max_kv_len);
-  require(forced_splits >= 0, "num_splits {} must be >= 0", forced_splits);
-  const codegen::Arch& arch = rt.arch();
-  codegen::VerifyTiles tiles = codegen::choose_verify_tiles(spec, arch);
+size_t verify_workspace_bytes(const kdtree_verify_spec& s, int total_nodes, int num_splits) {
+  if (num_splits <= 1) return 0;
+  return size_t(num_splits) * size_t(total_nodes) * size_t(s.num_q_heads) * size_t(s.head_dim_v + 1) *
+         sizeof(float);
+}
+
+VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& s,
+                       int batch_size, int total_nodes, int max_kv_len, int forced_splits) {
+  if (launch.block_m < 1 || launch.block_n < 1 || launch.threads < 1) {
+    fail(KDTREE_ERROR_INTERNAL, fmt::format("verify_attention launch facts are incomplete (block_m {}, block_n {}, "
+                                            "threads {})",
+                                            launch.block_m, launch.block_n, launch.threads));
+  }
   const int group = s.num_q_heads / s.num_kv_heads;
-  const int kv_tiles = ceil_div(max_kv_len, tiles.block_n);
-  int splits = forced_splits;
+  const long long kv_tiles = ceil_div(max_kv_len, launch.block_n);
+  long long splits = forced_splits;
   if (splits == 0) {
     // Model the time as waves x KV tiles per CTA: a CTA streams ceil(kv_tiles / s)
     // tiles plus about one tile's worth of fixed work (Q load, pipeline fill, and
     // the combine when s > 1); CTAs run ctas_per_sm at a time on every SM. The
     // cheapest s wins (the fewest on a tie), so small batches spread the KV over
     // the whole GPU and large ones are not cut into a partial last wave.
-    const long long ctas = std::max<long long>(ceil_div((long long)total_nodes * group, tiles.block_m),
+    const long long ctas = std::max<long long>(ceil_div((long long)total_nodes * group, launch.block_m),
                                                batch_size) * s.num_kv_heads;
-    const int threads = tiles.warps * 32;
-    const int ctas_per_sm = std::max(1, std::min(arch.max_smem_per_sm / (tiles.smem_bytes + 1024),
-                                                 65536 / (threads * 240)));
+    const int ctas_per_sm = std::max(1, std::min(arch.max_smem_per_sm / (launch.dynamic_smem + 1024),
+                                                 65536 / (launch.threads * 240)));
     const long long slots = (long long)arch.num_sms * ctas_per_sm;
     double best = 0;
-    for (int cand = 1; cand <= std::min(64, kv_tiles); ++cand) {
+    for (long long cand = 1; cand <= std::min<long long>(64, kv_tiles); ++cand) {
       double waves = std::ceil(double(ctas * cand) / slots);
       double cost = waves * (ceil_div(kv_tiles, cand) + (cand > 1 ? 1.5 : 1.0));
       if (cand == 1 || cost < best) {
@@ -64,15 +87,15 @@ VerifyPlan plan_verify(Runtime& rt, const kdtree_verify_spec& s, int batch_size,
     splits = ceil_div(kv_tiles, ceil_div(kv_tiles, splits));  // no empty trailing split
   }
   VerifyPlan plan;
-  plan.tiles = tiles;
-  plan.num_splits = splits;
-  plan.split_tokens = ceil_div(kv_tiles, splits) * tiles.block_n;
-  plan.workspace_bytes = verify_workspace_bytes(s, total_nodes, splits);
+  plan.num_splits = static_cast<int>(splits);
+  plan.split_tokens = static_cast<int>(ceil_div(kv_tiles, splits) * launch.block_n);
+  plan.workspace_bytes = verify_workspace_bytes(s, total_nodes, plan.num_splits);
   return plan;
 }
 
-void verify_attention(Runtime& rt, const kdtree_verify_args& a) {
-  codegen::VerifySpec spec = codegen::validate_verify_spec(a.spec);
+void verify_attention(Engine& rt, const kdtree_verify_args& a) {
+  const codegen::VerifySpec spec = codegen::validate_verify_spec(a.spec);
+  check_verify_sizes(a.spec, spec.max_tree_nodes, a.batch_size, a.total_nodes, a.max_kv_len, a.num_splits);
   // 16-byte cp.async rows for q and the caches; 4-byte stores of out.
   require_buffer(a.q, 16, "q");
   require_buffer(a.node_indptr, 4, "node_indptr");
@@ -82,6 +105,8 @@ void verify_attention(Runtime& rt, const kdtree_verify_args& a) {
   require_buffer(a.tree_mask, 8, "tree_mask");
   require_buffer(a.out, 4, "out");
   require_optional_buffer(a.lse, 4, "lse");
+  // The combine kernel reads the split partials as float4.
+  require_optional_buffer(a.workspace, 16, "workspace");
   if (spec.mla()) {
     require(a.v_cache == nullptr, "v_cache must be NULL for MLA (V is the first head_dim_v dims of the k_cache row)");
   } else {
@@ -98,11 +123,11 @@ void verify_attention(Runtime& rt, const kdtree_verify_args& a) {
   };
   // A forced split count fixes the workspace without asking the device.
   if (a.num_splits > 0) check_workspace(verify_workspace_bytes(a.spec, a.total_nodes, a.num_splits));
-  VerifyPlan plan = plan_verify(rt, a.spec, a.batch_size, a.total_nodes, a.max_kv_len, a.num_splits);
-  check_workspace(plan.workspace_bytes);
 
-  const codegen::VerifyTiles& tiles = plan.tiles;
   Module& module = verify_module(rt, spec);
+  const codegen::LaunchFacts& launch = module.launch();
+  const VerifyPlan plan = plan_verify(launch, rt.arch(), a.spec, a.batch_size, a.total_nodes, a.max_kv_len, a.num_splits);
+  check_workspace(plan.workspace_bytes);
 
   kdtree_verify_params p{};
   p.q = a.q;
@@ -135,57 +160,35 @@ void verify_attention(Runtime& rt, const kdtree_verify_args& a) {
   CUstream stream = static_cast<CUstream>(a.stream);
 
   LaunchDims main;
-  main.grid_x = ceil_div((long long)spec.max_tree_nodes * p.group, tiles.block_m);
-  main.grid_y = a.batch_size * a.spec.num_kv_heads;
-  main.grid_z = plan.num_splits;
-  main.block_x = tiles.warps * 32;
-  main.dynamic_smem = tiles.smem_bytes;
-  rt.launch(module.function("kdtree_verify_attention", tiles.smem_bytes), main, args, stream,
+  main.grid_x = static_cast<unsigned>(ceil_div((long long)spec.max_tree_nodes * p.group, launch.block_m));
+  main.grid_y = static_cast<unsigned>(a.batch_size * a.spec.num_kv_heads);
+  main.grid_z = static_cast<unsigned>(plan.num_splits);
+  main.block_x = static_cast<unsigned>(launch.threads);
+  main.dynamic_smem = static_cast<unsigned>(launch.dynamic_smem);
+  rt.launch(module.function("kdtree_verify_attention", launch.dynamic_smem), main, args, stream,
             "launching kdtree_verify_attention");
   if (plan.num_splits > 1) {
     LaunchDims combine;
-    // Mirrors COMBINE_ROWS of the template: 128 threads, head_dim_v / 4 per row.
-    const int rows_per_cta = std::max(1, 128 / (spec.head_dim_v / 4));
-    combine.grid_x = ceil_div((long long)a.total_nodes * a.spec.num_q_heads, rows_per_cta);
-    combine.block_x = 128;
+    combine.grid_x = static_cast<unsigned>(ceil_div((long long)a.total_nodes * a.spec.num_q_heads, launch.combine_rows));
+    combine.block_x = static_cast<unsigned>(launch.combine_threads);
     rt.launch(module.function("kdtree_verify_combine"), combine, args, stream, "launching kdtree_verify_combine");
   }
 }
 
+size_t verify_workspace_size(Engine& rt, const kdtree_verify_spec& s, int batch_size, int total_nodes,
+                             int max_kv_len) {
+  const codegen::VerifySpec spec = codegen::validate_verify_spec(s);
+  check_verify_sizes(s, spec.max_tree_nodes, batch_size, total_nodes, max_kv_len, 0);
+  return plan_verify(verify_launch(rt, spec), rt.arch(), s, batch_size, total_nodes, max_kv_len, 0).workspace_bytes;
+}
+
+void warm_verify(Engine& rt, const kdtree_verify_spec& s) {
+  const codegen::VerifySpec spec = codegen::validate_verify_spec(s);
+  if (rt.has_device()) {
+    verify_module(rt, spec);
+  } else {
+    rt.compile(*rt.source(spec.fast_key(), [&] { return codegen::generate_verify_attention(spec, rt.arch()); }));
+  }
+}
+
 }  // namespace kdtree
-
-using kdtree::guarded;
-using kdtree::require;
-
-extern "C" {
-
-kdtree_status kdtree_verify_workspace_size(kdtree_runtime* rt, const kdtree_verify_spec* spec, int batch_size,
-                                           int total_nodes, int max_kv_len, size_t* bytes) {
-  return guarded("kdtree_verify_workspace_size", [&] {
-    require(spec != nullptr, "spec is NULL");
-    require(bytes != nullptr, "bytes is NULL");
-    *bytes = kdtree::plan_verify(kdtree::unwrap(rt), *spec, batch_size, total_nodes, max_kv_len, 0).workspace_bytes;
-  });
-}
-
-kdtree_status kdtree_verify_attention(kdtree_runtime* rt, const kdtree_verify_args* args) {
-  return guarded("kdtree_verify_attention", [&] {
-    require(args != nullptr, "args is NULL");
-    kdtree::verify_attention(kdtree::unwrap(rt), *args);
-  });
-}
-
-kdtree_status kdtree_warm(kdtree_runtime* rt, const kdtree_verify_spec* spec) {
-  return guarded("kdtree_warm", [&] {
-    require(spec != nullptr, "spec is NULL");
-    kdtree::Runtime& r = kdtree::unwrap(rt);
-    kdtree::codegen::VerifySpec v = kdtree::codegen::validate_verify_spec(*spec);
-    if (r.has_device()) {
-      kdtree::verify_module(r, v);
-    } else {
-      r.compile(kdtree::codegen::generate_verify_attention(v, r.arch()));
-    }
-  });
-}
-
-}  // extern "C"

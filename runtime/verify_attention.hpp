@@ -2,26 +2,40 @@
 #pragma once
 #include <cstddef>
 
-#include "codegen/verify_attention.hpp"
+#include "codegen/arch.hpp"
+#include "codegen/kernel_source.hpp"
 #include "kdtree/kdtree.h"
 #include "runtime/runtime.hpp"
 
 namespace kdtree {
 
 struct VerifyPlan {
-  codegen::VerifyTiles tiles;  // the generated kernel's tiles for the runtime's arch
   int num_splits = 1;
-  int split_tokens = 0;  // KV tokens per split (multiple of the tile)
+  int split_tokens = 0;  // KV tokens per split (a multiple of the tile)
   size_t workspace_bytes = 0;
 };
+
+// The host-known sizes of a call (batch_size, total_nodes, max_kv_len, a forced
+// num_splits, and the grid limits they imply), checked before anything reads
+// them. Throws KDTREE_ERROR_INVALID_ARGUMENT naming the value.
+void check_verify_sizes(const kdtree_verify_spec& spec, int max_tree_nodes, int batch_size, int total_nodes,
+                        int max_kv_len, int num_splits);
 
 // Workspace of a call with this many KV splits (0 for one split).
 size_t verify_workspace_bytes(const kdtree_verify_spec& spec, int total_nodes, int num_splits);
 
-// The split plan for host-known sizes; forced_splits > 0 overrides the choice.
-VerifyPlan plan_verify(Runtime& rt, const kdtree_verify_spec& spec, int batch_size, int total_nodes,
-                       int max_kv_len, int forced_splits);
+// The split plan for checked sizes and the generated kernel's launch facts;
+// forced_splits > 0 overrides the choice.
+VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& spec,
+                       int batch_size, int total_nodes, int max_kv_len, int forced_splits);
 
-void verify_attention(Runtime& rt, const kdtree_verify_args& args);
+void verify_attention(Engine& rt, const kdtree_verify_args& args);
+
+// kdtree_verify_workspace_size: the workspace of the automatic split plan.
+size_t verify_workspace_size(Engine& rt, const kdtree_verify_spec& spec, int batch_size, int total_nodes,
+                             int max_kv_len);
+
+// kdtree_warm: compiles (device runtime: and loads) the spec's kernels.
+void warm_verify(Engine& rt, const kdtree_verify_spec& spec);
 
 }  // namespace kdtree

@@ -1,8 +1,12 @@
-// Device prelude shared by every generated kernel. No CUDA headers: NVRTC
-// compiles these sources with nothing on its include path, so 16-bit values are
-// plain integers and conversions and matrix instructions are inline PTX.
+// Device prelude shared by every generated kernel. No CUDA headers: NVRTC sees
+// only the headers the generator names, so 16-bit values are plain integers and
+// conversions and matrix instructions are inline PTX.
 #ifndef KDTREE_COMMON_CUH
 #define KDTREE_COMMON_CUH
+
+// The KDTREE_DEVICE_ERROR_* bits kernels OR into error_flags are kdtree.h's
+// (plain C, no includes); NVRTC receives the header by this name.
+#include "kdtree/kdtree_device_errors.h"
 
 typedef unsigned int kd_u32;
 typedef unsigned long long kd_u64;

@@ -9,24 +9,23 @@
 // later group's sources lie past every destination written before it.
 // Malformed requests set error_flags bits and are skipped (left untouched).
 
-#define KVC_PAGE_SIZE ${PAGE_SIZE}
-#define KVC_MAX_TREE_NODES ${MAX_TREE_NODES}
-#define KVC_THREADS ${THREADS}
-#define KVC_CHUNK_VECS ${CHUNK_VECS}
-#define KVC_VECS_PER_THREAD ${VECS_PER_THREAD}
+#include "common.cuh"
+#include "kv_compact_params.h"
+#include "kv_compact_config.h"
+
+constexpr int PAGE_SIZE = KD_PAGE_SIZE;
+constexpr int MAX_TREE_NODES = KD_MAX_TREE_NODES;
+constexpr int THREADS = KD_THREADS;
+constexpr int CHUNK_VECS = KD_CHUNK_VECS;
+constexpr int VECS_PER_THREAD = KD_VECS_PER_THREAD;
 // Path entries per read-then-write round.
-#define KVC_GROUP (KVC_THREADS * KVC_VECS_PER_THREAD / KVC_CHUNK_VECS)
+constexpr int GROUP = THREADS * VECS_PER_THREAD / CHUNK_VECS;
 // Logical pages the moved rows can span: positions [prefix + 1, prefix + n_b).
-#define KVC_MAX_SPAN_PAGES ((KVC_MAX_TREE_NODES + KVC_PAGE_SIZE - 2) / KVC_PAGE_SIZE + 1)
+constexpr int MAX_SPAN_PAGES = (MAX_TREE_NODES + PAGE_SIZE - 2) / PAGE_SIZE + 1;
 
-#define KVC_ERROR_NODE_COUNT 1
-#define KVC_ERROR_KV_LEN 2
-#define KVC_ERROR_PAGE_INDEX 4
-#define KVC_ERROR_PATH 16
-
-static_assert(KVC_THREADS >= KVC_MAX_TREE_NODES, "one thread per path entry");
-static_assert(KVC_THREADS >= KVC_MAX_SPAN_PAGES, "one thread per touched page");
-static_assert((KVC_THREADS * KVC_VECS_PER_THREAD) % KVC_CHUNK_VECS == 0, "whole rows per round");
+static_assert(THREADS >= MAX_TREE_NODES, "one thread per path entry");
+static_assert(THREADS >= MAX_SPAN_PAGES, "one thread per touched page");
+static_assert((THREADS * VECS_PER_THREAD) % CHUNK_VECS == 0, "whole rows per round");
 
 struct alignas(16) kvc_vec {
   unsigned int x, y, z, w;
@@ -47,10 +46,10 @@ static __device__ __forceinline__ void kvc_store(kvc_vec* p, const kvc_vec& v) {
                : "memory");
 }
 
-extern "C" __global__ void __launch_bounds__(KVC_THREADS)
+extern "C" __global__ void __launch_bounds__(THREADS)
 kdtree_kv_compact(const kdtree_kv_compact_params p) {
-  __shared__ int s_path[KVC_MAX_TREE_NODES];
-  __shared__ int s_page[KVC_MAX_SPAN_PAGES];
+  __shared__ int s_path[MAX_TREE_NODES];
+  __shared__ int s_page[MAX_SPAN_PAGES];
   const int b = blockIdx.y, layer = blockIdx.z, tid = threadIdx.x;
 
   // Per-request checks: every CTA of request b reaches the same verdict.
@@ -58,18 +57,18 @@ kdtree_kv_compact(const kdtree_kv_compact_params p) {
   const int kv_len = p.kv_lens[b];
   const int accept = p.accept_lens[b];
   int error = 0;
-  if (n < 1 || n > KVC_MAX_TREE_NODES || kv_len < n) {
-    error = KVC_ERROR_NODE_COUNT;
-  } else if ((long long)kv_len > (long long)p.max_pages_per_req * KVC_PAGE_SIZE) {
-    error = KVC_ERROR_KV_LEN;
+  if (n < 1 || n > MAX_TREE_NODES || kv_len < n) {
+    error = KDTREE_DEVICE_ERROR_NODE_COUNT;
+  } else if ((long long)kv_len > (long long)p.max_pages_per_req * PAGE_SIZE) {
+    error = KDTREE_DEVICE_ERROR_KV_LEN;
   } else if (accept < 0 || accept > n - 1) {
-    error = KVC_ERROR_PATH;
+    error = KDTREE_DEVICE_ERROR_PATH;
   }
   const int prefix = kv_len - n;
   int first = 0;  // entries [0, first) sit in place (n_j == j); the rest move
   int page0 = 0;  // first logical page touched
   if (error == 0) {
-    const int* path = p.accepted_path + (long long)b * KVC_MAX_TREE_NODES;
+    const int* path = p.accepted_path + (long long)b * MAX_TREE_NODES;
     bool bad = false, in_place = false;
     if (tid <= accept) {
       const int node = path[tid];
@@ -78,20 +77,20 @@ kdtree_kv_compact(const kdtree_kv_compact_params p) {
       in_place = node == tid;
     }
     if (__syncthreads_or(bad)) {
-      error = KVC_ERROR_PATH;
+      error = KDTREE_DEVICE_ERROR_PATH;
     } else {
       // In place entries form a prefix of a valid path (n_j >= j, strictly increasing).
       first = __syncthreads_count(in_place);
       if (first <= accept) {
-        page0 = (prefix + first) / KVC_PAGE_SIZE;
-        const int page_last = (prefix + s_path[accept]) / KVC_PAGE_SIZE;
+        page0 = (prefix + first) / PAGE_SIZE;
+        const int page_last = (prefix + s_path[accept]) / PAGE_SIZE;
         bool bad_page = false;
         if (page0 + tid <= page_last) {
           const int page = p.page_table[(long long)b * p.max_pages_per_req + page0 + tid];
           s_page[tid] = page;
           bad_page = page < 0 || page >= p.num_pages;
         }
-        if (__syncthreads_or(bad_page)) error = KVC_ERROR_PAGE_INDEX;
+        if (__syncthreads_or(bad_page)) error = KDTREE_DEVICE_ERROR_PAGE_INDEX;
       }
     }
   }
@@ -102,30 +101,30 @@ kdtree_kv_compact(const kdtree_kv_compact_params p) {
 
   const bool is_v = (int)blockIdx.x >= p.chunks_k;
   const int row_vecs = is_v ? p.row_vecs_v : p.row_vecs_k;
-  const int col0 = ((int)blockIdx.x - (is_v ? p.chunks_k : 0)) * KVC_CHUNK_VECS;
-  const int cols = row_vecs - col0 < KVC_CHUNK_VECS ? row_vecs - col0 : KVC_CHUNK_VECS;
+  const int col0 = ((int)blockIdx.x - (is_v ? p.chunks_k : 0)) * CHUNK_VECS;
+  const int cols = row_vecs - col0 < CHUNK_VECS ? row_vecs - col0 : CHUNK_VECS;
   kvc_vec* cache = (kvc_vec*)(is_v ? p.v_caches : p.k_caches)[layer];
 
-  for (int g0 = first; g0 <= accept; g0 += KVC_GROUP) {
-    kvc_vec r[KVC_VECS_PER_THREAD];
+  for (int g0 = first; g0 <= accept; g0 += GROUP) {
+    kvc_vec r[VECS_PER_THREAD];
 #pragma unroll
-    for (int u = 0; u < KVC_VECS_PER_THREAD; ++u) {
-      const int slot = tid + u * KVC_THREADS;
-      const int j = g0 + slot / KVC_CHUNK_VECS, c = slot % KVC_CHUNK_VECS;
+    for (int u = 0; u < VECS_PER_THREAD; ++u) {
+      const int slot = tid + u * THREADS;
+      const int j = g0 + slot / CHUNK_VECS, c = slot % CHUNK_VECS;
       if (j <= accept && c < cols) {
         const int pos = prefix + s_path[j];
-        const long long row = (long long)s_page[pos / KVC_PAGE_SIZE - page0] * KVC_PAGE_SIZE + pos % KVC_PAGE_SIZE;
+        const long long row = (long long)s_page[pos / PAGE_SIZE - page0] * PAGE_SIZE + pos % PAGE_SIZE;
         r[u] = kvc_load(cache + row * row_vecs + col0 + c);
       }
     }
     __syncthreads();  // the whole group is read before any of it is written
 #pragma unroll
-    for (int u = 0; u < KVC_VECS_PER_THREAD; ++u) {
-      const int slot = tid + u * KVC_THREADS;
-      const int j = g0 + slot / KVC_CHUNK_VECS, c = slot % KVC_CHUNK_VECS;
+    for (int u = 0; u < VECS_PER_THREAD; ++u) {
+      const int slot = tid + u * THREADS;
+      const int j = g0 + slot / CHUNK_VECS, c = slot % CHUNK_VECS;
       if (j <= accept && c < cols) {
         const int pos = prefix + j;
-        const long long row = (long long)s_page[pos / KVC_PAGE_SIZE - page0] * KVC_PAGE_SIZE + pos % KVC_PAGE_SIZE;
+        const long long row = (long long)s_page[pos / PAGE_SIZE - page0] * PAGE_SIZE + pos % PAGE_SIZE;
         kvc_store(cache + row * row_vecs + col0 + c, r[u]);
       }
     }

@@ -5,23 +5,25 @@
 // reference/sample_tokens.cpp implements the same hash and float formula.
 // One CTA per row; 16-byte vector loads; NaN logits count as -inf.
 
-#define SAMPLE_THREADS ${THREADS}
-#define SAMPLE_UNROLL ${UNROLL}
-#define SAMPLE_LOGITS_BF16 ${LOGITS_BF16}
-#define SAMPLE_WARPS (SAMPLE_THREADS / 32)
+#include "common.cuh"
+#include "sample_tokens_params.h"
+#include "sample_tokens_config.h"
 
-#if SAMPLE_LOGITS_BF16
+constexpr int THREADS = KD_THREADS;
+constexpr int UNROLL = KD_UNROLL;
+constexpr int WARPS = THREADS / 32;
+
+#if KD_LOGITS_BF16
 typedef unsigned short sample_elem_t;
-#define SAMPLE_VEC_ELEMS 8
 #else
 typedef float sample_elem_t;
-#define SAMPLE_VEC_ELEMS 4
 #endif
+constexpr int VEC_ELEMS = 16 / sizeof(sample_elem_t);  // per 16-byte load
 
 // Upper bound of any Gumbel value drawn here (u <= 1 - 2^-24 gives g <= 16.64):
 // a token whose logit / T + bound is below the best score so far cannot win, so
 // the hash and the logs are skipped for it without changing the result.
-#define SAMPLE_GUMBEL_BOUND 17.0f
+constexpr float GUMBEL_BOUND = 17.0f;
 
 struct alignas(16) sample_vec {
   unsigned int x, y, z, w;
@@ -37,7 +39,7 @@ static __device__ __forceinline__ sample_vec sample_load_stream(const sample_vec
 }
 
 static __device__ __forceinline__ float sample_to_float(sample_elem_t v) {
-#if SAMPLE_LOGITS_BF16
+#if KD_LOGITS_BF16
   return __uint_as_float((unsigned int)v << 16);
 #else
   return v;
@@ -88,7 +90,7 @@ static __device__ __forceinline__ void sample_consider(sample_best& b, float log
   float v = logit != logit ? -__int_as_float(0x7f800000) : logit;
   if (GREEDY) {
     sample_take(b, v, index);
-  } else if (__fmaf_rn(v, inv_t, SAMPLE_GUMBEL_BOUND) >= b.score) {
+  } else if (__fmaf_rn(v, inv_t, GUMBEL_BOUND) >= b.score) {
     sample_take(b, __fmaf_rn(v, inv_t, sample_gumbel(k0, k1, index)), index);
   }
 }
@@ -99,7 +101,7 @@ static __device__ __forceinline__ void sample_consider_vec(sample_best& b, const
   const unsigned int w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-#if SAMPLE_LOGITS_BF16
+#if KD_LOGITS_BF16
     sample_consider<GREEDY>(b, __uint_as_float(w[i] << 16), index + 2 * i, inv_t, k0, k1);
     sample_consider<GREEDY>(b, __uint_as_float(w[i] & 0xFFFF0000u), index + 2 * i + 1, inv_t, k0, k1);
 #else
@@ -120,24 +122,24 @@ static __device__ __forceinline__ sample_best sample_scan_row(const sample_elem_
   const unsigned long long addr = (unsigned long long)row;
   int head = (int)(((16ull - (addr & 15ull)) & 15ull) / sizeof(sample_elem_t));
   head = head < vocab ? head : vocab;
-  const int nvec = (vocab - head) / SAMPLE_VEC_ELEMS;
-  const int tail = head + nvec * SAMPLE_VEC_ELEMS;
+  const int nvec = (vocab - head) / VEC_ELEMS;
+  const int tail = head + nvec * VEC_ELEMS;
   if (tid < head) sample_consider<GREEDY>(b, sample_to_float(row[tid]), tid, inv_t, k0, k1);
   if (tail + tid < vocab) {
     sample_consider<GREEDY>(b, sample_to_float(row[tail + tid]), tail + tid, inv_t, k0, k1);
   }
   const sample_vec* body = (const sample_vec*)(row + head);
-  for (int v0 = tid; v0 < nvec; v0 += SAMPLE_THREADS * SAMPLE_UNROLL) {
-    sample_vec r[SAMPLE_UNROLL];
+  for (int v0 = tid; v0 < nvec; v0 += THREADS * UNROLL) {
+    sample_vec r[UNROLL];
     // All loads first, so UNROLL requests per thread are in flight together.
 #pragma unroll
-    for (int u = 0; u < SAMPLE_UNROLL; ++u) {
-      if (v0 + u * SAMPLE_THREADS < nvec) r[u] = sample_load_stream(body + v0 + u * SAMPLE_THREADS);
+    for (int u = 0; u < UNROLL; ++u) {
+      if (v0 + u * THREADS < nvec) r[u] = sample_load_stream(body + v0 + u * THREADS);
     }
 #pragma unroll
-    for (int u = 0; u < SAMPLE_UNROLL; ++u) {
-      const int v = v0 + u * SAMPLE_THREADS;
-      if (v < nvec) sample_consider_vec<GREEDY>(b, r[u], head + v * SAMPLE_VEC_ELEMS, inv_t, k0, k1);
+    for (int u = 0; u < UNROLL; ++u) {
+      const int v = v0 + u * THREADS;
+      if (v < nvec) sample_consider_vec<GREEDY>(b, r[u], head + v * VEC_ELEMS, inv_t, k0, k1);
     }
   }
   return b;
@@ -153,10 +155,10 @@ static __device__ __forceinline__ sample_best sample_warp_reduce(sample_best b) 
   return b;
 }
 
-extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
+extern "C" __global__ void __launch_bounds__(THREADS)
 kdtree_sample_tokens(const kdtree_sample_tokens_params p) {
-  __shared__ float s_score[SAMPLE_WARPS];
-  __shared__ int s_index[SAMPLE_WARPS];
+  __shared__ float s_score[WARPS];
+  __shared__ int s_index[WARPS];
   const int row = blockIdx.x;
   if (row >= p.num_rows) return;
   const sample_elem_t* logits = (const sample_elem_t*)p.logits + (long long)row * p.row_stride;
@@ -179,8 +181,8 @@ kdtree_sample_tokens(const kdtree_sample_tokens_params p) {
   }
   __syncthreads();
   if (warp == 0) {
-    b.score = lane < SAMPLE_WARPS ? s_score[lane] : -__int_as_float(0x7f800000);
-    b.index = lane < SAMPLE_WARPS ? s_index[lane] : 0x7fffffff;
+    b.score = lane < WARPS ? s_score[lane] : -__int_as_float(0x7f800000);
+    b.index = lane < WARPS ? s_index[lane] : 0x7fffffff;
     b = sample_warp_reduce(b);
     if (lane == 0) p.out_tokens[row] = b.index == 0x7fffffff ? 0 : b.index;
   }

@@ -9,13 +9,17 @@
 // Accepted-node state (parent, depth, rank, score) lives in shared memory; the
 // per-node outputs are written in parallel at the end.
 
-constexpr int kW = ${MAX_TREE_NODES};          // max_tree_nodes
-constexpr int kSlots = ${SLOTS_PER_LANE};      // frontier registers per lane: ceil(W / 32)
-constexpr int kMaskWords = ${MASK_WORDS};      // ceil(W / 64)
-constexpr int kMaxDepth = ${MAX_DEPTH};
-constexpr int kMaxTopK = ${MAX_TOP_K};
-constexpr unsigned kFull = 0xffffffffu;
-constexpr unsigned kInvalid = 0xffffffffu;     // an empty frontier slot
+#include "common.cuh"
+#include "tree_build_params.h"
+#include "tree_build_config.h"
+
+constexpr int MAX_TREE_NODES = KD_MAX_TREE_NODES;  // W
+constexpr int SLOTS_PER_LANE = KD_SLOTS_PER_LANE;  // frontier registers per lane: ceil(W / 32)
+constexpr int MASK_WORDS = KD_MASK_WORDS;          // ceil(W / 64)
+constexpr int MAX_DEPTH = KD_MAX_DEPTH;
+constexpr int MAX_TOP_K = KD_MAX_TOP_K;
+constexpr unsigned FULL_MASK = 0xffffffffu;
+constexpr unsigned INVALID_SLOT = 0xffffffffu;     // an empty frontier slot
 
 // Node / frontier entry, packed: parent output index (7 bits), depth (5),
 // rank (6), and `prev` (7): the output index of the previous sibling, which
@@ -62,17 +66,17 @@ static __device__ __forceinline__ bool tb_before(unsigned ka, unsigned ia, unsig
 }
 
 extern "C" __global__ void __launch_bounds__(32) kdtree_tree_build(kdtree_tree_build_params p) {
-  __shared__ float s_logprob[kMaxDepth * kMaxTopK];  // this request's [D, K]
-  __shared__ unsigned s_info[kW];                    // emitted nodes, packed
-  __shared__ float s_score[kW];
-  __shared__ int s_first_child[kW];
-  __shared__ int s_next_sibling[kW];
+  __shared__ float s_logprob[MAX_DEPTH * MAX_TOP_K];  // this request's [D, K]
+  __shared__ unsigned s_info[MAX_TREE_NODES];                    // emitted nodes, packed
+  __shared__ float s_score[MAX_TREE_NODES];
+  __shared__ int s_first_child[MAX_TREE_NODES];
+  __shared__ int s_next_sibling[MAX_TREE_NODES];
 
   const int b = blockIdx.x;
   const int lane = threadIdx.x;
   const int D = p.depth;
   const int K = p.top_k;
-  const int budget = p.budget < kW - 1 ? p.budget : kW - 1;  // the frontier holds <= W entries
+  const int budget = p.budget < MAX_TREE_NODES - 1 ? p.budget : MAX_TREE_NODES - 1;  // the frontier holds <= W entries
 
   const int root_token = p.root_tokens[b];
   const int prefix_len = p.prefix_lens[b];
@@ -85,12 +89,12 @@ extern "C" __global__ void __launch_bounds__(32) kdtree_tree_build(kdtree_tree_b
   }
   __syncwarp();
 
-  unsigned key[kSlots];
-  unsigned info[kSlots];
+  unsigned key[SLOTS_PER_LANE];
+  unsigned info[SLOTS_PER_LANE];
 #pragma unroll
-  for (int j = 0; j < kSlots; ++j) {
+  for (int j = 0; j < SLOTS_PER_LANE; ++j) {
     key[j] = 0u;
-    info[j] = kInvalid;
+    info[j] = INVALID_SLOT;
   }
   if (lane == 0) {  // the root's first child: depth 1, rank 0
     key[0] = tb_order_key(__fadd_rn(0.0f, s_logprob[0]));
@@ -102,33 +106,33 @@ extern "C" __global__ void __launch_bounds__(32) kdtree_tree_build(kdtree_tree_b
   int pops = 0;
   for (; pops < budget && frontier > 0; ++pops) {
     // This lane's best entry.
-    unsigned best_key = 0u, best_info = kInvalid;
+    unsigned best_key = 0u, best_info = INVALID_SLOT;
     int best_slot = 0;
 #pragma unroll
-    for (int j = 0; j < kSlots; ++j) {
-      if (info[j] != kInvalid &&
-          (best_info == kInvalid || tb_before(key[j], info[j], best_key, best_info, s_info))) {
+    for (int j = 0; j < SLOTS_PER_LANE; ++j) {
+      if (info[j] != INVALID_SLOT &&
+          (best_info == INVALID_SLOT || tb_before(key[j], info[j], best_key, best_info, s_info))) {
         best_key = key[j];
         best_info = info[j];
         best_slot = j;
       }
     }
     // Warp argmax: score first; depth and path only among exact score ties.
-    const bool valid = best_info != kInvalid;
-    const unsigned top = __reduce_max_sync(kFull, valid ? best_key : 0u);
+    const bool valid = best_info != INVALID_SLOT;
+    const unsigned top = __reduce_max_sync(FULL_MASK, valid ? best_key : 0u);
     const bool cand = valid && best_key == top;
-    unsigned winners = __ballot_sync(kFull, cand);
+    unsigned winners = __ballot_sync(FULL_MASK, cand);
     if (__popc(winners) > 1) {
-      const unsigned min_depth = __reduce_min_sync(kFull, cand ? unsigned(tb_depth(best_info)) : 0xffffffffu);
-      winners = __ballot_sync(kFull, cand && unsigned(tb_depth(best_info)) == min_depth);
+      const unsigned min_depth = __reduce_min_sync(FULL_MASK, cand ? unsigned(tb_depth(best_info)) : 0xffffffffu);
+      winners = __ballot_sync(FULL_MASK, cand && unsigned(tb_depth(best_info)) == min_depth);
       if (__popc(winners) > 1) {
         int w = __ffs(winners) - 1;
-        unsigned w_info = __shfl_sync(kFull, best_info, w);
+        unsigned w_info = __shfl_sync(FULL_MASK, best_info, w);
         unsigned rest = winners & (winners - 1);
         while (rest) {
           const int l = __ffs(rest) - 1;
           rest &= rest - 1;
-          const unsigned l_info = __shfl_sync(kFull, best_info, l);
+          const unsigned l_info = __shfl_sync(FULL_MASK, best_info, l);
           if (tb_path_less(l_info, w_info, s_info)) {
             w = l;
             w_info = l_info;
@@ -138,7 +142,7 @@ extern "C" __global__ void __launch_bounds__(32) kdtree_tree_build(kdtree_tree_b
       }
     }
     const int win_lane = __ffs(winners) - 1;
-    const unsigned win = __shfl_sync(kFull, best_info, win_lane);
+    const unsigned win = __shfl_sync(FULL_MASK, best_info, win_lane);
     const float score = tb_key_score(top);
     const int node = pops + 1;
     const int d = tb_depth(win);
@@ -158,10 +162,10 @@ extern "C" __global__ void __launch_bounds__(32) kdtree_tree_build(kdtree_tree_b
     const unsigned child_info = tb_pack(node, d + 1, 0, 0);
     // Selects, not indexed stores, keep the frontier in registers.
     const unsigned first_key = has_sibling ? sib_key : child_key;
-    const unsigned first_info = has_sibling ? sib_info : (has_child ? child_info : kInvalid);
+    const unsigned first_info = has_sibling ? sib_info : (has_child ? child_info : INVALID_SLOT);
     const int extra = has_sibling && has_child ? next_free++ : -1;
 #pragma unroll
-    for (int j = 0; j < kSlots; ++j) {
+    for (int j = 0; j < SLOTS_PER_LANE; ++j) {
       const bool replace = lane == win_lane && j == best_slot;
       const bool append = extra >= 0 && lane == (extra & 31) && j == (extra >> 5);
       key[j] = replace ? first_key : (append ? child_key : key[j]);
@@ -174,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(32) kdtree_tree_build(kdtree_tree_b
 
   // Links: a rank-0 node is its parent's first child; any other node is the
   // next sibling of the node that pushed it.
-  for (int i = lane; i < kW; i += 32) {
+  for (int i = lane; i < MAX_TREE_NODES; i += 32) {
     s_first_child[i] = -1;
     s_next_sibling[i] = -1;
   }
@@ -191,18 +195,18 @@ extern "C" __global__ void __launch_bounds__(32) kdtree_tree_build(kdtree_tree_b
 
   if (lane == 0) p.node_counts[b] = count;
   const float neg_inf = __int_as_float(0xff800000);
-  for (int i = lane; i < kW; i += 32) {
-    const unsigned long long row = (unsigned long long)b * kW + i;
-    unsigned long long mask[kMaskWords];
+  for (int i = lane; i < MAX_TREE_NODES; i += 32) {
+    const unsigned long long row = (unsigned long long)b * MAX_TREE_NODES + i;
+    unsigned long long mask[MASK_WORDS];
 #pragma unroll
-    for (int w = 0; w < kMaskWords; ++w) mask[w] = 0ull;
+    for (int w = 0; w < MASK_WORDS; ++w) mask[w] = 0ull;
     if (i < count) {
       const unsigned in = s_info[i];
       const int d = i == 0 ? 0 : tb_depth(in);
       int j = i;
       while (true) {  // self and ancestors: depth <= 16 steps
 #pragma unroll
-        for (int w = 0; w < kMaskWords; ++w) mask[w] |= (j >> 6) == w ? 1ull << (j & 63) : 0ull;
+        for (int w = 0; w < MASK_WORDS; ++w) mask[w] |= (j >> 6) == w ? 1ull << (j & 63) : 0ull;
         if (j == 0) break;
         j = tb_parent(s_info[j]);
       }
@@ -224,6 +228,6 @@ extern "C" __global__ void __launch_bounds__(32) kdtree_tree_build(kdtree_tree_b
       if (p.scores) p.scores[row] = neg_inf;
     }
 #pragma unroll
-    for (int w = 0; w < kMaskWords; ++w) p.tree_mask[row * kMaskWords + w] = mask[w];
+    for (int w = 0; w < MASK_WORDS; ++w) p.tree_mask[row * MASK_WORDS + w] = mask[w];
   }
 }

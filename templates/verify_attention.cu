@@ -11,18 +11,27 @@
 // one column warp, P stays in registers). Split-KV: blockIdx.z takes split_tokens
 // tokens and writes fp32 partials that kdtree_verify_combine merges by LSE.
 
-constexpr int HEAD_DIM = ${HEAD_DIM_QK};
-constexpr int HEAD_DIM_V = ${HEAD_DIM_V};
-constexpr int PAGE_SIZE = ${PAGE_SIZE};
-constexpr int MAX_TREE_NODES = ${MAX_TREE_NODES};
-constexpr bool IS_MLA = ${IS_MLA};  // V = the first HEAD_DIM_V dims of the K row
-constexpr bool IS_BF16 = ${IS_BF16};
-constexpr int BLOCK_M = ${BLOCK_M};
-constexpr int BLOCK_N = ${BLOCK_N};
-constexpr int WARPS_M = ${WARPS_M};
-constexpr int WARPS_N = ${WARPS_N};
-constexpr int WARP_ROWS = ${WARP_ROWS};
-constexpr int STAGES = ${STAGES};
+#include "common.cuh"
+#include "verify_attention_params.h"
+#include "verify_attention_config.h"
+
+constexpr int HEAD_DIM = KD_HEAD_DIM_QK;
+constexpr int HEAD_DIM_V = KD_HEAD_DIM_V;
+constexpr int PAGE_SIZE = KD_PAGE_SIZE;
+constexpr int MAX_TREE_NODES = KD_MAX_TREE_NODES;
+constexpr bool IS_MLA = KD_IS_MLA;  // V = the first HEAD_DIM_V dims of the K row
+constexpr bool IS_BF16 = KD_IS_BF16;
+constexpr int BLOCK_M = KD_BLOCK_M;
+constexpr int BLOCK_N = KD_BLOCK_N;
+constexpr int WARPS_M = KD_WARPS_M;
+constexpr int WARPS_N = KD_WARPS_N;
+constexpr int WARP_ROWS = KD_WARP_ROWS;
+constexpr int STAGES = KD_STAGES;
+// Byte offsets of the K stages, V stages, P and the row exchange in dynamic shared memory (Q at 0).
+constexpr int SMEM_K = KD_SMEM_K;
+constexpr int SMEM_V = KD_SMEM_V;
+constexpr int SMEM_P = KD_SMEM_P;
+constexpr int SMEM_RED = KD_SMEM_RED;
 constexpr int MF = WARP_ROWS / 16;  // m16 fragments per warp
 
 constexpr int MASK_WORDS = (MAX_TREE_NODES + 63) / 64;
@@ -43,7 +52,7 @@ static_assert(IS_MLA || HEAD_DIM_V == HEAD_DIM, "GQA: V rows as wide as K rows")
 static_assert(HEAD_DIM % 64 == 0 && HEAD_DIM_V % 16 == 0, "the QK loop steps 64 dims; PV 16");
 static_assert(QK_CHUNKS % 8 == 0 && (IS_MLA || V_CHUNKS % 8 == 0), "rows swizzle in groups of 8 chunks");
 
-// Shared memory (dynamic): Q | K stages | V stages (GQA) | P (WARPS_N > 1) | row exchange.
+// Shared memory (dynamic, offsets SMEM_*): Q | K stages | V stages (GQA) | P (WARPS_N > 1) | row exchange.
 // Rows are XOR-swizzled in 16-byte chunks so ldmatrix reads are free of bank conflicts.
 template <int CHUNKS>
 static __device__ __forceinline__ int swizzle(int row, int chunk) {
@@ -88,10 +97,10 @@ static __device__ __forceinline__ int request_errors(const kdtree_verify_params&
   int flag = 0;
   if (r.n_nodes < 1 || r.n_nodes > MAX_TREE_NODES || r.prefix < 0 || r.node_base < 0 ||
       r.node_base + r.n_nodes > p.total_nodes) {
-    flag |= 1;  // KDTREE_DEVICE_ERROR_NODE_COUNT
+    flag |= KDTREE_DEVICE_ERROR_NODE_COUNT;
   }
   if (r.kv_len > p.max_kv_len || (r.kv_len + PAGE_SIZE - 1) / PAGE_SIZE > p.max_pages_per_req) {
-    flag |= 2;  // KDTREE_DEVICE_ERROR_KV_LEN
+    flag |= KDTREE_DEVICE_ERROR_KV_LEN;
   }
   return flag;
 }
@@ -233,13 +242,98 @@ static __device__ __forceinline__ void load_p_frags(kd_u32 (&a)[MF][4], int kk, 
   }
 }
 
+// ---- Phases of the kernel (see kdtree_verify_attention). A thread holds, per m16
+// fragment mf, rows lane / 4 (h = 0) and lane / 4 + 8 (h = 1) of the fragment,
+// and per n8 tile the columns 2 * (lane % 4) + {0, 1}.
+
+// The CTA row exchange: the WARPS_N column warps of a warp row combine a per-row
+// value through shared memory, as a max (SUM false: from the thread's own value,
+// folding warp by warp) or a sum (SUM true: of every warp's value, row fragment by
+// row fragment). Those fold orders are the ones the kernel was tuned with. The
+// caller makes sure no thread still reads sred from an earlier exchange.
+template <bool SUM>
+static __device__ __forceinline__ void cta_row_exchange(float (&v)[MF][2], float* sred, int wm, int wn, int lane) {
+  if ((lane & 3) == 0) {
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf) {
+      sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4] = v[mf][0];
+      sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8] = v[mf][1];
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < MF * WARPS_N; ++i) {
+    const int mf = SUM ? i / WARPS_N : i % MF;
+    const int w = SUM ? i % WARPS_N : i / MF;
+    if (SUM && w == 0) v[mf][0] = v[mf][1] = 0.f;
+    const float r0 = sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4];
+    const float r1 = sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8];
+    v[mf][0] = SUM ? v[mf][0] + r0 : fmaxf(v[mf][0], r0);
+    v[mf][1] = SUM ? v[mf][1] + r1 : fmaxf(v[mf][1], r1);
+  }
+}
+
+// Online softmax: P = exp2(S * scale - m) in place, l and the reference max m
+// updated, alpha the factor O must be rescaled by. The reference max moves only
+// when the row max passes it by more than LAZY_MAX_LOG2: P stays
+// <= 2^LAZY_MAX_LOG2 (far inside the range of every 16-bit type) and l shares the
+// reference, so the result is the same while most tiles of a long prefix skip
+// the O rescale. Returns whether any of this thread's alphas is not 1.
+static __device__ __forceinline__ bool online_softmax(float (&s)[MF][S_TILES][4], const float (&mx)[MF][2],
+                                                      float (&m_run)[MF][2], float (&l_run)[MF][2],
+                                                      float (&alpha)[MF][2], float scale_log2) {
+  bool rescale = false;
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float mx2 = mx[mf][h] * scale_log2;  // log2 domain
+      float m_new = mx2 > m_run[mf][h] + LAZY_MAX_LOG2 ? mx2 : m_run[mf][h];
+      float m_use = m_new == -KD_INF ? 0.f : m_new;  // a fully masked row stays at zero
+      alpha[mf][h] = kd_exp2(m_run[mf][h] - m_use);
+      rescale |= alpha[mf][h] != 1.f;
+      m_run[mf][h] = m_new;
+      l_run[mf][h] *= alpha[mf][h];
+#pragma unroll
+      for (int j = 0; j < S_TILES; ++j) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          s[mf][j][2 * h + c] = kd_exp2(fmaf(s[mf][j][2 * h + c], scale_log2, -m_use));
+          l_run[mf][h] += s[mf][j][2 * h + c];
+        }
+      }
+    }
+  }
+  return rescale;
+}
+
+static __device__ __forceinline__ void rescale_o(float (&o)[MF][O_TILES][4], const float (&alpha)[MF][2]) {
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+    for (int j = 0; j < O_TILES; ++j) {
+      o[mf][j][0] *= alpha[mf][0];
+      o[mf][j][1] *= alpha[mf][0];
+      o[mf][j][2] *= alpha[mf][1];
+      o[mf][j][3] *= alpha[mf][1];
+    }
+  }
+}
+
+// The kernel reads as its phases: the Q tile, then per KV tile QK, mask and row
+// max, the CTA row exchange, online softmax, PV; then the row sums (the exchange
+// again) and writing rows. The exchange and the softmax are functions; the other
+// phases stay inline because moving them into functions changed the SASS ptxas
+// emits (register assignment and schedule, measured), which this kernel's
+// performance model reads.
 extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p) {
+  // The carve-up is the generator's (verify_smem_layout), which also sizes the launch.
   extern __shared__ __align__(128) unsigned char smem_raw[];
   kd_u16* sq = (kd_u16*)smem_raw;
-  kd_u16* sk = sq + BLOCK_M * HEAD_DIM;
-  kd_u16* sv = sk + STAGES * K_TILE_ELEMS;
-  kd_u16* sp = sv + STAGES * V_TILE_ELEMS;
-  float* sred = (float*)(sp + (WARPS_N > 1 ? BLOCK_M * BLOCK_N : 0));  // [WARPS_N][BLOCK_M]
+  kd_u16* sk = (kd_u16*)(smem_raw + SMEM_K);
+  kd_u16* sv = (kd_u16*)(smem_raw + SMEM_V);
+  kd_u16* sp = (kd_u16*)(smem_raw + SMEM_P);
+  float* sred = (float*)(smem_raw + SMEM_RED);  // [WARPS_N][BLOCK_M]
   constexpr kd_u32 K_TILE_BYTES = K_TILE_ELEMS * 2, V_TILE_BYTES = V_TILE_ELEMS * 2;
   const kd_u32 sq_addr = kd_smem_addr(sq), sk_addr = kd_smem_addr(sk), sv_addr = kd_smem_addr(sv);
 
@@ -400,65 +494,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         mx[mf][h] = fmaxf(mx[mf][h], __shfl_xor_sync(0xffffffffu, mx[mf][h], 2));
       }
     }
-    if (WARPS_N > 1) {
-      if ((lane & 3) == 0) {
-#pragma unroll
-        for (int mf = 0; mf < MF; ++mf) {
-          sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4] = mx[mf][0];
-          sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8] = mx[mf][1];
-        }
-      }
-      __syncthreads();
-#pragma unroll
-      for (int w = 0; w < WARPS_N; ++w) {
-#pragma unroll
-        for (int mf = 0; mf < MF; ++mf) {
-          mx[mf][0] = fmaxf(mx[mf][0], sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4]);
-          mx[mf][1] = fmaxf(mx[mf][1], sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8]);
-        }
-      }
-    }
+    // ---- the CTA row exchange of the row max (column warps > 1)
+    if (WARPS_N > 1) cta_row_exchange<false>(mx, sred, wm, wn, lane);
+    // ---- online softmax; once the reference maxima settle, alpha is 1 for the
+    // whole warp and the O_TILES * 4 rescales are skipped.
     float alpha[MF][2];
-    bool rescale = false;
-#pragma unroll
-    for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        // The reference max moves only when the row max passes it by more than
-        // LAZY_MAX_LOG2: P = exp2(s - m) stays <= 2^LAZY_MAX_LOG2 (far inside the
-        // range of every 16-bit type) and l shares the reference, so the result is
-        // the same while most tiles of a long prefix skip the O rescale.
-        const float mx2 = mx[mf][h] * p.scale_log2;  // log2 domain
-        float m_new = mx2 > m_run[mf][h] + LAZY_MAX_LOG2 ? mx2 : m_run[mf][h];
-        float m_use = m_new == -KD_INF ? 0.f : m_new;  // a fully masked row stays at zero
-        alpha[mf][h] = kd_exp2(m_run[mf][h] - m_use);
-        rescale |= alpha[mf][h] != 1.f;
-        m_run[mf][h] = m_new;
-        l_run[mf][h] *= alpha[mf][h];
-#pragma unroll
-        for (int j = 0; j < S_TILES; ++j) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            s[mf][j][2 * h + c] = kd_exp2(fmaf(s[mf][j][2 * h + c], p.scale_log2, -m_use));
-            l_run[mf][h] += s[mf][j][2 * h + c];
-          }
-        }
-      }
-    }
-    // Once the reference maxima settle, alpha is 1 for the whole warp and the
-    // O_TILES * 4 rescales are skipped.
-    if (__any_sync(0xffffffffu, rescale)) {
-#pragma unroll
-      for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-        for (int j = 0; j < O_TILES; ++j) {
-          o[mf][j][0] *= alpha[mf][0];
-          o[mf][j][1] *= alpha[mf][0];
-          o[mf][j][2] *= alpha[mf][1];
-          o[mf][j][3] *= alpha[mf][1];
-        }
-      }
-    }
+    const bool rescale = online_softmax(s, mx, m_run, l_run, alpha, p.scale_log2);
+    if (__any_sync(0xffffffffu, rescale)) rescale_o(o, alpha);
 
     // ---- O += P V (P through shared memory when the row's columns span warps)
     if (WARPS_N > 1) {
@@ -507,29 +549,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     }
   }
   if (WARPS_N > 1) {
-    __syncthreads();
-    if ((lane & 3) == 0) {
-#pragma unroll
-      for (int mf = 0; mf < MF; ++mf) {
-        sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4] = l_run[mf][0];
-        sred[wn * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8] = l_run[mf][1];
-      }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int mf = 0; mf < MF; ++mf) {
-      l_run[mf][0] = l_run[mf][1] = 0.f;
-#pragma unroll
-      for (int w = 0; w < WARPS_N; ++w) {
-        l_run[mf][0] += sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4];
-        l_run[mf][1] += sred[w * BLOCK_M + wm * WARP_ROWS + mf * 16 + lane / 4 + 8];
-      }
-    }
+    __syncthreads();  // every warp has read the last tile's max exchange
+    cta_row_exchange<true>(l_run, sred, wm, wn, lane);
   }
   // A bad page or request poisons its rows with NaN (the flag says why).
   const bool poisoned = __syncthreads_or(bad_page);
-  if (bad_page && p.error_flags) atomicOr(p.error_flags, 4);  // KDTREE_DEVICE_ERROR_PAGE_INDEX
+  if (bad_page && p.error_flags) atomicOr(p.error_flags, KDTREE_DEVICE_ERROR_PAGE_INDEX);
 
+  // ---- writing rows: O / l as 16-bit out and the natural-log LSE, or with split
+  // KV the fp32 partials and the log2-domain LSE for kdtree_verify_combine.
   const bool partial = p.num_splits > 1;
 #pragma unroll
   for (int mf = 0; mf < MF; ++mf) {
@@ -568,9 +596,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 
 // Merges the split partials of each (node, head) row by their LSE. A row is
 // HEAD_DIM_V / 4 threads, each owning four columns (16-byte loads).
-constexpr int COMBINE_THREADS = 128;
+// The generator launches COMBINE_THREADS threads and COMBINE_ROWS rows per CTA.
+constexpr int COMBINE_THREADS = KD_COMBINE_THREADS;
+constexpr int COMBINE_ROW_THREADS = KD_COMBINE_ROW_THREADS;
 constexpr int COMBINE_BATCH = 16;
-constexpr int COMBINE_ROW_THREADS = HEAD_DIM_V / 4 < COMBINE_THREADS ? HEAD_DIM_V / 4 : COMBINE_THREADS;
 constexpr int COMBINE_ROWS = COMBINE_THREADS / COMBINE_ROW_THREADS;
 static_assert(HEAD_DIM_V % (4 * COMBINE_ROW_THREADS) == 0, "combine columns");
 

@@ -37,9 +37,11 @@
 #include "codegen/tree_accept.hpp"
 #include "codegen/tree_build.hpp"
 #include "codegen/tree_ops_common.hpp"
+#include "codegen/ops.hpp"
+#include "codegen/render.hpp"
 #include "codegen/verify_attention.hpp"
 #include "runtime/driver.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "runtime/runtime.hpp"
 
 namespace fs = std::filesystem;
@@ -178,7 +180,7 @@ void add_cache_dir(CLI::App* app, std::string& dir) {
 
 // The arch to compile for and a runtime that does it. "native" (or no --arch on a
 // machine with a GPU) binds device 0; otherwise the runtime is compile-only.
-std::unique_ptr<Runtime> make_runtime(const std::string& arch, const fs::path& dir) {
+std::unique_ptr<Engine> make_runtime(const std::string& arch, const fs::path& dir) {
   std::string why;
   bool native = arch == "native";
   if (arch.empty()) native = driver::available(&why);
@@ -186,11 +188,11 @@ std::unique_ptr<Runtime> make_runtime(const std::string& arch, const fs::path& d
     if (arch == "native" && !driver::available(&why)) {
       fail(KDTREE_ERROR_NO_DEVICE, fmt::format("--arch: native needs a GPU: {}", why));
     }
-    auto rt = std::make_unique<Runtime>(0, dir.string());
+    auto rt = std::make_unique<Engine>(0, dir.string());
     rt->arch();  // query the device now, so a driver problem is reported before any work
     return rt;
   }
-  return Runtime::offline(codegen::parse_arch(arch.empty() ? "sm_120" : arch).sm, dir.string());
+  return Engine::offline(codegen::parse_arch(arch.empty() ? "sm_120" : arch).sm, dir.string());
 }
 
 // ------------------------------------------------------------------ warm
@@ -224,7 +226,7 @@ int run_warm(const WarmOptions& o) {
   grid.tree_ops = !o.no_tree_ops;
   grid.attention = !o.no_attention;
 
-  std::unique_ptr<Runtime> rt = make_runtime(o.arch, dir);
+  std::unique_ptr<Engine> rt = make_runtime(o.arch, dir);
   const codegen::Arch arch = rt->arch();
   // Validates every grid point before the first compile.
   const std::vector<codegen::GridItem> items = codegen::enumerate_grid(grid, arch);
@@ -318,26 +320,15 @@ struct EmitOptions {
 };
 
 // The flags each op takes beyond --op, --arch and -o.
-const std::map<std::string, std::vector<std::string>>& op_flags() {
-  static const std::map<std::string, std::vector<std::string>> flags = {
-      {"verify_attention", {"--head", "--width", "--page", "--dtype"}},
-      {"tree_build", {"--width"}},
-      {"tree_accept", {"--width"}},
-      {"sample_tokens", {"--dtype"}},
-      {"kv_compact", {"--width", "--page"}},
-  };
-  return flags;
-}
-
 std::string check_op(const std::string& v) {
-  if (op_flags().count(v)) return "";
-  return fmt::format("'{}' is not an op (use verify_attention, tree_build, tree_accept, sample_tokens or kv_compact)",
-                     v);
+  const std::vector<std::string> names = codegen::operation_names();
+  if (std::count(names.begin(), names.end(), v)) return "";
+  return fmt::format("'{}' is not an op (use {})", v, fmt::join(names, ", "));
 }
 
 // A flag given that the op does not use is an error rather than silently ignored.
 void check_emit_flags(const EmitOptions& o, CLI::App* emit_cmd) {
-  const std::vector<std::string>& used = op_flags().at(o.op);
+  const std::vector<std::string>& used = codegen::find_operation(o.op).axes;
   for (const char* flag : {"--head", "--width", "--page", "--dtype"}) {
     if (emit_cmd->get_option(flag)->count() == 0 || std::count(used.begin(), used.end(), flag)) continue;
     std::string takes;
@@ -354,59 +345,33 @@ void check_emit_flags(const EmitOptions& o, CLI::App* emit_cmd) {
 codegen::KernelSource emit_source(const EmitOptions& o) {
   const codegen::Arch arch =
       o.arch == "native" ? make_runtime("native", fs::path())->arch() : codegen::parse_arch(o.arch);
-  if (o.op == "verify_attention") {
-    kdtree_verify_spec c{};
-    codegen::parse_head_name(o.head, &c.head_dim_qk, &c.head_dim_v);
-    c.num_q_heads = 16;
-    c.num_kv_heads = c.head_dim_qk == 576 ? 1 : 2;
-    c.page_size = o.page;
-    c.max_tree_nodes = o.width;
-    c.dtype = codegen::parse_dtype(o.dtype);
-    return codegen::generate_verify_attention(codegen::validate_verify_spec(c), arch);
-  }
-  if (o.op == "tree_build") {
-    codegen::TreeBuildSpec spec{};
-    spec.max_tree_nodes = o.width;
-    codegen::validate(spec);
-    return codegen::generate_tree_build(spec, arch);
-  }
-  if (o.op == "tree_accept") {
-    codegen::TreeAcceptSpec spec{};
-    spec.max_tree_nodes = o.width;
-    codegen::validate(spec);
-    return codegen::generate_tree_accept(spec, arch);
-  }
-  if (o.op == "sample_tokens") {
-    codegen::SampleSpec spec{};
-    spec.logits_dtype = codegen::parse_dtype(o.dtype);
-    codegen::validate(spec);
-    return codegen::generate_sample_tokens(spec, arch);
-  }
-  codegen::KvCompactSpec spec{};  // kv_compact (--op is checked at parse time)
-  spec.page_size = o.page;
-  spec.max_tree_nodes = o.width;
-  codegen::validate(spec);
-  return codegen::generate_kv_compact(spec, arch);
+  codegen::OpPoint point;
+  point.head = o.head;
+  point.width = o.width;
+  point.page = o.page;
+  point.dtype = codegen::parse_dtype(o.dtype);
+  return codegen::find_operation(o.op).generate(point, arch);
 }
 
 int run_emit(const EmitOptions& o) {
-  const codegen::KernelSource source = emit_source(o);
+  const codegen::KernelSource kernel = emit_source(o);
+  const std::string source = codegen::flatten(kernel);  // one file, its headers inlined
   if (o.output.empty() || o.output == "-") {
-    if (std::fwrite(source.source.data(), 1, source.source.size(), stdout) != source.source.size()) {
+    if (std::fwrite(source.data(), 1, source.size(), stdout) != source.size()) {
       fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("cannot write to standard output: {}", errno_text(errno)));
     }
     return 0;  // main flushes and checks stdout
   }
   std::FILE* out = std::fopen(o.output.c_str(), "wb");
   if (!out) fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("--output: cannot open {}: {}", o.output, errno_text(errno)));
-  const bool written = std::fwrite(source.source.data(), 1, source.source.size(), out) == source.source.size();
+  const bool written = std::fwrite(source.data(), 1, source.size(), out) == source.size();
   int err = written ? 0 : errno;
   if (std::fclose(out) != 0 && err == 0) err = errno;
   if (!written || err != 0) {
     fail(KDTREE_ERROR_INVALID_ARGUMENT,
          fmt::format("--output: cannot write {}: {}", o.output, err ? errno_text(err) : "short write"));
   }
-  fmt::print(stderr, "{}: {} bytes to {}\n", source.label, source.source.size(), o.output);
+  fmt::print(stderr, "{}: {} bytes to {}\n", kernel.label, source.size(), o.output);
   return 0;
 }
 
@@ -667,7 +632,7 @@ int main(int argc, char** argv) {
 
   EmitOptions emit;
   CLI::App* emit_cmd = app.add_subcommand("emit", "Print the generated CUDA source of one kernel");
-  emit_cmd->add_option("--op", emit.op, "verify_attention, tree_build, tree_accept, sample_tokens, kv_compact")
+  emit_cmd->add_option("--op", emit.op, fmt::format("{}", fmt::join(codegen::operation_names(), ", ")))
       ->check(check_op)
       ->capture_default_str();
   emit_cmd->add_option("--head", emit.head, "Head shape (verify_attention)")->check(check_head)->capture_default_str();

@@ -43,17 +43,10 @@ typedef enum kdtree_dtype {
   KDTREE_DTYPE_F32 = 2 /* sample_tokens logits only */
 } kdtree_dtype;
 
-/* Bits that kernels set in the optional device word `error_flags` when device-side
- * input is malformed. The affected outputs are written as NaN (attention) or -1
- * (token ids), never left stale. */
-enum {
-  KDTREE_DEVICE_ERROR_NODE_COUNT = 1,  /* n_b < 1, n_b > max_tree_nodes, kv_len < n_b, or a node_indptr
-                                          segment that disagrees with n_b or leaves [0, total_nodes) */
-  KDTREE_DEVICE_ERROR_KV_LEN = 2,      /* kv_len > max_kv_len or beyond max_pages_per_req pages */
-  KDTREE_DEVICE_ERROR_PAGE_INDEX = 4,  /* page table entry outside [0, num_pages) */
-  KDTREE_DEVICE_ERROR_TREE = 8,        /* parents not topological / root not -1 */
-  KDTREE_DEVICE_ERROR_PATH = 16        /* accepted path malformed (kv_compact) */
-};
+/* KDTREE_DEVICE_ERROR_*: the bits kernels set in the optional device word
+ * `error_flags` (its own header, plain C with no includes, so the kernels'
+ * sources include it too). */
+#include "kdtree/kdtree_device_errors.h"
 
 typedef struct kdtree_runtime kdtree_runtime;
 
@@ -116,8 +109,9 @@ typedef struct kdtree_verify_spec {
 
 typedef struct kdtree_verify_args {
   kdtree_verify_spec spec;
-  int batch_size;
-  int total_nodes; /* = node_indptr[batch_size]; host copy, sizes out and lse */
+  int batch_size;  /* >= 1; batch_size * num_kv_heads <= 65535 (one CTA row per request and KV head) */
+  int total_nodes; /* = node_indptr[batch_size]; host copy, sizes out and lse; batch_size..batch_size *
+                      max_tree_nodes, and total_nodes * num_q_heads <= 2^31 - 1 */
   int max_kv_len;  /* host upper bound of kv_lens[b]; plans the KV split */
   int num_pages;   /* physical pages in the caches; page ids are checked against it */
   const void* q;                 /* device [total_nodes, num_q_heads, head_dim_qk] */
@@ -131,11 +125,11 @@ typedef struct kdtree_verify_args {
   float sm_scale;                /* > 0, e.g. 1/sqrt(head_dim_qk) */
   void* out;                     /* device [total_nodes, num_q_heads, head_dim_v] */
   float* lse;                    /* device [total_nodes, num_q_heads], natural log; may be NULL */
-  void* workspace;               /* device, >= kdtree_verify_workspace_size bytes; may be NULL if that is 0 */
+  void* workspace;               /* device, 16-byte aligned, >= kdtree_verify_workspace_size bytes; may be NULL if that is 0 */
   size_t workspace_size;
   int32_t* error_flags;          /* device int32, optional: KDTREE_DEVICE_ERROR_* bits are OR-ed in */
   void* stream;                  /* CUstream; NULL = default stream */
-  int num_splits;                /* 0 = chosen from the shape and SM count; > 0 forces it (splits past kv_len stay idle) */
+  int num_splits;                /* 0 = chosen from the shape and SM count; 1..65535 forces it (splits past kv_len stay idle) */
 } kdtree_verify_args;
 
 /* Workspace bytes a verify_attention call with these host-known sizes needs

@@ -10,7 +10,7 @@
 
 #include "cache_test_util.hpp"
 #include "cache/disk_cache.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 using kdtree::cache::DiskCache;
 using kdtree::cache::EntryInfo;

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "cache_test_util.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace fs = std::filesystem;
 using kdtree::cache::DiskCache;

@@ -7,7 +7,7 @@
 
 #include "codegen/arch.hpp"
 #include "kdtree/kdtree.h"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using namespace kdtree::codegen;

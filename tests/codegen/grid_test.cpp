@@ -7,7 +7,7 @@
 #include <string>
 
 #include "codegen/verify_attention.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 using kdtree::codegen::enumerate_grid;
 using kdtree::codegen::GridItem;

@@ -1,56 +1,75 @@
+// The translation unit of a template: the config prelude must match the
+// template's config header exactly, and flatten() inlines the named headers.
 #include <doctest/doctest.h>
 
 #include <string>
 
+#include "base/error.hpp"
 #include "codegen/render.hpp"
 #include "codegen/template_store.hpp"
-#include "runtime/error.hpp"
 
-using kdtree::codegen::render;
+using kdtree::codegen::config_prelude;
 
 namespace {
-std::string error_of(const std::string& text, const kdtree::codegen::Params& params) {
+
+const char* const kConfig =
+    "#ifndef KD_N\n#define KD_N 4\n#endif\n#ifndef KD_TYPE_BF16\n#define KD_TYPE_BF16 1\n#endif\n";
+
+std::string error_of(const char* config, const kdtree::codegen::Params& params) {
   try {
-    render("t.cu", text, params);
+    config_prelude("t_config.h", config, params);
   } catch (const kdtree::Error& e) {
+    CHECK(e.status() == KDTREE_ERROR_INTERNAL);
     return e.what();
   }
   return "";
 }
+
 }  // namespace
 
-TEST_CASE("render substitutes named placeholders") {
-  CHECK(render("t.cu", "int a[${N}]; // ${N} of ${TYPE}\n", {{"N", "4"}, {"TYPE", "float"}}) ==
-        "int a[4]; // 4 of float\n");
-  // A lone $ or braces of CUDA code are left alone.
-  CHECK(render("t.cu", "if (x) { y = $z; }", {}) == "if (x) { y = $z; }");
+TEST_CASE("config_prelude defines every value the config header declares") {
+  CHECK(config_prelude("t_config.h", kConfig, {{"N", "8"}, {"TYPE_BF16", "0"}}) ==
+        "#define KD_N 8\n#define KD_TYPE_BF16 0\n");
 }
 
-TEST_CASE("render fails on an unknown placeholder - naming it and its line") {
-  std::string msg = error_of("line1\nint a = ${MISSING};\n", {});
-  CHECK(msg.find("MISSING") != std::string::npos);
-  CHECK(msg.find("t.cu:2") != std::string::npos);
+TEST_CASE("config_prelude fails on a value the header does not declare, naming it") {
+  const std::string msg = error_of(kConfig, {{"N", "8"}, {"TYPE_BF16", "0"}, {"EXTRA", "2"}});
+  CHECK(msg.find("KD_EXTRA") != std::string::npos);
+  CHECK(msg.find("t_config.h") != std::string::npos);
 }
 
-TEST_CASE("render fails on an unused value") {
-  std::string msg = error_of("int a = ${A};", {{"A", "1"}, {"EXTRA", "2"}});
-  CHECK(msg.find("EXTRA") != std::string::npos);
-  CHECK(msg.find("not used") != std::string::npos);
+TEST_CASE("config_prelude fails on a default the generator leaves in place, naming it") {
+  const std::string msg = error_of(kConfig, {{"N", "8"}});
+  CHECK(msg.find("KD_TYPE_BF16") != std::string::npos);
 }
 
-TEST_CASE("render fails on a malformed placeholder") {
-  CHECK(error_of("int a = ${lower};", {{"lower", "1"}}).find("malformed") != std::string::npos);
-  CHECK(error_of("int a = ${UNCLOSED;", {}).find("malformed") != std::string::npos);
+TEST_CASE("config_prelude fails on a malformed or repeated default") {
+  CHECK(error_of("#ifndef KD_n\n", {}).find("t_config.h:1") != std::string::npos);
+  CHECK(error_of("#ifndef KD_N\n#ifndef KD_N\n", {{"N", "1"}}).find("t_config.h:2") != std::string::npos);
 }
 
-TEST_CASE("every embedded template is present and placeholder-clean") {
+TEST_CASE("flatten inlines the named headers and keeps every other line") {
+  kdtree::codegen::KernelSource ks;
+  ks.source = "#define KD_N 8\n#include \"a.h\"\n#include <other.h>\nint x;\n";
+  ks.headers = {{"a.h", "int a;\n"}};
+  CHECK(kdtree::codegen::flatten(ks) == "#define KD_N 8\nint a;\n#include <other.h>\nint x;\n");
+}
+
+TEST_CASE("flatten expands nested named headers once each") {
+  kdtree::codegen::KernelSource ks;
+  ks.source = "#include \"a.h\"\n#include \"b.h\"\nint x;\n";
+  ks.headers = {{"a.h", "#include \"b.h\"\nint a;\n"}, {"b.h", "int b;\n"}};
+  CHECK(kdtree::codegen::flatten(ks) == "int b;\nint a;\nint x;\n");
+}
+
+TEST_CASE("every embedded template is present") {
   auto names = kdtree::codegen::template_names();
   CHECK(names.size() >= 4);
   for (const auto& name : names) {
     INFO(name);
     std::string text = kdtree::codegen::template_text(name);
     CHECK(!text.empty());
-    CHECK(text.find("{{") == std::string::npos);  // no doubled braces
+    CHECK(text.find("${") == std::string::npos);  // no placeholders: every template is plain CUDA
   }
   CHECK_THROWS_AS(kdtree::codegen::template_text("no_such_template.cu"), kdtree::Error);
 }

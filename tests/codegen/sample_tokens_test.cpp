@@ -4,8 +4,9 @@
 
 #include <string>
 
+#include "codegen/render.hpp"
 #include "codegen/sample_tokens.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "tests/support/codegen_checks.hpp"
 
 using namespace kdtree::codegen;
@@ -47,12 +48,12 @@ TEST_CASE("sample_tokens source: one self-contained translation unit per dtype")
     const KernelSource s = generate_sample_tokens(spec, arch_from_sm(120));
     INFO(s.label);
     CHECK(s.entry_points == std::vector<std::string>{"kdtree_sample_tokens"});
-    CHECK(s.source.find("typedef struct kdtree_sample_tokens_params") != std::string::npos);
-    CHECK(s.source.find("extern \"C\" __global__") != std::string::npos);
-    CHECK(s.source.find("#include") == std::string::npos);
-    CHECK(s.source.find("${") == std::string::npos);
-    const std::string flag = std::string("#define SAMPLE_LOGITS_BF16 ") + (dtype == KDTREE_DTYPE_BF16 ? "1" : "0");
+    const std::string flat = flatten(s);
+    CHECK(flat.find("typedef struct kdtree_sample_tokens_params") != std::string::npos);
+    CHECK(flat.find("extern \"C\" __global__") != std::string::npos);
+    CHECK(flat.find("#include \"") == std::string::npos);
+    const std::string flag = std::string("#define KD_LOGITS_BF16 ") + (dtype == KDTREE_DTYPE_BF16 ? "1" : "0");
     CHECK(s.source.find(flag) != std::string::npos);
-    CHECK(s.source.find("#define SAMPLE_THREADS " + std::to_string(kSampleThreads)) != std::string::npos);
+    CHECK(s.source.find("#define KD_THREADS " + std::to_string(kSampleThreads)) != std::string::npos);
   }
 }

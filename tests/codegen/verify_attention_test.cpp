@@ -1,10 +1,11 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 
 #include "codegen/verify_attention.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 using namespace kdtree::codegen;
 
@@ -72,7 +73,9 @@ TEST_CASE("tiles fit each arch's shared memory") {
       parse_head_name(head, &spec.head_dim_qk, &spec.head_dim_v);
       VerifyTiles t = choose_verify_tiles(spec, arch);
       INFO(spec.label() << " on " << arch.name());
-      CHECK(t.smem_bytes <= arch.max_smem_per_block);
+      CHECK(verify_smem_layout(spec, t).bytes <= arch.max_smem_per_block);
+      // The launch asks for the shared memory the generator laid out.
+      CHECK(generate_verify_attention(spec, arch).launch.dynamic_smem == verify_smem_layout(spec, t).bytes);
       CHECK((t.warp_rows == 16 || t.warp_rows == 32));
       CHECK(t.block_m % t.warp_rows == 0);
       CHECK(t.stages >= 2);
@@ -84,7 +87,7 @@ TEST_CASE("tiles fit each arch's shared memory") {
   VerifyTiles g120 = choose_verify_tiles(gqa64, arch_from_sm(120));
   CHECK(g120.block_m == 128);
   CHECK(g120.stages == 2);
-  CHECK(2 * (g120.smem_bytes + 1024) <= arch_from_sm(120).max_smem_per_sm);
+  CHECK(2 * (verify_smem_layout(gqa64, g120).bytes + 1024) <= arch_from_sm(120).max_smem_per_sm);
   CHECK(choose_verify_tiles(gqa64, arch_from_sm(90)).stages == 3);
   // sm_120 is held to 99 KB per block.
   CHECK(arch_from_sm(120).max_smem_per_block == 99 * 1024);
@@ -101,34 +104,78 @@ TEST_CASE("generated source is specialised per shape") {
   KernelSource sb = generate_verify_attention(b, arch);
   CHECK(sa.source != sb.source);
   CHECK(sa.file_stem == "verify_attention-mla576x512-W64-p64-bf16");
-  CHECK(sa.source.find("constexpr int PAGE_SIZE = 64;") != std::string::npos);
-  CHECK(sa.source.find("${") == std::string::npos);
+  CHECK(sa.source.find("#define KD_PAGE_SIZE 64\n") != std::string::npos);
   // sm_90 has room for larger tiles than sm_120.
   CHECK(generate_verify_attention(a, arch_from_sm(90)).source != sa.source);
 }
+
+namespace {
+
+// The message parse_verify_tiles throws for `text` (INVALID_ARGUMENT), or "" when it accepts it.
+std::string tiles_error(const std::string& text, const VerifySpec& spec, const Arch& arch) {
+  try {
+    parse_verify_tiles(text, spec, arch);
+  } catch (const kdtree::Error& e) {
+    CHECK(e.status() == KDTREE_ERROR_INVALID_ARGUMENT);
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
 
 TEST_CASE("KDTREE_VERIFY_TILES overrides the tiles and is validated") {
   VerifySpec mla;
   VerifySpec gqa64;
   gqa64.head_dim_qk = gqa64.head_dim_v = 64;
   ::setenv("KDTREE_VERIFY_TILES", "32,16,4,3", 1);
-  VerifyTiles t = choose_verify_tiles(mla, arch_from_sm(90));
+  VerifyTiles t = verify_tiles(mla, arch_from_sm(90));
   CHECK(t.block_m == 32);
   CHECK(t.block_n == 16);
   CHECK(t.warps == 4);
   CHECK(t.stages == 3);
+  CHECK(t.warp_rows == 16);
+  // The generator's own choice does not read the environment.
+  CHECK(choose_verify_tiles(mla, arch_from_sm(90)).block_n == 64);
   // gqa64 split over two column warps would cut a swizzle group: rejected by name.
-  CHECK_THROWS_AS(choose_verify_tiles(gqa64, arch_from_sm(90)), kdtree::Error);
-  ::setenv("KDTREE_VERIFY_TILES", "64,64", 1);
-  CHECK_THROWS_AS(choose_verify_tiles(mla, arch_from_sm(90)), kdtree::Error);
+  CHECK_THROWS_AS(verify_tiles(gqa64, arch_from_sm(90)), kdtree::Error);
   // The fifth field sets the rows per warp: 64 rows of 32-row warps, 8 warps = 2 x 4.
   ::setenv("KDTREE_VERIFY_TILES", "64,64,8,2,32", 1);
-  t = choose_verify_tiles(mla, arch_from_sm(90));
+  t = verify_tiles(mla, arch_from_sm(90));
   CHECK(t.warp_rows == 32);
-  CHECK(generate_verify_attention(mla, arch_from_sm(90)).source.find("constexpr int WARP_ROWS = 32;") !=
-        std::string::npos);
-  ::setenv("KDTREE_VERIFY_TILES", "64,64,8,2,24", 1);  // rows per warp are 16 or 32
-  CHECK_THROWS_AS(choose_verify_tiles(mla, arch_from_sm(90)), kdtree::Error);
+  const KernelSource src = generate_verify_attention(mla, arch_from_sm(90));
+  CHECK(src.source.find("#define KD_WARP_ROWS 32\n") != std::string::npos);
+  CHECK(src.launch.threads == 256);
+  CHECK(src.launch.block_n == 64);
   ::unsetenv("KDTREE_VERIFY_TILES");
-  CHECK(choose_verify_tiles(mla, arch_from_sm(90)).block_n == 64);
+  CHECK(verify_tiles(mla, arch_from_sm(90)).block_n == 64);
 }
+
+TEST_CASE("KDTREE_VERIFY_TILES: every field is checked, nothing trailing, an override that does not fit is an error") {
+  VerifySpec mla;
+  const Arch sm90 = arch_from_sm(90), sm120 = arch_from_sm(120);
+  CHECK(tiles_error("32,16,4,3", mla, sm90).empty());
+  CHECK(tiles_error("64,64,8,2,32", mla, sm90).empty());
+  struct Bad {
+    const char* text;
+    const char* names;  // what the message must name
+  };
+  // A zero or negative block once reached the split plan's ceil_div (SIGFPE).
+  for (const Bad& bad : {Bad{"64,0,8,2,32", "block_n"}, Bad{"64,-16,8,2", "block_n"}, Bad{"0,64,8,2", "block_m"},
+                         Bad{"-64,64,8,2,32", "block_m"}, Bad{"64,64,0,2,32", "warps"}, Bad{"64,64,8,1,32", "stages"},
+                         Bad{"64,64,8,2,24", "warp_rows"}, Bad{"64,64,8,2,32x", "warp_rows"},
+                         Bad{"64,64,8,2,32,1", "fields"}, Bad{"64,64", "fields"}, Bad{"64,64,8,2,", "warp_rows"},
+                         Bad{" 64,64,8,2", "block_m"}, Bad{"64,64,8,2 ", "stages"}, Bad{"64,72,8,2,32", "block_n"},
+                         Bad{"48,64,8,2,32", "block_m"}, Bad{"64,64,6,2,32", "warps"},
+                         Bad{"64,64,8,2,99999999999", "warp_rows"}}) {
+    const std::string message = tiles_error(bad.text, mla, sm90);
+    INFO(bad.text << ": " << message);
+    CHECK(message.find("KDTREE_VERIFY_TILES") != std::string::npos);
+    CHECK(message.find(bad.names) != std::string::npos);
+  }
+  // sm_90's MLA tiles need ~150 KB of shared memory: on sm_120 that is an error, not ignored.
+  const std::string too_big = tiles_error("64,64,8,2,32", mla, sm120);
+  INFO(too_big);
+  CHECK(too_big.find("do not fit sm_120") != std::string::npos);
+}
+

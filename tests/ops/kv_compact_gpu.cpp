@@ -42,7 +42,7 @@ struct Problem {
 
 // Runs the kernel; returns error_flags (error_flags NULL when !with_flags) and
 // checks every cache against the reference.
-int run_and_check(kdtree::Runtime& rt, Problem& pb, bool with_flags = true) {
+int run_and_check(kdtree::Engine& rt, Problem& pb, bool with_flags = true) {
   std::vector<DeviceBuffer> kd, vd;
   std::vector<uint64_t> kp, vp;
   for (auto& c : pb.k) {

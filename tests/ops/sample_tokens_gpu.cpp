@@ -25,7 +25,7 @@ const char* const kTempDir = "kdtree-sample-gpu";
 
 // Runs the kernel on `in` (logits stored as `dtype`; bf16 inputs must already be
 // bf16 values so that the reference sees the same numbers).
-std::vector<int32_t> run(kdtree::Runtime& rt, const kdtree::ref::SampleInput& in, kdtree_dtype dtype) {
+std::vector<int32_t> run(kdtree::Engine& rt, const kdtree::ref::SampleInput& in, kdtree_dtype dtype) {
   DeviceBuffer logits;
   if (dtype == KDTREE_DTYPE_BF16) {
     std::vector<uint16_t> h(in.logits.size());

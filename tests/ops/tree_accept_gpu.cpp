@@ -77,7 +77,7 @@ void pack_targets(TreeAcceptInput& in) {
 }
 
 // Runs the batch on the device and compares with the reference.
-void run_case(kdtree::Runtime& rt, const TreeAcceptInput& in, bool with_flags = true) {
+void run_case(kdtree::Engine& rt, const TreeAcceptInput& in, bool with_flags = true) {
   const int B = in.batch_size, W = in.max_tree_nodes;
   TreeAcceptOutput expect = kdtree::ref::tree_accept(in);
   DeviceBuffer tokens(in.tokens), parents(in.parents), counts(in.node_counts);
@@ -113,7 +113,7 @@ void run_case(kdtree::Runtime& rt, const TreeAcceptInput& in, bool with_flags = 
 
 TEST_CASE("tree_accept GPU: tree_build trees with targets that follow a path partly") {
   Gpu gpu(kTempDir);
-  kdtree::Runtime& rt = gpu.rt;
+  kdtree::Engine& rt = gpu.rt;
   std::mt19937_64 rng(0xacce);
   for (int W : {16, 32, 64, 128}) {
     for (int trial = 0; trial < 6; ++trial) {
@@ -142,7 +142,7 @@ TEST_CASE("tree_accept GPU: tree_build trees with targets that follow a path par
 
 TEST_CASE("tree_accept GPU: random trees with duplicate-token siblings - padded and packed") {
   Gpu gpu(kTempDir);
-  kdtree::Runtime& rt = gpu.rt;
+  kdtree::Engine& rt = gpu.rt;
   std::mt19937_64 rng(77);
   for (int W : {16, 32, 64, 128}) {
     for (int trial = 0; trial < 8; ++trial) {
@@ -161,7 +161,7 @@ TEST_CASE("tree_accept GPU: random trees with duplicate-token siblings - padded 
 
 TEST_CASE("tree_accept GPU: malformed requests set error bits and -1 outputs - neighbours unaffected") {
   Gpu gpu(kTempDir);
-  kdtree::Runtime& rt = gpu.rt;
+  kdtree::Engine& rt = gpu.rt;
   std::mt19937_64 rng(404);
   for (int W : {16, 128}) {
     for (bool packed : {false, true}) {
@@ -193,7 +193,7 @@ TEST_CASE("tree_accept GPU: malformed requests set error bits and -1 outputs - n
 
 TEST_CASE("tree_accept GPU: node_indptr past total_nodes sets NODE_COUNT - never reads past the targets") {
   Gpu gpu(kTempDir);
-  kdtree::Runtime& rt = gpu.rt;
+  kdtree::Engine& rt = gpu.rt;
   std::mt19937_64 rng(0x707a1);
   for (int W : {16, 32, 128}) {
     // cut 1: only the last request's segment ends past total_nodes (its count and

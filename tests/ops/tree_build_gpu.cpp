@@ -41,7 +41,7 @@ void check_same(const char* what, const std::vector<T>& got, const std::vector<T
 }
 
 // Runs one batch on the device and compares every output with the reference.
-void run_case(kdtree::Runtime& rt, const kdtree::ref::TreeBuildInput& in, bool with_scores, CUstream stream = nullptr) {
+void run_case(kdtree::Engine& rt, const kdtree::ref::TreeBuildInput& in, bool with_scores, CUstream stream = nullptr) {
   const int B = in.batch_size, W = in.max_tree_nodes, MW = (W + 63) / 64;
   kdtree::ref::TreeBuildOutput expect = kdtree::ref::tree_build(in);
 
@@ -88,7 +88,7 @@ void run_case(kdtree::Runtime& rt, const kdtree::ref::TreeBuildInput& in, bool w
 
 TEST_CASE("tree_build GPU: random batches across the grid match the reference exactly") {
   Gpu gpu(kTempDir);
-  kdtree::Runtime& rt = gpu.rt;
+  kdtree::Engine& rt = gpu.rt;
   std::mt19937_64 rng(0x7b1d);
   for (int W : {16, 32, 64, 128}) {
     for (int trial = 0; trial < 12; ++trial) {
@@ -108,7 +108,7 @@ TEST_CASE("tree_build GPU: random batches across the grid match the reference ex
 
 TEST_CASE("tree_build GPU: small candidate trees (budget above the candidate count) and chains") {
   Gpu gpu(kTempDir);
-  kdtree::Runtime& rt = gpu.rt;
+  kdtree::Engine& rt = gpu.rt;
   std::mt19937_64 rng(11);
   const int shapes[][2] = {{1, 1}, {1, 5}, {2, 2}, {3, 1}, {16, 1}, {2, 3}, {1, 64}};
   for (int W : {16, 128}) {
@@ -122,7 +122,7 @@ TEST_CASE("tree_build GPU: small candidate trees (budget above the candidate cou
 
 TEST_CASE("tree_build GPU: all-equal and -inf log-probs resolve ties like the reference") {
   Gpu gpu(kTempDir);
-  kdtree::Runtime& rt = gpu.rt;
+  kdtree::Engine& rt = gpu.rt;
   std::mt19937_64 rng(5);
   for (int W : {32, 128}) {
     for (int variant = 0; variant < 3; ++variant) {
@@ -142,7 +142,7 @@ TEST_CASE("tree_build GPU: all-equal and -inf log-probs resolve ties like the re
 
 TEST_CASE("tree_build GPU: runs on a non-default stream") {
   Gpu gpu(kTempDir);
-  kdtree::Runtime& rt = gpu.rt;
+  kdtree::Engine& rt = gpu.rt;
   const auto& api = kdtree::driver::api();
   CUstream stream = nullptr;
   kdtree::driver::check(api.cuStreamCreate(&stream, 0), "cuStreamCreate");

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "codegen/grid.hpp"
-#include "codegen/verify_attention.hpp"
+#include "codegen/render.hpp"
 #include "runtime/runtime.hpp"
 
 namespace fs = std::filesystem;
@@ -21,28 +21,10 @@ using namespace kdtree;
 
 namespace {
 
-// Dynamic shared memory a kernel is launched with (verify_attention only; the
-// tree operations use static shared memory, which ptxas reports).
-int dynamic_smem(const std::string& label, const codegen::Arch& arch) {
-  if (label.rfind("verify_attention[", 0) != 0) return 0;
-  auto inside = label.substr(17, label.size() - 18);  // mla576/512,W=64,page=64,bf16
-  std::vector<std::string> parts;
-  size_t start = 0;
-  for (size_t comma; (comma = inside.find(',', start)) != std::string::npos; start = comma + 1)
-    parts.push_back(inside.substr(start, comma - start));
-  parts.push_back(inside.substr(start));
-  codegen::VerifySpec spec;
-  codegen::parse_head_name(parts[0], &spec.head_dim_qk, &spec.head_dim_v);
-  spec.max_tree_nodes = std::stoi(parts[1].substr(2));
-  spec.page_size = std::stoi(parts[2].substr(5));
-  spec.dtype = codegen::parse_dtype(parts[3]);
-  return codegen::choose_verify_tiles(spec, arch).smem_bytes;
-}
-
 void compile_grid(int sm) {
   fs::path dir = fs::temp_directory_path() / ("kdtree-grid-test-" + std::to_string(sm) + "-" +
                                               std::to_string(::getpid()));
-  auto rt = Runtime::offline(sm, dir.string());
+  auto rt = Engine::offline(sm, dir.string());
   const codegen::Arch arch = rt->arch();
   auto items = codegen::enumerate_grid(codegen::GridOptions{}, arch);
   std::atomic<size_t> next{0};
@@ -53,9 +35,11 @@ void compile_grid(int sm) {
       std::string failure;
       std::shared_ptr<const CompiledModule> m;
       std::string source;
+      int dynamic_smem = 0;  // what the launch asks for beyond ptxas's static amount
       try {
         codegen::KernelSource src = items[i].make();
-        source = src.source;
+        source = codegen::flatten(src);
+        dynamic_smem = src.launch.dynamic_smem;
         m = rt->compile(src);
       } catch (const std::exception& e) {
         failure = e.what();
@@ -75,7 +59,7 @@ void compile_grid(int sm) {
                    << use.spill_stores << " B spill stores");
         CHECK(use.spill_stores == 0);
         CHECK(use.spill_loads == 0);
-        if (sm == 120) CHECK(use.static_smem + dynamic_smem(items[i].label, arch) <= 99 * 1024);
+        if (sm == 120) CHECK(use.static_smem + dynamic_smem <= 99 * 1024);
       }
     }
   };

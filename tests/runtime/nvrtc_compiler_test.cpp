@@ -5,7 +5,7 @@
 #include <string>
 
 #include "runtime/driver.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/runtime.hpp"
 
@@ -59,7 +59,7 @@ TEST_CASE("ptxas resource reports are parsed per kernel") {
 TEST_CASE("the driver is loaded only at first device use") {
   // Creating a runtime and compiling need no driver.
   auto dir = std::filesystem::temp_directory_path() / "kdtree-nodriver-test";
-  Runtime rt(0, dir.string());
+  Engine rt(0, dir.string());
   CHECK(rt.has_device());
   std::string why;
   if (!driver::available(&why)) {

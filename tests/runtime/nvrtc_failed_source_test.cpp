@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "tests/support/temp_dir.hpp"
 

@@ -1,4 +1,4 @@
-// Runtime::compile: one compile per key in a process, however many threads ask,
+// Engine::compile: one compile per key in a process, however many threads ask,
 // and a second runtime on the same directory reuses the disk entry.
 #include <doctest/doctest.h>
 
@@ -18,7 +18,7 @@ TEST_CASE("threads asking for one kernel compile it once") {
   spec.head_dim_qk = spec.head_dim_v = 64;
   spec.max_tree_nodes = 16;
   {
-    auto rt = Runtime::offline(120, dir.string());
+    auto rt = Engine::offline(120, dir.string());
     codegen::KernelSource src = codegen::generate_verify_attention(spec, rt->arch());
     std::vector<std::shared_ptr<const CompiledModule>> results(6);
     std::vector<std::thread> threads;
@@ -35,7 +35,7 @@ TEST_CASE("threads asking for one kernel compile it once") {
     CHECK(results[0]->usage.count("kdtree_verify_attention") == 1);
     CHECK(results[0]->usage.count("kdtree_verify_combine") == 1);
   }
-  auto again = Runtime::offline(120, dir.string());
+  auto again = Engine::offline(120, dir.string());
   auto m = again->compile(codegen::generate_verify_attention(spec, again->arch()));
   CHECK(m->outcome == cache::Outcome::disk_hit);
   // The resource report travels with the cached cubin.

@@ -4,6 +4,7 @@
 // texts belong to the implementation; only the field names are checked.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -285,4 +286,98 @@ TEST_CASE("verify_args: the last error describes the latest failed call") {
   const std::string msg = kdtree_last_error();
   CHECK(names(msg, "kv_lens"));
   CHECK(!names(msg, "page_size"));
+}
+
+namespace {
+
+// A compile-only sm_120 runtime: the checks and the split plan run without a GPU
+// (kdtree_verify_workspace_size answers), and a launch ends in KDTREE_ERROR_NO_DEVICE.
+struct OfflineFixture {
+  TempDir dir;
+  kdtree_runtime* rt = nullptr;
+  OfflineFixture() : dir(kTempDir) {
+    REQUIRE(kdtree_runtime_create_offline(120, dir.path.c_str(), &rt) == KDTREE_OK);
+  }
+  ~OfflineFixture() { kdtree_runtime_destroy(rt); }
+};
+
+// Sets KDTREE_VERIFY_TILES for one scope.
+struct TilesEnv {
+  explicit TilesEnv(const char* value) { ::setenv("KDTREE_VERIFY_TILES", value, 1); }
+  ~TilesEnv() { ::unsetenv("KDTREE_VERIFY_TILES"); }
+};
+
+}  // namespace
+
+TEST_CASE("verify_args: KDTREE_VERIFY_TILES with a zero or negative block is an error, not SIGFPE") {
+  // These once passed the override's checks and divided by zero in the split plan.
+  for (const char* tiles : {"64,0,8,2,32", "64,-16,8,2"}) {
+    INFO("KDTREE_VERIFY_TILES=" << tiles);
+    OfflineFixture fx;  // a fresh runtime: sources are generated once per runtime
+    TilesEnv env(tiles);
+    size_t bytes = 0;
+    const kdtree_verify_spec spec = mla_spec();
+    CHECK(kdtree_verify_workspace_size(fx.rt, &spec, 3, 70, 3000, &bytes) == KDTREE_ERROR_INVALID_ARGUMENT);
+    CHECK(names(kdtree_last_error(), "KDTREE_VERIFY_TILES"));
+    CHECK(names(kdtree_last_error(), "block_n"));
+    kdtree_verify_args a = good_args(spec);
+    a.num_splits = 0;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"KDTREE_VERIFY_TILES", "block_n"});
+  }
+}
+
+TEST_CASE("verify_args: an offline runtime plans without a GPU and stops at the launch") {
+  OfflineFixture fx;
+  const kdtree_verify_spec spec = mla_spec();
+  size_t bytes = 1;
+  REQUIRE(kdtree_verify_workspace_size(fx.rt, &spec, 1, 64, 64 * 1024, &bytes) == KDTREE_OK);
+  CHECK(bytes > 0);  // one long request on 188 SMs is split
+  kdtree_verify_args a = good_args(spec);
+  expect_rejected(fx.rt, a, KDTREE_ERROR_NO_DEVICE, {});
+}
+
+TEST_CASE("verify_args: grid limits, forced splits, workspace alignment and the order of the size checks") {
+  Fixture fx(kTempDir);
+  SUBCASE("batch_size x num_kv_heads past the grid's y limit") {
+    kdtree_verify_args a = good_args(gqa_spec());  // 2 KV heads
+    a.batch_size = 40000;
+    a.total_nodes = 40000;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"batch_size", "num_kv_heads", "65535"});
+    size_t bytes = 0;
+    CHECK(kdtree_verify_workspace_size(fx.rt, &a.spec, 40000, 40000, 3000, &bytes) == KDTREE_ERROR_INVALID_ARGUMENT);
+    CHECK(names(kdtree_last_error(), "num_kv_heads"));
+  }
+  SUBCASE("MLA batch of 65536") {
+    kdtree_verify_args a = good_args(mla_spec());
+    a.batch_size = 65536;
+    a.total_nodes = 65536;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"batch_size", "num_kv_heads"});
+  }
+  SUBCASE("total_nodes x num_q_heads past 2^31 - 1 rows") {
+    kdtree_verify_args a = good_args(mla_spec());
+    a.spec.num_q_heads = 1024;
+    a.batch_size = 60000;
+    a.total_nodes = 3000000;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"total_nodes", "num_q_heads"});
+  }
+  SUBCASE("forced num_splits past the grid's z limit") {
+    kdtree_verify_args a = good_args(gqa_spec());
+    a.num_splits = 65536;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"num_splits"});
+    a.num_splits = -1;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"num_splits"});
+  }
+  SUBCASE("a workspace that is not 16-byte aligned (the combine kernel reads float4)") {
+    kdtree_verify_args a = good_args(mla_spec());
+    a.num_splits = 3;
+    a.workspace = fake<void>(10, 4);
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"workspace", "aligned"});
+  }
+  SUBCASE("a negative total_nodes is named before any workspace size is computed from it") {
+    kdtree_verify_args a = good_args(gqa_spec());
+    a.num_splits = 3;
+    a.total_nodes = -1;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"total_nodes"});
+    CHECK(!names(kdtree_last_error(), "workspace"));
+  }
 }

@@ -10,7 +10,7 @@ namespace kdtree::test {
 
 struct Gpu {
   TempDir dir;
-  Runtime rt;
+  Engine rt;
   // `name` prefixes the cache directory: /tmp/<name>-XXXXXX.
   explicit Gpu(const std::string& name) : dir(name), rt(0, dir.path) { rt.make_current(); }
 };

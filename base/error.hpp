@@ -1,5 +1,7 @@
 // Errors inside kdtree are exceptions carrying a kdtree_status; the C ABI turns
-// them into a status plus the thread-local kdtree_last_error() message.
+// them into a status plus the thread-local kdtree_last_error() message. It sits
+// below codegen, cache and runtime (it needs only kdtree.h and fmt), so every
+// layer can throw it without depending on a layer above.
 #pragma once
 #include <stdexcept>
 #include <string>

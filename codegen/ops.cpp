@@ -1,0 +1,167 @@
+#include "codegen/ops.hpp"
+
+#include <set>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "codegen/kv_compact.hpp"
+#include "codegen/sample_tokens.hpp"
+#include "codegen/tree_accept.hpp"
+#include "codegen/tree_build.hpp"
+#include "codegen/verify_attention.hpp"
+
+namespace kdtree::codegen {
+namespace {
+
+// Appends unless an item with the same label is already there, so repeated
+// option values (--widths 16,16) do not compile a kernel twice.
+struct Items {
+  std::vector<GridItem> items;
+  std::set<std::string> seen;
+  void add(std::string label, std::function<KernelSource()> make) {
+    if (seen.insert(label).second) items.push_back(GridItem{std::move(label), std::move(make)});
+  }
+};
+
+// Head counts are run-time values; any consistent pair passes validation.
+VerifySpec verify_spec(const std::string& head, int width, int page, kdtree_dtype dtype) {
+  kdtree_verify_spec c{};
+  parse_head_name(head, &c.head_dim_qk, &c.head_dim_v);
+  c.num_q_heads = 16;
+  c.num_kv_heads = c.head_dim_qk == 576 ? 1 : 2;
+  c.max_tree_nodes = width;
+  c.page_size = page;
+  c.dtype = dtype;
+  return validate_verify_spec(c);
+}
+
+std::vector<GridItem> verify_grid(const GridOptions& o, const Arch& arch) {
+  Items out;
+  for (const std::string& head : o.heads) {
+    for (int width : o.widths) {
+      for (int page : o.page_sizes) {
+        for (kdtree_dtype dtype : o.dtypes) {
+          const VerifySpec spec = verify_spec(head, width, page, dtype);
+          out.add(spec.label(), [spec, arch] { return generate_verify_attention(spec, arch); });
+        }
+      }
+    }
+  }
+  return std::move(out.items);
+}
+
+KernelSource verify_point(const OpPoint& p, const Arch& arch) {
+  return generate_verify_attention(verify_spec(p.head, p.width, p.page, p.dtype), arch);
+}
+
+TreeBuildSpec build_spec(int width) {
+  TreeBuildSpec spec{};
+  spec.max_tree_nodes = width;
+  validate(spec);
+  return spec;
+}
+
+std::vector<GridItem> build_grid(const GridOptions& o, const Arch& arch) {
+  Items out;
+  for (int width : o.widths) {
+    const TreeBuildSpec spec = build_spec(width);
+    out.add(spec.label(), [spec, arch] { return generate_tree_build(spec, arch); });
+  }
+  return std::move(out.items);
+}
+
+KernelSource build_point(const OpPoint& p, const Arch& arch) { return generate_tree_build(build_spec(p.width), arch); }
+
+TreeAcceptSpec accept_spec(int width) {
+  TreeAcceptSpec spec{};
+  spec.max_tree_nodes = width;
+  validate(spec);
+  return spec;
+}
+
+std::vector<GridItem> accept_grid(const GridOptions& o, const Arch& arch) {
+  Items out;
+  for (int width : o.widths) {
+    const TreeAcceptSpec spec = accept_spec(width);
+    out.add(spec.label(), [spec, arch] { return generate_tree_accept(spec, arch); });
+  }
+  return std::move(out.items);
+}
+
+KernelSource accept_point(const OpPoint& p, const Arch& arch) {
+  return generate_tree_accept(accept_spec(p.width), arch);
+}
+
+KvCompactSpec compact_spec(int width, int page) {
+  KvCompactSpec spec{};
+  spec.page_size = page;
+  spec.max_tree_nodes = width;
+  validate(spec);
+  return spec;
+}
+
+std::vector<GridItem> compact_grid(const GridOptions& o, const Arch& arch) {
+  Items out;
+  for (int width : o.widths) {
+    for (int page : o.page_sizes) {
+      const KvCompactSpec spec = compact_spec(width, page);
+      out.add(spec.label(), [spec, arch] { return generate_kv_compact(spec, arch); });
+    }
+  }
+  return std::move(out.items);
+}
+
+KernelSource compact_point(const OpPoint& p, const Arch& arch) {
+  return generate_kv_compact(compact_spec(p.width, p.page), arch);
+}
+
+SampleSpec sample_spec(kdtree_dtype logits) {
+  SampleSpec spec{};
+  spec.logits_dtype = logits;
+  validate(spec);
+  return spec;
+}
+
+// Sampling does not depend on the tree shape: one kernel per logits dtype.
+std::vector<GridItem> sample_grid(const GridOptions&, const Arch& arch) {
+  Items out;
+  for (kdtree_dtype logits : {KDTREE_DTYPE_BF16, KDTREE_DTYPE_F32}) {
+    const SampleSpec spec = sample_spec(logits);
+    out.add(spec.label(), [spec, arch] { return generate_sample_tokens(spec, arch); });
+  }
+  return std::move(out.items);
+}
+
+KernelSource sample_point(const OpPoint& p, const Arch& arch) {
+  return generate_sample_tokens(sample_spec(p.dtype), arch);
+}
+
+}  // namespace
+
+const std::vector<OpInfo>& operations() {
+  static const std::vector<OpInfo> ops = {
+      {"verify_attention", true, verify_grid, verify_point, {"--head", "--width", "--page", "--dtype"}},
+      {"tree_build", false, build_grid, build_point, {"--width"}},
+      {"tree_accept", false, accept_grid, accept_point, {"--width"}},
+      {"sample_tokens", false, sample_grid, sample_point, {"--dtype"}},
+      {"kv_compact", false, compact_grid, compact_point, {"--width", "--page"}},
+  };
+  return ops;
+}
+
+std::vector<std::string> operation_names() {
+  std::vector<std::string> names;
+  for (const OpInfo& op : operations()) names.emplace_back(op.name);
+  return names;
+}
+
+const OpInfo& find_operation(const std::string& name) {
+  for (const OpInfo& op : operations()) {
+    if (name == op.name) return op;
+  }
+  fail(KDTREE_ERROR_UNSUPPORTED,
+       fmt::format("unknown op '{}': use {}", name, fmt::join(operation_names(), ", ")));
+}
+
+}  // namespace kdtree::codegen

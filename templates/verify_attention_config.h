@@ -1,0 +1,60 @@
+// Compile-time configuration of templates/verify_attention.cu. The generator defines every
+// KD_* value in the prelude it puts before the kernel source (codegen/verify_attention.cpp),
+// and must define exactly these. The defaults (MLA 576/512, W=64, page 64, bf16,
+// sm_120's tiles 32,16,4,3) only let editors and
+// `nvcc -fdevice-syntax-only -I templates -I include` read the template alone.
+
+#ifndef KD_HEAD_DIM_QK
+#define KD_HEAD_DIM_QK 576  // Q/K head dim
+#endif
+#ifndef KD_HEAD_DIM_V
+#define KD_HEAD_DIM_V 512  // V head dim
+#endif
+#ifndef KD_PAGE_SIZE
+#define KD_PAGE_SIZE 64  // tokens per KV page
+#endif
+#ifndef KD_MAX_TREE_NODES
+#define KD_MAX_TREE_NODES 64  // W
+#endif
+#ifndef KD_IS_MLA
+#define KD_IS_MLA true  // V = the first HEAD_DIM_V dims of the K row
+#endif
+#ifndef KD_IS_BF16
+#define KD_IS_BF16 true  // else f16
+#endif
+#ifndef KD_BLOCK_M
+#define KD_BLOCK_M 32  // rows (node x head) per CTA
+#endif
+#ifndef KD_BLOCK_N
+#define KD_BLOCK_N 16  // KV tokens per tile
+#endif
+#ifndef KD_WARPS_M
+#define KD_WARPS_M 2  // warp rows
+#endif
+#ifndef KD_WARPS_N
+#define KD_WARPS_N 2  // column warps per warp row
+#endif
+#ifndef KD_WARP_ROWS
+#define KD_WARP_ROWS 16  // rows per warp: 16 or 32
+#endif
+#ifndef KD_STAGES
+#define KD_STAGES 3  // cp.async pipeline depth
+#endif
+#ifndef KD_SMEM_K
+#define KD_SMEM_K 36864  // byte offset of the K stages
+#endif
+#ifndef KD_SMEM_V
+#define KD_SMEM_V 92160  // of the V stages (GQA)
+#endif
+#ifndef KD_SMEM_P
+#define KD_SMEM_P 92160  // of P
+#endif
+#ifndef KD_SMEM_RED
+#define KD_SMEM_RED 93184  // of the row exchange
+#endif
+#ifndef KD_COMBINE_THREADS
+#define KD_COMBINE_THREADS 128  // threads per combine CTA
+#endif
+#ifndef KD_COMBINE_ROW_THREADS
+#define KD_COMBINE_ROW_THREADS 128  // combine threads per row
+#endif

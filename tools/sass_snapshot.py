@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Disassembles every cubin of a kdtree cache directory into one file per grid point.
+
+    tools/sass_snapshot.py CACHE_DIR OUT_DIR
+
+A cache entry (cache/disk_cache.cpp) is <readable>-<hash16>.kdc: a header
+{"KDTC", u32 format version, u64 payload size, payload SHA-256, key SHA-256}
+and a payload {"KDMD", u32 log bytes, ptxas log, cubin} (runtime/runtime.cpp).
+The hash covers the rendered source, so it changes with any source edit; the
+readable part (op, shape, dtype, arch) names the grid point and is what two
+snapshots are compared by.
+
+OUT_DIR/<readable>.sass holds the normalised disassembly of every kernel of the
+entry, OUT_DIR/<readable>.res the per-kernel ptxas resource lines (registers,
+spills, shared memory). Normalisation drops what does not change the code: the
+disassembler's header lines and trailing whitespace. nvdisasm is searched in
+$NVDISASM, PATH, the CUDA toolkit and the pip wheels (nvidia-cuda-nvdisasm,
+triton's bundled copy).
+"""
+import glob
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+HEADER = 4 + 4 + 8 + 32 + 32
+
+
+def find_nvdisasm():
+    candidates = [os.environ.get("NVDISASM", ""), shutil.which("nvdisasm") or ""]
+    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    candidates.append(os.path.join(cuda, "bin", "nvdisasm"))
+    for site in sys.path:
+        candidates += glob.glob(os.path.join(site, "nvidia", "*", "bin", "nvdisasm"))
+        candidates += glob.glob(os.path.join(site, "nvidia", "cuda_nvdisasm", "bin", "nvdisasm"))
+        candidates += glob.glob(os.path.join(site, "triton", "backends", "nvidia", "bin", "nvdisasm"))
+    for c in candidates:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    sys.exit("sass_snapshot: nvdisasm not found (pip install nvidia-cuda-nvdisasm, or set NVDISASM)")
+
+
+def read_entry(path):
+    data = open(path, "rb").read()
+    if len(data) < HEADER or data[:4] != b"KDTC":
+        raise ValueError(f"{path}: not a kdtree cache entry")
+    (size,) = struct.unpack_from("<Q", data, 8)
+    payload = data[HEADER:]
+    if len(payload) != size or payload[:4] != b"KDMD":
+        raise ValueError(f"{path}: malformed payload")
+    (log_bytes,) = struct.unpack_from("<I", payload, 4)
+    log = payload[8:8 + log_bytes].decode("utf-8", "replace")
+    cubin = payload[8 + log_bytes:]
+    return log, cubin
+
+
+def resource_lines(log):
+    keep = []
+    for line in log.splitlines():
+        if re.search(r"Compiling entry|Function properties|bytes stack frame|Used \d+ registers", line):
+            keep.append(re.sub(r"\s+", " ", line.strip()))
+    return "\n".join(keep) + "\n"
+
+
+def normalise(sass):
+    out = []
+    for line in sass.splitlines():
+        line = line.rstrip()
+        if line.startswith("//") and ("nvdisasm" in line or "Generated" in line):
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    cache_dir, out_dir = sys.argv[1], sys.argv[2]
+    nvdisasm = find_nvdisasm()
+    os.makedirs(out_dir, exist_ok=True)
+    entries = sorted(glob.glob(os.path.join(cache_dir, "*.kdc")))
+    if not entries:
+        sys.exit(f"sass_snapshot: no *.kdc entries in {cache_dir}")
+    seen = set()
+    for path in entries:
+        readable = re.sub(r"-[0-9a-f]{16}\.kdc$", "", os.path.basename(path))
+        if readable in seen:
+            sys.exit(f"sass_snapshot: two entries for {readable} in {cache_dir}: clear the cache first")
+        seen.add(readable)
+        log, cubin = read_entry(path)
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(cubin)
+            f.flush()
+            sass = subprocess.run([nvdisasm, "-c", f.name], check=True, capture_output=True, text=True).stdout
+        with open(os.path.join(out_dir, readable + ".sass"), "w") as f:
+            f.write(normalise(sass))
+        with open(os.path.join(out_dir, readable + ".res"), "w") as f:
+            f.write(resource_lines(log))
+    print(f"sass_snapshot: {len(entries)} entries from {cache_dir} -> {out_dir} ({nvdisasm})")
+
+
+if __name__ == "__main__":
+    main()
