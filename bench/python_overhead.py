@@ -108,7 +108,7 @@ def cases():
     kv_path[0, :2] = torch.tensor([0, 2], **i32)
     kv_acc = torch.tensor([1], **i32)
     kdtree.kv_compact(caches, table, kv_lens, kv_counts, kv_path, kv_acc)  # builds the pointer table
-    ptrs = _kv_compact._pointer_table("k_caches", caches, False, torch.device(dev, 0))
+    ptrs = _kv_compact._pointer_table("k_caches", caches, False, torch.device(dev, 0), a.stream)
     ka = _lib.KvCompactArgs(num_layers=2, batch_size=1, max_tree_nodes=W, page_size=page, num_pages=2,
                             row_elems_k=576, dtype=_lib.DTYPE_BF16, k_caches=ptrs.data_ptr(),
                             page_table=table.data_ptr(), max_pages_per_req=2, kv_lens=kv_lens.data_ptr(),

@@ -6,7 +6,10 @@
 # .carry/bin/bench_host_overhead for the C++ side of the overhead comparison, when present.
 # Logs go to $OUT (default /tmp/kdtree-out): python_info.txt, warm.log, pytest.log, pytest.xml,
 # worst_errors.json, python_overhead.txt/.json. Exit status: pytest's, or 1 if a step failed.
+# usage: bash scripts/device_python.sh [all|tests|bench] [pytest args...]   (default all)
 set -uo pipefail
+what=${1:-all}
+[ $# -gt 0 ] && shift
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 out=${OUT:-/tmp/kdtree-out}
@@ -27,17 +30,23 @@ mkdir -p "$KDTREE_CACHE_DIR"
 [ -d "$root/.carry/cache" ] && cp -r "$root/.carry/cache/." "$KDTREE_CACHE_DIR/"
 
 python3 -m kdtree info 2>&1 | tee "$out/python_info.txt"
-# Every attention point the tests use (the default grid plus pages 32 and 128), and the tree ops.
-python3 -m kdtree warm --arch native --heads mla576/512,gqa64,gqa128,gqa256 --widths 16,32,64,128 \
-  --pages 1,16,32,64,128 --dtypes bf16,f16 -j "$(nproc)" > "$out/warm.log" 2>&1 || status=1
-tail -1 "$out/warm.log"
+# The default grid (reused from .carry/cache when it was carried), then the points the tests use beyond it.
+warm=(python3 -m kdtree warm --arch native -j "$(nproc)")
+{ "${warm[@]}" &&
+  "${warm[@]}" --heads mla576/512 --widths 32 --pages 32 --dtypes f16 --no-tree-ops &&
+  "${warm[@]}" --heads gqa128 --widths 128 --pages 128 --dtypes f16 --no-tree-ops &&
+  "${warm[@]}" --no-attention --widths 64 --pages 128; } > "$out/warm.log" 2>&1 || status=1
+grep "^warm:" "$out/warm.log"
 
+if [ "$what" != bench ]; then
 KDTREE_PY_REPORT="$out/worst_errors.json" python3 -m pytest "$root/tests/python" -v -rs -p no:cacheprovider \
-  --junitxml="$out/pytest.xml" > "$out/pytest.log" 2>&1
+  --junitxml="$out/pytest.xml" "$@" > "$out/pytest.log" 2>&1
 rc=$?
 grep -E "^(FAILED|ERROR)|passed|failed|skipped" "$out/pytest.log" | tail -25
 sed -n '/worst error per operator/,/^=/p' "$out/pytest.log"
 [ $rc -ne 0 ] && status=$rc
+fi
+[ "$what" = tests ] && exit $status
 
 cpp=()
 if [ -x "$root/.carry/bin/bench_host_overhead" ]; then

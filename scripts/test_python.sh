@@ -10,14 +10,16 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${KDTREE_BUILD_DIR:-$root/build}
 venv=${KDTREE_VENV:-$build/python-venv}
 
-if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+if [ ! -x "$venv/bin/python" ] && ! python3 -m venv --system-site-packages "$venv" >/dev/null 2>&1; then
+  # Debian's python3 makes virtual environments only with python3-venv installed.
+  rm -rf "$venv"
   echo "test_python: installing python3-venv"
   sudo=()
   [ "$(id -u)" -ne 0 ] && sudo=(sudo)
   "${sudo[@]}" apt-get update
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv python3-pip
+  python3 -m venv --system-site-packages "$venv"
 fi
-[ -x "$venv/bin/python" ] || python3 -m venv --system-site-packages "$venv"
 py=$venv/bin/python
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 if ! "$py" -c 'import torch' >/dev/null 2>&1; then

@@ -34,6 +34,9 @@ typedef enum kdtree_status {
   KDTREE_ERROR_INTERNAL = 8
 } kdtree_status;
 
+/* Any other integer stored in a kdtree_dtype field (e.g. from ctypes) is refused
+ * with KDTREE_ERROR_INVALID_ARGUMENT naming the field and the value; a listed dtype
+ * that an operation does not take is KDTREE_ERROR_UNSUPPORTED. */
 typedef enum kdtree_dtype {
   KDTREE_DTYPE_BF16 = 0,
   KDTREE_DTYPE_F16 = 1,
@@ -76,7 +79,10 @@ const char* kdtree_last_error(void);
 kdtree_status kdtree_runtime_create(int device, const char* cache_dir_or_null, kdtree_runtime** out);
 
 /* A runtime that only generates and compiles (no device) for the given arch,
- * e.g. 120 for sm_120, 90 for sm_90. Used by kdtree-gen warm. */
+ * e.g. 120 for sm_120, 90 for sm_90. Used by kdtree-gen warm. Supported arches:
+ * 80, 86, 87, 89, 90, 100, 103, 110, 120, 121; any other value is
+ * KDTREE_ERROR_UNSUPPORTED with that list (so is a device runtime's GPU outside it,
+ * at first device use). */
 kdtree_status kdtree_runtime_create_offline(int sm_arch, const char* cache_dir_or_null,
                                             kdtree_runtime** out);
 

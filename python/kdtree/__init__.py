@@ -27,10 +27,12 @@ def verify_workspace_size(q, k_cache, page_table, kv_lens, node_indptr, tree_mas
                           v_cache=None, max_kv_len=None):
     """Bytes of workspace verify_attention needs for these arguments (the package manages it; this is for
     capacity planning)."""
+    from . import _launch
     from . import _verify_attention as va
     p = va.plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes,
                 max_kv_len=max_kv_len)
-    return va.workspace_size(p)
+    with _launch.device_guard(p.device.index):  # creating the device's runtime binds its context
+        return va.workspace_size(p)
 
 
 def warm(*args):

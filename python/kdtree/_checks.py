@@ -19,15 +19,27 @@ def _dtype_name(dt):
     return str(dt).replace("torch.", "")
 
 
+_Tensor = torch.Tensor
+_DEVICES = {}  # CUDA index -> torch.device, so the hot path does not build device objects
+
+
+def cuda_device(index):
+    d = _DEVICES.get(index)
+    if d is None:
+        d = _DEVICES[index] = torch.device("cuda", index)
+    return d
+
+
+# These run on every call: they read each tensor's metadata once and build messages only on failure.
 def tensor(name, t, *, dtypes=None, ndim=None, ndims=None):
-    if not isinstance(t, torch.Tensor):
+    if type(t) is not _Tensor and not isinstance(t, _Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if dtypes is not None and t.dtype not in dtypes:
         want = " or ".join(_dtype_name(d) for d in dtypes)
         raise TypeError(f"{name}: expected dtype {want}, got {_dtype_name(t.dtype)}")
-    if ndim is not None and t.dim() != ndim:
+    if ndim is not None and len(t.shape) != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(t.shape)}")
-    if ndims is not None and t.dim() not in ndims:
+    if ndims is not None and len(t.shape) not in ndims:
         want = " or ".join(str(n) for n in ndims)
         raise ValueError(f"{name}: expected {want} dimensions, got shape {tuple(t.shape)}")
     return t
@@ -41,26 +53,34 @@ def contiguous(name, t):
 
 def shape(name, t, expected):
     """expected: a tuple of ints (or None for any); names the first disagreeing dimension."""
-    actual = tuple(t.shape)
-    if len(actual) != len(expected) or any(e is not None and a != e for a, e in zip(actual, expected)):
-        want = "[" + ", ".join("*" if e is None else str(e) for e in expected) + "]"
-        raise ValueError(f"{name}: expected shape {want}, got {list(actual)}")
+    actual = t.shape
+    if len(actual) == len(expected):
+        for a, e in zip(actual, expected):
+            if e is not None and a != e:
+                break
+        else:
+            return
+    want = "[" + ", ".join("*" if e is None else str(e) for e in expected) + "]"
+    raise ValueError(f"{name}: expected shape {want}, got {list(actual)}")
 
 
 def same_device(named):
     """All tensors on one CUDA device; returns it. named: list of (name, tensor or None)."""
-    device = None
-    first = None
+    first = first_name = None
+    index = -1
     for name, t in named:
         if t is None:
             continue
-        if t.device.type != "cuda":
-            raise ValueError(f"{name}: expected a CUDA tensor, got one on {t.device}")
-        if device is None:
-            device, first = t.device, name
-        elif t.device != device:
-            raise ValueError(f"{name}: on {t.device}, but {first} is on {device}; all tensors must be on one device")
-    return device
+        if first is None:
+            if not t.is_cuda:
+                raise ValueError(f"{name}: expected a CUDA tensor, got one on {t.device}")
+            first, first_name, index = t, name, t.get_device()
+        elif t.get_device() != index:  # CPU and meta tensors report -1
+            if not t.is_cuda:
+                raise ValueError(f"{name}: expected a CUDA tensor, got one on {t.device}")
+            raise ValueError(f"{name}: on {t.device}, but {first_name} is on {first.device}; all tensors must "
+                             f"be on one device")
+    return cuda_device(index)
 
 
 def one_of(name, value, allowed, what):

@@ -23,12 +23,30 @@ from ._dispatch import use_eager_path
 _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}
 
 
+_T = torch.Tensor
+_DTYPE_KEYS = tuple(_DTYPES)
+
+
+def _same_layers(caches):
+    """Every layer a plain contiguous tensor with the first one's shape, dtype and device: the common case,
+    tested in one cheap pass (a model has tens of layers and this runs on every call)."""
+    first = caches[0]
+    if type(first) is not _T:
+        return False
+    shape, dtype, device = first.shape, first.dtype, first.get_device()
+    for t in caches:
+        if (type(t) is not _T or t.shape != shape or t.dtype != dtype or t.get_device() != device
+                or not t.is_contiguous()):
+            return False
+    return True
+
+
 def _layers(name, caches, stacked):
     """The per-layer [num_pages, page_size, ...] geometry of a cache list or a stacked tensor."""
     if stacked:
         if len(caches) != 1:
             raise ValueError(f"{name}: the stacked form is one tensor [num_layers, num_pages, page_size, ...]")
-        t = C.tensor(name, caches[0], dtypes=tuple(_DTYPES))
+        t = C.tensor(name, caches[0], dtypes=_DTYPE_KEYS)
         if t.dim() < 4:
             raise ValueError(f"{name}: expected [num_layers, num_pages, page_size, ...] (4 or more dimensions), "
                              f"got shape {list(t.shape)}")
@@ -36,10 +54,14 @@ def _layers(name, caches, stacked):
         return t.shape[0], tuple(t.shape[1:]), t.dtype
     if len(caches) == 0:
         raise ValueError(f"{name}: expected at least one layer's cache")
+    if _same_layers(caches):  # then the first layer's checks stand for all
+        t = C.tensor(f"{name}[0]", caches[0], dtypes=_DTYPE_KEYS)
+        if len(t.shape) >= 3:
+            return len(caches), tuple(t.shape), t.dtype
     first = None
     for i, t in enumerate(caches):
         n = f"{name}[{i}]"
-        C.tensor(n, t, dtypes=tuple(_DTYPES))
+        C.tensor(n, t, dtypes=_DTYPE_KEYS)
         if t.dim() < 3:
             raise ValueError(f"{n}: expected [num_pages, page_size, ...] (3 or more dimensions), got shape "
                              f"{list(t.shape)}")
@@ -92,26 +114,43 @@ def plan(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, ac
     return num_layers, num_pages, page_size, row_k, row_v, _DTYPES[dtype], batch, max_pages, w, device
 
 
+class _Table:
+    """A device pointer table, the pinned host copy it was uploaded from (which must outlive the
+    asynchronous copy), and until it is known complete, the event after its build and the stream it
+    was built on (a launch on another stream waits for that event)."""
+    __slots__ = ("table", "host", "event", "stream")
+
+    def __init__(self, table, host, stream):
+        self.table, self.host, self.stream = table, host, stream
+        self.event = torch.cuda.Event()
+        self.event.record()
+
+
 _tables_lock = threading.Lock()
-_tables = {}  # key -> (device int64 table, pinned host source or None)
+_tables = {}  # key -> _Table
 
 
-def _pointer_table(name, caches, stacked, device):
+def _pointer_table(name, caches, stacked, device, stream):
     if stacked:
         t = caches[0]
         base, layers, stride = t.data_ptr(), t.shape[0], t.stride(0) * t.element_size()
         key = (device.index, "stacked", base, layers, stride)
     else:
-        ptrs = tuple(t.data_ptr() for t in caches)
+        ptrs = tuple(map(_T.data_ptr, caches))
         key = (device.index, ptrs)
     hit = _tables.get(key)
     if hit is not None:
-        return hit[0]
+        if hit.event is not None and hit.stream != stream and not _launch.capturing():
+            if hit.event.query():
+                hit.event = None  # complete: every stream may read it from now on
+            else:
+                torch.cuda.current_stream(device).wait_event(hit.event)
+        return hit.table
     if stacked:
         table = torch.arange(layers, dtype=torch.int64, device=device) * stride + base
         if _launch.capturing():
             return table  # in the graph's pool, alive as long as the graph
-        entry = (table, None)
+        entry = _Table(table, None, stream)
     else:
         if _launch.capturing():
             raise RuntimeError(
@@ -121,10 +160,9 @@ def _pointer_table(name, caches, stacked, device):
         host = torch.tensor(ptrs, dtype=torch.int64).pin_memory()
         table = torch.empty(len(ptrs), dtype=torch.int64, device=device)
         table.copy_(host, non_blocking=True)
-        entry = (table, host)  # the pinned source must outlive the asynchronous copy
+        entry = _Table(table, host, stream)
     with _tables_lock:
-        _tables.setdefault(key, entry)
-    return entry[0]
+        return _tables.setdefault(key, entry).table
 
 
 def _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked):
@@ -134,8 +172,9 @@ def _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, ac
         return
     index = device.index
     with _launch.device_guard(index):
-        k_table = _pointer_table("k_caches", k_caches, stacked, device)
-        v_table = None if v_caches is None else _pointer_table("v_caches", v_caches, stacked, device)
+        stream = _launch.current_stream(index)
+        k_table = _pointer_table("k_caches", k_caches, stacked, device, stream)
+        v_table = None if v_caches is None else _pointer_table("v_caches", v_caches, stacked, device, stream)
         a = _lib.KvCompactArgs()
         a.num_layers, a.batch_size, a.max_tree_nodes, a.page_size = num_layers, batch, w, page_size
         a.num_pages, a.row_elems_k, a.row_elems_v, a.dtype = num_pages, row_k, row_v, dtype
@@ -144,7 +183,7 @@ def _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, ac
         a.page_table, a.max_pages_per_req = page_table.data_ptr(), max_pages
         a.kv_lens, a.node_counts = kv_lens.data_ptr(), node_counts.data_ptr()
         a.accepted_path, a.accept_lens = accepted_path.data_ptr(), accept_lens.data_ptr()
-        a.stream = _launch.current_stream(index)
+        a.stream = stream
         _lib.check(_lib.api.kv_compact(_launch.runtime(index), ctypes.byref(a)), "kdtree_kv_compact")
 
 

@@ -26,15 +26,24 @@ except AttributeError:  # pragma: no cover - older torch
         return torch.cuda.current_stream(index).cuda_stream
 
 
-def capturing():
-    return torch.cuda.is_current_stream_capturing()
+try:
+    capturing = torch._C._cuda_isCurrentStreamCapturing
+except AttributeError:  # pragma: no cover - older torch
+    capturing = torch.cuda.is_current_stream_capturing
+
+try:
+    _get_device = torch._C._cuda_getDevice  # without torch.cuda.current_device()'s lazy-init check
+except AttributeError:  # pragma: no cover - older torch
+    _get_device = torch.cuda.current_device
+
+_SAME_DEVICE = contextlib.nullcontext()  # reusable: entering it does nothing
 
 
 def device_guard(index):
     """Makes `index` torch's current device for the launch when it is not already (kdtree then finds the
     device's primary context current and leaves it, so torch's view of the current device stays right)."""
-    if torch.cuda.current_device() == index:
-        return contextlib.nullcontext()
+    if _get_device() == index:
+        return _SAME_DEVICE
     return torch.cuda.device(index)
 
 

@@ -34,6 +34,9 @@ def plan(tokens, parents, node_counts, target_tokens, node_indptr, require_cuda=
         if target_tokens.dim() != 1:
             raise ValueError(f"target_tokens: with node_indptr, expected the packed layout [total_nodes], got "
                              f"shape {list(target_tokens.shape)}")
+        if not batch <= target_tokens.shape[0] <= batch * w:
+            raise ValueError(f"target_tokens: {target_tokens.shape[0]} packed nodes for {batch} requests; each "
+                             f"request has 1..max_tree_nodes = {w} nodes")
     C.contiguous("target_tokens", target_tokens)
     named = [("tokens", tokens), ("parents", parents), ("node_counts", node_counts),
              ("target_tokens", target_tokens), ("node_indptr", node_indptr)]
@@ -59,6 +62,8 @@ def _run(tokens, parents, node_counts, target_tokens, node_indptr):
         a.total_nodes = 0 if node_indptr is None else target_tokens.shape[0]
         a.accepted_path, a.accept_lens, a.bonus_tokens = path.data_ptr(), lens.data_ptr(), bonus.data_ptr()
         a.stream = _launch.current_stream(index)
+        # Packed targets: the kernel bounds its reads by total_nodes (node_indptr stays on the device).
+        a.total_nodes = target_tokens.shape[0] if node_indptr is not None else 0
         _lib.check(_lib.api.tree_accept(_launch.runtime(index), ctypes.byref(a)), "kdtree_tree_accept")
     return path, lens, bonus
 

@@ -12,6 +12,9 @@ from . import _launch, _lib
 from ._dispatch import use_eager_path
 
 _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}
+_DTYPE_KEYS = tuple(_DTYPES)
+_I32 = (torch.int32,)
+_I64 = (torch.int64,)
 
 Plan = namedtuple("Plan", "mla head_dim_qk head_dim_v num_q_heads num_kv_heads page_size max_tree_nodes dtype "
                           "batch_size total_nodes max_kv_len num_pages max_pages_per_req sm_scale device")
@@ -20,7 +23,83 @@ Plan = namedtuple("Plan", "mla head_dim_qk head_dim_v num_q_heads num_kv_heads p
 def plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale=None,
          max_kv_len=None, require_cuda=True):
     """Checks the arguments (shapes, dtypes, strides, devices; never data) and derives the kernel spec."""
-    C.tensor("q", q, dtypes=tuple(_DTYPES), ndim=3)
+    p = _fast_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
+                   max_kv_len, require_cuda)
+    if p is not None:
+        return p
+    return _checked_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes,
+                         sm_scale, max_kv_len, require_cuda)
+
+
+_T = torch.Tensor
+_INT32, _INT64 = torch.int32, torch.int64
+_PAGE_SET = frozenset(C.PAGE_SIZES)
+_WIDTH_SET = frozenset(C.TREE_WIDTHS)
+_GQA_SET = frozenset(C.GQA_HEAD_DIMS)
+_DEFAULT_SCALE = {d: 1.0 / math.sqrt(d) for d in C.GQA_HEAD_DIMS + (C.MLA_HEAD_DIM_QK,)}
+
+
+def _fast_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, w, sm_scale, max_kv_len,
+               require_cuda):
+    """The common case in one pass of cheap tests, or None; then _checked_plan (the authority, which
+    names what is wrong) decides. Accepts nothing that _checked_plan rejects."""
+    if (type(q) is not _T or type(k_cache) is not _T or type(page_table) is not _T or type(kv_lens) is not _T
+            or type(node_indptr) is not _T or type(tree_mask) is not _T):
+        return None
+    dtype = q.dtype
+    code = _DTYPES.get(dtype)
+    qs = q.shape
+    if code is None or len(qs) != 3 or k_cache.dtype != dtype or not q.is_contiguous() or not k_cache.is_contiguous():
+        return None
+    n, hq, d = qs
+    ks = k_cache.shape
+    if v_cache is None:
+        if d != 576 or not ((len(ks) == 4 and ks[2] == 1 and ks[3] == 576) or (len(ks) == 3 and ks[2] == 576)):
+            return None
+        mla, hkv, dv = True, 1, 512
+    else:
+        if (type(v_cache) is not _T or d not in _GQA_SET or len(ks) != 4 or ks[3] != d or v_cache.dtype != dtype
+                or v_cache.shape != ks or not v_cache.is_contiguous()):
+            return None
+        mla, hkv, dv = False, ks[2], d
+        if hkv < 1 or hq % hkv:
+            return None
+    page = ks[1]
+    ps = page_table.shape
+    if page not in _PAGE_SET or w not in _WIDTH_SET or len(ps) != 2 or page_table.dtype != _INT32:
+        return None
+    b, m = ps
+    if (b < 1 or not b <= n <= b * w or kv_lens.dtype != _INT32 or kv_lens.shape != (b,)
+            or node_indptr.dtype != _INT32 or node_indptr.shape != (b + 1,) or tree_mask.dtype != _INT64
+            or tree_mask.shape != (n, (w + 63) // 64) or not page_table.is_contiguous() or not kv_lens.is_contiguous()
+            or not node_indptr.is_contiguous() or not tree_mask.is_contiguous()):
+        return None
+    capacity = m * page
+    if max_kv_len is None:
+        max_kv_len = capacity
+    elif type(max_kv_len) is not int or not 0 <= max_kv_len <= capacity or max_kv_len > C.INT32_MAX:
+        return None
+    if sm_scale is None:
+        sm_scale = _DEFAULT_SCALE[d]
+    elif not (type(sm_scale) in (float, int) and 0 < sm_scale < math.inf):
+        return None
+    if require_cuda:
+        if not q.is_cuda:
+            return None
+        index = q.get_device()
+        if (k_cache.get_device() != index or page_table.get_device() != index or kv_lens.get_device() != index
+                or node_indptr.get_device() != index or tree_mask.get_device() != index
+                or (v_cache is not None and v_cache.get_device() != index)):
+            return None
+        device = C.cuda_device(index)
+    else:
+        device = q.device
+    return Plan(mla, d, dv, hq, hkv, page, w, code, b, n, max_kv_len, ks[0], m, float(sm_scale), device)
+
+
+def _checked_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
+                  max_kv_len, require_cuda):
+    C.tensor("q", q, dtypes=_DTYPE_KEYS, ndim=3)
     C.contiguous("q", q)
     total_nodes, num_q_heads, head_dim_qk = q.shape
     C.tensor("k_cache", k_cache, ndims=(3, 4))
@@ -31,7 +110,7 @@ def plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_t
         if head_dim_qk != C.MLA_HEAD_DIM_QK:
             raise ValueError(f"v_cache: required for GQA/MHA (q's head dim is {head_dim_qk}); only MLA "
                              f"(head dim {C.MLA_HEAD_DIM_QK}) takes v_cache=None and reads V from k_cache")
-        if k_cache.dim() == 4:
+        if len(k_cache.shape) == 4:
             C.shape("k_cache", k_cache, (None, None, 1, C.MLA_HEAD_DIM_QK))
         else:
             C.shape("k_cache", k_cache, (None, None, C.MLA_HEAD_DIM_QK))
@@ -54,16 +133,16 @@ def plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_t
     num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
     C.one_of("k_cache.shape[1] (page size)", page_size, C.PAGE_SIZES, "page size")
     C.one_of("max_tree_nodes", max_tree_nodes, C.TREE_WIDTHS, "tree width")
-    C.tensor("page_table", page_table, dtypes=(torch.int32,), ndim=2)
+    C.tensor("page_table", page_table, dtypes=_I32, ndim=2)
     C.contiguous("page_table", page_table)
     batch_size, max_pages_per_req = page_table.shape
-    C.tensor("kv_lens", kv_lens, dtypes=(torch.int32,), ndim=1)
+    C.tensor("kv_lens", kv_lens, dtypes=_I32, ndim=1)
     C.shape("kv_lens", kv_lens, (batch_size,))
     C.contiguous("kv_lens", kv_lens)
-    C.tensor("node_indptr", node_indptr, dtypes=(torch.int32,), ndim=1)
+    C.tensor("node_indptr", node_indptr, dtypes=_I32, ndim=1)
     C.shape("node_indptr", node_indptr, (batch_size + 1,))
     C.contiguous("node_indptr", node_indptr)
-    C.tensor("tree_mask", tree_mask, dtypes=(torch.int64,), ndim=2)
+    C.tensor("tree_mask", tree_mask, dtypes=_I64, ndim=2)
     C.shape("tree_mask", tree_mask, (total_nodes, C.mask_words(max_tree_nodes)))
     C.contiguous("tree_mask", tree_mask)
     if batch_size < 1:
@@ -95,48 +174,45 @@ def _spec(p):
                            p.max_tree_nodes, p.dtype)
 
 
+_workspace_sizes = {}  # (device, spec, batch, nodes, max_kv_len) -> bytes; host-only facts, so cacheable
+
+
 def workspace_size(p):
     """Bytes of workspace the launch needs (host-only: sizes, never data)."""
-    spec = _spec(p)
-    n = ctypes.c_size_t()
-    _lib.check(_lib.api.verify_workspace_size(_launch.runtime(p.device.index), ctypes.byref(spec), p.batch_size,
-                                              p.total_nodes, p.max_kv_len, ctypes.byref(n)),
-               "kdtree_verify_workspace_size")
-    return n.value
+    key = p[:11] + (p.device.index,)
+    n = _workspace_sizes.get(key)
+    if n is None:
+        spec = _spec(p)
+        out = ctypes.c_size_t()
+        _lib.check(_lib.api.verify_workspace_size(_launch.runtime(p.device.index), ctypes.byref(spec),
+                                                  p.batch_size, p.total_nodes, p.max_kv_len, ctypes.byref(out)),
+                   "kdtree_verify_workspace_size")
+        n = _workspace_sizes[key] = out.value
+    return n
 
 
 def _run(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale, max_kv_len,
-         return_lse):
+         return_lse, lse_placeholder=True):
+    """Checks, allocates and launches; returns (out, lse). Without return_lse, lse is an empty [0] tensor
+    (the operator must return one) or, for the plain function (lse_placeholder=False), None."""
     p = plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale, max_kv_len)
     device, index = p.device, p.device.index
     out = torch.empty((p.total_nodes, p.num_q_heads, p.head_dim_v), dtype=q.dtype, device=device)
-    lse = torch.empty((p.total_nodes, p.num_q_heads) if return_lse else (0,), dtype=torch.float32, device=device)
+    if return_lse:
+        lse = torch.empty((p.total_nodes, p.num_q_heads), dtype=torch.float32, device=device)
+    else:
+        lse = torch.empty((0,), dtype=torch.float32, device=device) if lse_placeholder else None
     with _launch.device_guard(index):
-        rt = _launch.runtime(index)
         stream = _launch.current_stream(index)
         nbytes = workspace_size(p)
         ws = _launch.workspace(device, stream, nbytes)
-        a = _lib.VerifyArgs()
-        a.spec = _spec(p)
-        a.batch_size = p.batch_size
-        a.total_nodes = p.total_nodes
-        a.max_kv_len = p.max_kv_len
-        a.num_pages = p.num_pages
-        a.q = q.data_ptr()
-        a.node_indptr = node_indptr.data_ptr()
-        a.k_cache = k_cache.data_ptr()
-        a.v_cache = None if v_cache is None else v_cache.data_ptr()
-        a.page_table = page_table.data_ptr()
-        a.max_pages_per_req = p.max_pages_per_req
-        a.kv_lens = kv_lens.data_ptr()
-        a.tree_mask = tree_mask.data_ptr()
-        a.sm_scale = p.sm_scale
-        a.out = out.data_ptr()
-        a.lse = lse.data_ptr() if return_lse else None
-        a.workspace = None if ws is None else ws.data_ptr()
-        a.workspace_size = nbytes
-        a.stream = stream
-        _lib.check(_lib.api.verify_attention(rt, ctypes.byref(a)), "kdtree_verify_attention")
+        a = _lib.VerifyArgs(_spec(p), p.batch_size, p.total_nodes, p.max_kv_len, p.num_pages, q.data_ptr(),
+                            node_indptr.data_ptr(), k_cache.data_ptr(),
+                            None if v_cache is None else v_cache.data_ptr(), page_table.data_ptr(),
+                            p.max_pages_per_req, kv_lens.data_ptr(), tree_mask.data_ptr(), p.sm_scale,
+                            out.data_ptr(), lse.data_ptr() if return_lse else None,
+                            None if ws is None else ws.data_ptr(), nbytes, None, stream, 0)
+        _lib.check(_lib.api.verify_attention(_launch.runtime(index), ctypes.byref(a)), "kdtree_verify_attention")
     return out, lse
 
 
@@ -177,7 +253,7 @@ def verify_attention(q, k_cache, page_table, kv_lens, node_indptr, tree_mask, *,
     args = (q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
             max_kv_len, return_lse)
     if use_eager_path(q):
-        out, lse = _run(*args)
+        out, lse = _run(*args, lse_placeholder=False)
     else:
         out, lse = torch.ops.kdtree.verify_attention(*args)
     return (out, lse) if return_lse else out

@@ -72,7 +72,16 @@ def test_kv_compact_fake_on_meta_returns_nothing(stacked):
                                        a["accept_lens"], stacked) is None
 
 
+def _fake_cuda_or_skip():
+    try:
+        with FakeTensorMode():
+            torch.empty(1, device="cuda")
+    except Exception as e:  # a torch build that cannot describe CUDA tensors without CUDA
+        pytest.skip(f"this torch build cannot make fake CUDA tensors: {e}")
+
+
 def test_plain_functions_on_fake_cuda_tensors():
+    _fake_cuda_or_skip()
     with FakeTensorMode():
         a = shapes.verify_args("cuda", mla=False, heads=8, kv_heads=2, head_dim=128)
         out = kdtree.verify_attention(a["q"], a["k_cache"], a["page_table"], a["kv_lens"], a["node_indptr"],
@@ -91,8 +100,36 @@ def test_make_fx_traces_verify_attention_as_one_operator():
         out, lse = kdtree.verify_attention(q, k, pt, lens, indptr, mask, max_tree_nodes=16, return_lse=True)
         return out.float().sum(-1) + lse
 
+    _fake_cuda_or_skip()
     with FakeTensorMode():
         a = shapes.verify_args("cuda")
         gm = make_fx(step)(a["q"], a["k_cache"], a["page_table"], a["kv_lens"], a["node_indptr"], a["tree_mask"])
     targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     assert torch.ops.kdtree.verify_attention.default in targets, targets
+
+
+@pytest.mark.parametrize("op", ["verify_attention[mla]", "verify_attention[gqa]", "tree_build", "tree_accept",
+                                "sample_tokens", "kv_compact"])
+def test_fake_implementation_traces_with_symbolic_shapes(op):
+    # What torch.compile(dynamic=True) and opcheck's dynamic test do: sizes become SymInts in the checks.
+    if op.startswith("verify_attention"):
+        a = shapes.verify_args(mla=op.endswith("[mla]"), heads=8, kv_heads=2, head_dim=128)
+        inputs = (a["q"], a["k_cache"], a["v_cache"], a["page_table"], a["kv_lens"], a["node_indptr"], a["tree_mask"])
+        fn = lambda q, k, v, pt, kl, ip, tm: torch.ops.kdtree.verify_attention(q, k, v, pt, kl, ip, tm, 16, None, None, True)
+    elif op == "tree_build":
+        inputs = tuple(shapes.tree_build_args().values())[:4]
+        fn = lambda *x: torch.ops.kdtree.tree_build(*x, 10, 16)
+    elif op == "tree_accept":
+        inputs = tuple(shapes.tree_accept_args().values())[:4]
+        fn = lambda *x: torch.ops.kdtree.tree_accept(*x, None)
+    elif op == "sample_tokens":
+        inputs = (shapes.sample_args()["logits"],)
+        fn = lambda x: torch.ops.kdtree.sample_tokens(x, 0.5, 3, None)
+    else:
+        k = shapes.kv_compact_args(mla=False, row=(2, 64))
+        inputs = (k["k_caches"], k["v_caches"], k["page_table"], k["kv_lens"], k["node_counts"], k["accepted_path"],
+                  k["accept_lens"])
+        fn = lambda kc, vc, *r: torch.ops.kdtree.kv_compact(kc, vc, *r, False)
+    gm = make_fx(fn, tracing_mode="symbolic")(*inputs)
+    name = op.split("[")[0]
+    assert any(n.op == "call_function" and n.target == getattr(torch.ops.kdtree, name).default for n in gm.graph.nodes)

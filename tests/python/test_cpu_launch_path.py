@@ -37,6 +37,14 @@ class Recorder:
         return lambda rt, ref: self._record(name, rt, ref)
 
 
+class NoEvent:
+    def record(self):
+        pass
+
+    def query(self):
+        return True
+
+
 @pytest.fixture
 def recorder(monkeypatch):
     rec = Recorder()
@@ -49,6 +57,7 @@ def recorder(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
     monkeypatch.setattr(_launch, "_workspaces", {})
     monkeypatch.setattr(_kv_compact, "_tables", {})
+    monkeypatch.setattr(torch.cuda, "Event", NoEvent)
     return rec
 
 
@@ -122,6 +131,7 @@ def test_tree_accept_launch(recorder, packed):
     assert name == "tree_accept" and (f["batch_size"], f["max_tree_nodes"]) == (3, 32)
     assert f["target_tokens"] == a["target_tokens"].data_ptr()
     assert f["node_indptr"] == (a["node_indptr"].data_ptr() if packed else None)
+    assert f["total_nodes"] == (20 if packed else 0)
     assert (f["accepted_path"], f["accept_lens"], f["bonus_tokens"]) == (path.data_ptr(), lens.data_ptr(), bonus.data_ptr())
     assert path.shape == (3, 32) and lens.shape == (3,) and bonus.shape == (3,)
 

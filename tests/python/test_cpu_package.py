@@ -102,3 +102,26 @@ def test_python_m_kdtree_warm_honours_KDTREE_CACHE_DIR(tmp_path):
     assert r.returncode == 0, r.stderr
     assert str(tmp_path / "envcache") in r.stdout
     assert "libkdtree:" in r.stdout and "nvrtc:" in r.stdout
+
+
+def test_nvrtc_search_prefers_torch_nvidia_wheels_then_the_toolkit(tmp_path, monkeypatch):
+    soname = _loader.build_info()["NVRTC_SONAME"]
+    wheel_lib = tmp_path / "site" / "nvidia" / "cu13" / "lib"
+    wheel_lib.mkdir(parents=True)
+    (wheel_lib / soname).write_bytes(b"")
+    home = tmp_path / "cuda"
+    (home / "lib64").mkdir(parents=True)
+    (home / "lib64" / soname).write_bytes(b"")
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "site")] + sys.path)
+    monkeypatch.setenv("CUDA_HOME", str(home))
+    found = _loader._nvrtc_candidates(soname)
+    assert found[0] == str(wheel_lib)
+    toolkit = found.index(str(home / "lib64"))
+    assert all("/nvidia/" in d for d in found[:toolkit])  # every torch wheel directory before any toolkit
+
+
+def test_missing_library_is_a_load_error_naming_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv("KDTREE_LIBRARY", str(tmp_path / "nope.so"))
+    monkeypatch.setattr(_loader, "_lib", None)
+    with pytest.raises(kdtree.LoadError, match="libkdtree not found at .*pip install"):
+        _loader.load()

@@ -94,6 +94,8 @@ TREE_ACCEPT_CASES = [
     ("targets packed without indptr", _with(A, target_tokens=P["target_tokens"]), ValueError, r"^target_tokens: expected the padded layout"),
     ("targets padded with indptr", _with(P, target_tokens=A["target_tokens"]), ValueError, r"^target_tokens: with node_indptr"),
     ("indptr size", _with(P, node_indptr=P["node_indptr"][:3]), ValueError, r"^node_indptr: expected shape \[4\]"),
+    ("packed too few", _with(P, target_tokens=torch.zeros(2, dtype=torch.int32)), ValueError, r"^target_tokens: 2 packed nodes for 3 requests"),
+    ("packed too many", _with(P, target_tokens=torch.zeros(97, dtype=torch.int32)), ValueError, r"^target_tokens: 97 packed nodes"),
     ("cpu tensors", A, ValueError, r"^tokens: expected a CUDA tensor"),
 ]
 
@@ -164,3 +166,30 @@ def test_the_operators_validate_like_the_functions():
     with pytest.raises(TypeError, match=r"^q: expected dtype"):
         torch.ops.kdtree.verify_attention(a["q"], a["k_cache"], None, a["page_table"], a["kv_lens"],
                                           a["node_indptr"], a["tree_mask"], 16)
+
+
+@pytest.mark.parametrize("args,exc,pattern", [c[1:] for c in VERIFY_CASES if c[0] != "cpu tensors"],
+                         ids=[c[0] for c in VERIFY_CASES if c[0] != "cpu tensors"])
+def test_verify_attention_fast_path_rejects_what_the_checked_path_rejects(args, exc, pattern):
+    from kdtree import _verify_attention as va
+    a = dict(args)
+    pos = (a["q"], a["k_cache"], a["v_cache"], a["page_table"], a["kv_lens"], a["node_indptr"], a["tree_mask"],
+           a["max_tree_nodes"], a.get("sm_scale"), a.get("max_kv_len"))
+    assert va._fast_plan(*pos, require_cuda=False) is None
+    with pytest.raises(exc, match=pattern):
+        va._checked_plan(*pos, require_cuda=False)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(mla_3d=True), dict(gqa=True), dict(gqa=True, sm_scale=0.3, max_kv_len=17)],
+                         ids=["mla", "mla-3d-cache", "gqa", "gqa,sm_scale,max_kv_len"])
+def test_verify_attention_fast_path_plans_like_the_checked_path(kw):
+    from kdtree import _verify_attention as va
+    gqa = kw.pop("gqa", False)
+    a = shapes.verify_args(mla=not gqa, heads=8, kv_heads=2 if gqa else 1, head_dim=128, width=32)
+    if kw.pop("mla_3d", False):
+        a["k_cache"] = a["k_cache"].reshape(a["k_cache"].shape[0], a["k_cache"].shape[1], 576)
+    pos = (a["q"], a["k_cache"], a["v_cache"], a["page_table"], a["kv_lens"], a["node_indptr"], a["tree_mask"], 32,
+           kw.get("sm_scale"), kw.get("max_kv_len"))
+    fast = va._fast_plan(*pos, require_cuda=False)
+    assert fast is not None
+    assert fast == va._checked_plan(*pos, require_cuda=False)
