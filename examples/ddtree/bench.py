@@ -8,14 +8,21 @@ import torch
 from .engine import Engine
 
 
-def throughput(models, ops, prompts, *, mode, max_new, budget=63, top_k=8, graphs=True, device="cuda",
+def throughput(models, ops, groups, *, mode, max_new, budget=63, top_k=8, graphs=True, device="cuda",
                dtype=torch.bfloat16, repeats=2):
-    """Generates max_new tokens for every prompt (after one untimed warm run); the best of `repeats`."""
+    """Decodes `groups` (batches of prompts, all of one size) one after another on one engine (one
+    CUDA graph), max_new tokens for every prompt; each batch's time is the best of `repeats` runs
+    after one untimed warm run of the first. tokens/s = all tokens / the sum of those times, so a
+    batch of 1 over several prompts is not the figure of one prompt. Also returns each request's
+    tokens/step (its own steps: the accepted draft tokens + 1, averaged over the steps it was active)."""
     graphs = graphs and torch.device(device).type == "cuda"
     target, drafter, cfg = models
-    e = Engine(target, drafter, cfg, ops, mode=mode, batch_size=len(prompts), max_prompt=max(map(len, prompts)),
+    B = len(groups[0])
+    if any(len(g) != B for g in groups):
+        raise ValueError(f"every group must have {B} prompts, got sizes {[len(g) for g in groups]}")
+    e = Engine(target, drafter, cfg, ops, mode=mode, batch_size=B, max_prompt=max(len(p) for g in groups for p in g),
                max_new=max_new, budget=budget, top_k=top_k, device=device, dtype=dtype)
-    e.admit(prompts)
+    e.admit(groups[0])
     graph_error = None
     if graphs:
         try:
@@ -24,18 +31,30 @@ def throughput(models, ops, prompts, *, mode, max_new, budget=63, top_k=8, graph
             graph_error = f"{type(ex).__name__}: {ex}"
             e.graph = None
             torch.cuda.synchronize()
-            e.admit(prompts)
-    e.generate(prompts)  # warm: cuBLAS heuristics, kdtree's cubins, the allocator
-    best = None
-    for _ in range(repeats):
-        r = e.generate(prompts)
-        if best is None or r.seconds < best.seconds:
-            best = r
-    tokens = len(prompts) * max_new
-    acc = [a for row in best.accept_lens for a in row if a >= 0]
-    return {"mode": mode, "batch": len(prompts), "budget": budget if mode == "spec" else None,
-            "tokens_per_s": tokens / best.seconds, "steps": best.steps, "step_ms": 1e3 * best.seconds / best.steps,
-            "tokens_per_step": (sum(a + 1 for a in acc) / len(acc)) if acc else 1.0, "accept_lens": acc,
+            e.admit(groups[0])
+    e.generate(groups[0])  # warm: cuBLAS heuristics, kdtree's cubins, the allocator
+    seconds, steps, acc, per_request = 0.0, 0, [], []
+    for prompts in groups:  # admit() refills the captured graph's buffers in place: one graph serves all
+        best = None
+        for _ in range(repeats):
+            r = e.generate(prompts)
+            if best is None or r.seconds < best.seconds:
+                best = r
+        seconds += best.seconds
+        steps += best.steps
+        acc += [a for row in best.accept_lens for a in row if a >= 0]
+        for b in range(B):
+            mine = [row[b] for row in best.accept_lens if row[b] >= 0]
+            per_request.append(sum(a + 1 for a in mine) / len(mine) if mine else 1.0)
+    tokens = len(groups) * B * max_new
+    return {"mode": mode, "batch": B, "groups": len(groups), "budget": budget if mode == "spec" else None,
+            "tokens_per_s": tokens / seconds, "seconds": seconds, "steps": steps, "step_ms": 1e3 * seconds / steps,
+            # mean over (request, step) pairs while the request was active: the acceptance figure
+            "tokens_per_step": (sum(a + 1 for a in acc) / len(acc)) if acc else 1.0,
+            # tokens per request per batch step: the batch waits for its slowest request (and up to 2
+            # steps for the host to see it done), so tokens/s = B x this / step time exactly
+            "batch_tokens_per_step": len(groups) * max_new / steps,
+            "request_tokens_per_step": per_request, "accept_lens": acc,
             "cuda_graph": graphs and graph_error is None, "graph_error": graph_error,
             "engine": e}
 

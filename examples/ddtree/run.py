@@ -44,6 +44,31 @@ def prompt_set(preset, n, lo, hi, seed):
     return train.corpus_prompts(preset, lengths, seed=seed)
 
 
+def summary_line(row, ops):
+    """One batch: the speedup as its two factors, and which stages make the DDTree step longer than the
+    AR step (from the per-op times, when measured): mostly the target forward over B x (budget + 1) rows."""
+    B, ar = row["batch"], row["ar"]
+    best = next(e for e in row["spec"] if e["budget"] == row["best_budget"])
+    line = (f"batch {B:>2}: DDTree budget {best['budget']} {best['tokens_per_s']:.0f} tok/s vs AR "
+            f"{ar['tokens_per_s']:.0f} = {best['speedup']:.2f}x = {best['batch_tokens_per_step']:.2f} tok/step x "
+            f"{best['step_time_ratio']:.3f} (AR {ar['step_ms']:.3f} / DDTree {best['step_ms']:.3f} ms per step)")
+    t_ar, t_sp = ops.get(f"batch {B} ar"), ops.get(f"batch {B} spec budget {best['budget']}")
+    if not t_ar or not t_sp:
+        return line
+    stages = lambda t: {k: v for k, v in t.items() if not k.startswith("verify_attention")}
+    d_total = sum(stages(t_sp).values()) - sum(stages(t_ar).values())
+    d_target = t_sp["target"] - t_ar["target"]
+    tree_ops = sum(t_sp.get(k, 0.0) for k in ("tree_build", "tree_accept", "kv_compact"))
+    rest = d_total - d_target - t_sp.get("drafter", 0.0) - tree_ops
+    n = best["budget"] + 1
+    va_key = "verify_attention (all layers)"
+    va = (f"; of it verify_attention {t_sp[va_key] - t_ar[va_key]:+.3f}" if va_key in t_sp and va_key in t_ar else "")
+    return (line + f"\n            the DDTree step adds {d_total:.3f} ms: target forward {d_target:+.3f} ms "
+            f"({t_ar['target']:.3f} -> {t_sp['target']:.3f} ms, {t_sp['target'] / t_ar['target']:.2f}x, for "
+            f"{n}x the rows: {B * n} vs {B}{va}), drafter {t_sp.get('drafter', 0):.3f}, "
+            f"tree_build+tree_accept+kv_compact {tree_ops:.3f}, sampling+update {rest:+.3f}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="h200", choices=sorted(train.PRESETS))
@@ -51,6 +76,13 @@ def main(argv=None):
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--batches", default="1,4,16,64")
     ap.add_argument("--budgets", default="16,32,64,128")
+    ap.add_argument("--small-budgets", default="4,8",
+                    help="extra budgets (W=16) measured at batches >= --small-budgets-from, where the target's "
+                         "forward over B x (budget+1) rows makes large trees expensive")
+    ap.add_argument("--small-budgets-from", type=int, default=16)
+    ap.add_argument("--batch1-prompts", type=int, default=8,
+                    help="batch 1 is measured over this many prompts, one at a time (one prompt alone can be a "
+                         "lucky repetition loop); tokens/s = all tokens / total time")
     ap.add_argument("--top-k", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=256)
     ap.add_argument("--prompt-lens", default="32,224",
@@ -72,7 +104,7 @@ def main(argv=None):
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     if a.quick:
         a.batches, a.budgets, a.max_new, a.prompt_lens = "1,4", "16", 32, "8,40"
-        a.greedy_requests, a.tv_samples = 4, 400
+        a.greedy_requests, a.tv_samples, a.batch1_prompts, a.small_budgets = 4, 400, 3, "8"
     batches = [int(x) for x in a.batches.split(",")]
     budgets = []
     for b in (int(x) for x in a.budgets.split(",")):
@@ -80,6 +112,20 @@ def main(argv=None):
             log(f"note: budget {b} does not fit the largest tree width W=128 (root + budget <= W): using 127")
             b = 127
         budgets.append(b)
+    small_budgets = [int(x) for x in a.small_budgets.split(",") if x]
+
+    def budgets_for(B):
+        return sorted(set(budgets + (small_budgets if B >= a.small_budgets_from else [])))
+
+    groups_of = {}  # batch size -> prompt groups (reading the corpus takes a second)
+
+    def prompt_groups(B):
+        """Batch 1: a.batch1_prompts prompts, one per group; else one batch of B corpus prompts."""
+        if B not in groups_of:
+            groups_of[B] = ([[p] for p in prompt_set(a.preset, a.batch1_prompts, lo, hi, seed=101)] if B == 1
+                            else [prompt_set(a.preset, B, lo, hi, seed=100 + B)])
+        return groups_of[B]
+
     lo, hi = (int(x) for x in a.prompt_lens.split(","))
     ops = load_backend(a.backend)
     report = {"args": vars(a)}
@@ -119,8 +165,9 @@ def main(argv=None):
             for r in g["requests"]:
                 if not r["equal"]:
                     log(f"  request {r['request']} (prompt {r['prompt_len']}): first divergence at token "
-                        f"{r['first_divergence']}, target top-2 margin {r['ar_margin']:.2e} "
-                        f"({'near-tie' if r['near_tie'] else 'NOT a near-tie'})")
+                        f"{r['first_divergence']}: target top-2 margin {r['ar_margin']:.2e} (AR) / "
+                        f"{r['spec_margin']:.2e} (spec) {'<=' if r['near_tie'] else '>'} numeric noise "
+                        f"{g['numeric_margin_noise']:.2e} -> {'near-tie' if r['near_tie'] else 'NOT a near-tie'}")
             log("  sample (request 0): " + repr(bytes(g["spec_tokens"][0][:160]).decode("utf-8", "replace")))
 
     run_section('greedy', sec_greedy, failed)
@@ -140,28 +187,46 @@ def main(argv=None):
 
     run_section('sampling', sec_sampling, failed)
 
+    def spread(xs):
+        xs = sorted(xs)
+        return f"min {xs[0]:.2f}, median {xs[len(xs) // 2]:.2f}, max {xs[-1]:.2f}"
+
     def sec_throughput():
         nonlocal rows
         log(f"\n== throughput: {a.max_new} new tokens per request, prompts {lo}..{hi} bytes, "
             f"{'CUDA graphs' if device.type == 'cuda' and not a.no_graphs else 'eager'}")
+        log(f"  speedup = tokens/s ratio = (tokens per request per step of the batch, which waits for its slowest "
+            f"request) x (AR / DDTree step time), exactly; in brackets the same with the mean per-request tokens/step")
         rows = []
         for B in batches:
-            ps = prompt_set(a.preset, B, lo, hi, seed=100 + B)
-            ar = bench.throughput(models, ops, ps, mode="ar", max_new=a.max_new, graphs=not a.no_graphs, **kw)
-            row = {"batch": B, "ar": {k: v for k, v in ar.items() if k not in ("engine", "accept_lens")}, "spec": []}
-            log(f"  batch {B:3d}  AR: {ar['tokens_per_s']:9.0f} tok/s  ({ar['step_ms']:.3f} ms/step)" + eager_note(ar))
-            for bud in budgets:
-                sp = bench.throughput(models, ops, ps, mode="spec", max_new=a.max_new, budget=bud, top_k=a.top_k,
+            groups = prompt_groups(B)
+            ar = bench.throughput(models, ops, groups, mode="ar", max_new=a.max_new, graphs=not a.no_graphs, **kw)
+            row = {"batch": B, "prompts": len(groups) * B,
+                   "ar": {k: v for k, v in ar.items() if k not in ("engine", "accept_lens", "request_tokens_per_step")},
+                   "spec": []}
+            how = (f"; {len(groups)} prompts one at a time, tokens/s = all tokens / total time" if len(groups) > 1
+                   else "")
+            log(f"  batch {B:3d}  AR: {ar['tokens_per_s']:9.0f} tok/s  ({ar['step_ms']:.3f} ms/step{how})"
+                + eager_note(ar))
+            for bud in budgets_for(B):
+                sp = bench.throughput(models, ops, groups, mode="spec", max_new=a.max_new, budget=bud, top_k=a.top_k,
                                       graphs=not a.no_graphs, **kw)
-                hist = torch.bincount(torch.tensor(sp["accept_lens"]), minlength=cfg.draft_depth + 1).tolist()
+                hist = torch.bincount(torch.tensor(sp["accept_lens"], dtype=torch.int64),
+                                      minlength=cfg.draft_depth + 1).tolist()
                 entry = {k: v for k, v in sp.items() if k not in ("engine", "accept_lens")}
+                ratio = ar["step_ms"] / sp["step_ms"]
                 entry.update(W=tree_width(bud), accept_hist=hist, speedup=sp["tokens_per_s"] / ar["tokens_per_s"],
-                             predicted_speedup=sp["tokens_per_step"] * ar["step_ms"] / sp["step_ms"])
+                             step_time_ratio=ratio, predicted_speedup=sp["tokens_per_step"] * ratio)
                 row["spec"].append(entry)
                 log(f"             DDTree budget {bud:3d} (W={entry['W']:3d}): {sp['tokens_per_s']:9.0f} tok/s  "
-                    f"{sp['step_ms']:.3f} ms/step  {sp['tokens_per_step']:.2f} tok/step  speedup {entry['speedup']:.2f}x "
-                    f"(= {sp['tokens_per_step']:.2f} tok/step x AR/spec step time {ar['step_ms'] / sp['step_ms']:.3f}"
-                    f" -> {entry['predicted_speedup']:.2f}x)" + eager_note(sp))
+                    f"{sp['step_ms']:.3f} ms/step  {sp['tokens_per_step']:.2f} tok/step  speedup {entry['speedup']:.2f}x"
+                    f" = {sp['batch_tokens_per_step']:.2f} x {ratio:.3f} ({sp['tokens_per_step']:.2f} x {ratio:.3f} = "
+                    f"{entry['predicted_speedup']:.2f}x)" + eager_note(sp))
+                per = sp["request_tokens_per_step"]
+                if len(groups) > 1:
+                    log(f"                 tokens/step per prompt: {' '.join(f'{x:.2f}' for x in per)} ({spread(per)})")
+                elif B > 1:
+                    log(f"                 tokens/step per request: {spread(per)}")
             rows.append(row)
         report["throughput"] = rows
 
@@ -181,12 +246,12 @@ def main(argv=None):
     def sec_speedup():
         nonlocal rows
         log("\n== speedup table (tokens/s, DDTree at its best budget for the batch)")
-        log(f"  {'batch':>5} {'AR tok/s':>10} {'DDTree tok/s':>13} {'budget':>6} {'speedup':>8} {'tok/step':>9} "
+        log(f"  {'batch':>5} {'prompts':>7} {'AR tok/s':>10} {'DDTree tok/s':>13} {'budget':>6} {'speedup':>8} {'tok/step':>9} "
             f"{'AR ms/step':>11} {'DDTree ms/step':>15}")
         for row in rows:
             best = max(row["spec"], key=lambda e: e["tokens_per_s"])
             row["best_budget"] = best["budget"]
-            log(f"  {row['batch']:>5} {row['ar']['tokens_per_s']:>10.0f} {best['tokens_per_s']:>13.0f} {best['budget']:>6} "
+            log(f"  {row['batch']:>5} {row['prompts']:>7} {row['ar']['tokens_per_s']:>10.0f} {best['tokens_per_s']:>13.0f} {best['budget']:>6} "
                 f"{best['speedup']:>7.2f}x {best['tokens_per_step']:>9.2f} {row['ar']['step_ms']:>11.3f} "
                 f"{best['step_ms']:>15.3f}")
 
@@ -197,9 +262,9 @@ def main(argv=None):
         log("\n== time per step of each op (ms, median; " +
             ("one CUDA graph per stage)" if device.type == "cuda" else "host time of each eager stage)"))
         report["ops"] = {}
-        for B in sorted({batches[0], batches[-1]}):
-            row = next(r for r in rows if r["batch"] == B)
-            ps = prompt_set(a.preset, B, lo, hi, seed=100 + B)
+        for row in rows:
+            B = row["batch"]
+            ps = prompt_groups(B)[0]
             for mode, bud in (("ar", None), ("spec", row["best_budget"])):
                 from .engine import Engine
                 e = Engine(target, drafter, cfg, ops, mode=mode, batch_size=B, max_prompt=max(map(len, ps)),
@@ -231,13 +296,9 @@ def main(argv=None):
     run_section('bad_input', sec_bad_input, failed)
 
     if rows and all("best_budget" in r for r in rows):
-        log("\n== summary")
+        log("\n== summary: speedup = tokens per request per step x (AR / DDTree step time); what the DDTree step adds")
         for row in rows:
-            best = next(e for e in row["spec"] if e["budget"] == row["best_budget"])
-            log(f"  batch {row['batch']:>2}: DDTree (budget {best['budget']}) {best['tokens_per_s']:.0f} tok/s vs AR "
-                f"{row['ar']['tokens_per_s']:.0f} tok/s = {best['speedup']:.2f}x; tokens/step {best['tokens_per_step']:.2f}"
-                f" x AR/DDTree step time {row['ar']['step_ms']:.3f}/{best['step_ms']:.3f} ms = "
-                f"{best['predicted_speedup']:.2f}x")
+            log("  " + summary_line(row, report.get("ops", {})))
     report["failed_sections"] = failed
     report["seconds"] = time.time() - t_start
     log(f"\ndone in {report['seconds']:.0f} s")

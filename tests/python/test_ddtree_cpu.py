@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from examples.ddtree import checks, engine, torch_ops, train  # noqa: E402
+from examples.ddtree import bench, checks, engine, run, torch_ops, train  # noqa: E402
 from examples.ddtree.paged_cache import OutOfPages, PageAllocator  # noqa: E402
 
 CPU = dict(device="cpu", dtype=torch.float32, page_size=16)
@@ -280,6 +280,54 @@ def test_sampling_tv_detects_lossy_acceptance(models, prompts):
     r = checks.sampling_tv(models, AcceptDraft(), prompts[1], n_samples=600, budget=15, top_k=4, chunk=600,
                            rounds=400, **CPU)
     assert any(st["tv"] > st["threshold"] for st in r["stats"].values()), r["stats"]
+
+
+# ----------------------------------------------------------------------------- the benchmark's figures
+
+def test_throughput_batch1_aggregates_prompts_one_at_a_time(models, prompts):
+    """throughput[batch=1, 3 prompts, budget=8, W=16]: tokens/s is all tokens over the summed time
+    and each prompt's tokens/step is its own (equal to decoding that prompt alone on the same
+    engine shape), so the batch-1 figure is not one prompt's (which a repetition loop inflates)."""
+    groups = [[p] for p in prompts[:3]]
+    kw = dict(max_new=24, budget=8, top_k=4, device="cpu", dtype=torch.float32)
+    r = bench.throughput(models, torch_ops, groups, mode="spec", graphs=False, repeats=1, **kw)
+    assert (r["batch"], r["groups"]) == (1, 3)
+    assert r["tokens_per_s"] == pytest.approx(3 * 24 / r["seconds"])
+    assert r["batch_tokens_per_step"] == pytest.approx(3 * 24 / r["steps"])
+    target, drafter, cfg = models
+    steps, accepted, per_prompt = 0, [], []
+    for (p,) in groups:
+        e = engine.Engine(target, drafter, cfg, torch_ops, mode="spec", batch_size=1,
+                          max_prompt=max(len(q) for q in prompts[:3]), **kw)
+        res = e.generate([p])
+        acc = [row[0] for row in res.accept_lens if row[0] >= 0]
+        steps += res.steps
+        accepted += acc
+        per_prompt.append(sum(a + 1 for a in acc) / len(acc))
+    assert r["steps"] == steps
+    assert r["request_tokens_per_step"] == pytest.approx(per_prompt)
+    assert r["tokens_per_step"] == pytest.approx(sum(a + 1 for a in accepted) / len(accepted))
+    with pytest.raises(ValueError, match="every group must have 1 prompts"):
+        bench.throughput(models, torch_ops, [[prompts[0]], prompts[1:3]], mode="ar", graphs=False, **kw)
+
+
+def test_summary_line_names_the_step_cost_that_grows():
+    """summary[batch=64, budget=16]: the speedup as its two factors, then the DDTree step's extra time
+    split into the target forward over B x (budget + 1) rows, the drafter and the tree ops."""
+    row = {"batch": 64, "best_budget": 16, "ar": {"tokens_per_s": 74071.0, "step_ms": 0.864},
+           "spec": [{"budget": 16, "tokens_per_s": 56842.0, "speedup": 0.767, "batch_tokens_per_step": 2.9,
+                     "step_time_ratio": 0.396, "step_ms": 2.184}]}
+    ops = {"batch 64 ar": {"target": 0.837, "sample_tokens": 0.012, "update": 0.021,
+                           "verify_attention (all layers)": 0.226},
+           "batch 64 spec budget 16": {"drafter": 0.179, "tree_build": 0.009, "target": 1.741,
+                                       "sample_tokens": 0.023, "tree_accept": 0.005, "kv_compact": 0.007,
+                                       "update": 0.070, "verify_attention (all layers)": 0.545}}
+    line = run.summary_line(row, ops)
+    assert "0.77x = 2.90 tok/step x 0.396 (AR 0.864 / DDTree 2.184 ms per step)" in line
+    assert "the DDTree step adds 1.164 ms: target forward +0.904 ms (0.837 -> 1.741 ms, 2.08x, for 17x the rows: " \
+           "1088 vs 64; of it verify_attention +0.319), drafter 0.179, tree_build+tree_accept+kv_compact 0.021, " \
+           "sampling+update +0.060" in line
+    assert "adds" not in run.summary_line(row, {})  # without the per-op times: the two factors only
 
 
 # ----------------------------------------------------------------------------- bad input

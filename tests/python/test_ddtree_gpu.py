@@ -132,21 +132,54 @@ def test_verify_attention_matches_torch_backend(kd):
 
 # ----------------------------------------------------------------------------- the serving loop
 
-@pytest.mark.parametrize("model_dtype,max_diverging", [("float32", 1 / 8), ("bfloat16", 1 / 2)])
+_greedy_runs = {}
+
+
+def _greedy(kd, mdl, model_dtype):
+    """checks.greedy_equality over the 32 requests, once per model dtype (the float32 test compares its
+    numeric noise with the bf16 run's); prints each divergence with its margin and the noise."""
+    if model_dtype not in _greedy_runs:
+        prompts = train.corpus_prompts("h200", [40, 77, 130, 224, 33, 190, 64, 100] * 4, seed=5)
+        g = checks.greedy_equality(mdl, kd, prompts, max_new=256, budget=BUDGET, top_k=TOP_K, **GPU)
+        print(f"{model_dtype} model: {g['equal']}/{len(prompts)} identical, numeric margin noise "
+              f"{g['numeric_margin_noise']:.3e}, {g['mean_tokens_per_step']:.2f} tokens/step")
+        for r in g["requests"]:
+            if not r["equal"]:
+                print(f"  request {r['request']}: first divergence at token {r['first_divergence']}, top-2 margin "
+                      f"{r['ar_margin']:.3e} (AR) / {r['spec_margin']:.3e} (spec) vs noise "
+                      f"{g['numeric_margin_noise']:.3e}: {'near-tie' if r['near_tie'] else 'NOT a near-tie'}")
+        _greedy_runs[model_dtype] = g
+    return _greedy_runs[model_dtype]
+
+
+@pytest.mark.parametrize("model_dtype,max_diverging", [("bfloat16", 1 / 2), ("float32", 1 / 4)])
 def test_greedy_speculative_equals_autoregressive_gpu(kd, models, models_f32, model_dtype, max_diverging):
-    """32 requests x 256 greedy tokens. Every divergence must be at a near-tie (top-2 margin within
-    the numeric noise measured in the run). How many may diverge: with a float32 model (only the KV
-    cache and attention in bf16) the two runs are nearly bitwise equal, so at most 1 in 8; with
-    the bf16 model every GEMM of a different shape rounds differently and a long greedy run meets a
-    near-tie often, so at most half."""
+    """greedy[budget=63, 32 requests x 256 tokens, bf16 KV cache and attention; model bf16 or float32].
+
+    Every divergence must be at a near-tie: the target's top-2 margin there is within the numeric
+    noise of the margin measured in the same run (the largest |margin_AR - margin_spec| where the runs
+    agree; AR and the tree compute the same logits with different batch shapes, which round
+    differently). A wrong tree, mask, position or compaction diverges at a clear margin instead.
+
+    How many requests may diverge at a near-tie: the count is binomial over the requests, and a
+    request's chance p grows with the noise (a position flips only when its margin is within the
+    noise, and margins near 0 have a roughly flat density), times its 256 positions.
+    bf16 model: the H200 runs measured 8/32 and 6/32 (p ~ 0.22: mean 7, sd 2.3 over 32 requests);
+    the bound 16 (1/2) is ~4 sd above that mean. float32 model (only the KV rows and attention
+    outputs rounded to bf16, versus every activation in the bf16 model): its noise must be below the
+    bf16 run's (asserted: the premise of a lower p), and the bound is half the bf16 one (8 of 32).
+    Not yet measured on the H200 when written; the run prints the count, the margins and the noise."""
     mdl = models_f32 if model_dtype == "float32" else models
-    prompts = train.corpus_prompts("h200", [40, 77, 130, 224, 33, 190, 64, 100] * 4, seed=5)
-    g = checks.greedy_equality(mdl, kd, prompts, max_new=256, budget=BUDGET, top_k=TOP_K, **GPU)
-    print({k: v for k, v in g.items() if not k.endswith("_tokens")})
+    g = _greedy(kd, mdl, model_dtype)
+    n = len(g["requests"])
     bad = [r for r in g["requests"] if r["near_tie"] is False]
     assert not bad, (f"divergences that are not near-ties (numeric margin noise {g['numeric_margin_noise']:.4f})", bad)
-    assert g["near_tie_divergences"] <= len(prompts) * max_diverging, g["requests"]
+    assert g["near_tie_divergences"] <= n * max_diverging, g["requests"]
     assert g["mean_tokens_per_step"] > 1.5  # the drafter is predictive (the script reports the figure)
+    if model_dtype == "float32":
+        g16 = _greedy(kd, models, "bfloat16")
+        assert g["numeric_margin_noise"] < g16["numeric_margin_noise"], (g["numeric_margin_noise"],
+                                                                          g16["numeric_margin_noise"])
 
 
 def test_cuda_graph_replay_equals_eager(kd, models):
