@@ -15,17 +15,14 @@ namespace kdtree {
 
 class Error : public std::runtime_error {
  public:
-  Error(kdtree_status status, const std::string& message)
-      : std::runtime_error(message), status_(status) {}
+  Error(kdtree_status status, const std::string& message) : std::runtime_error(message), status_(status) {}
   kdtree_status status() const { return status_; }
 
  private:
   kdtree_status status_;
 };
 
-[[noreturn]] inline void fail(kdtree_status status, const std::string& message) {
-  throw Error(status, message);
-}
+[[noreturn]] inline void fail(kdtree_status status, const std::string& message) { throw Error(status, message); }
 
 // Throws KDTREE_ERROR_INVALID_ARGUMENT naming the argument when `ok` is false.
 // The formatted form formats only on failure: these checks sit on the launch path.
@@ -37,7 +34,8 @@ inline void require(bool ok, const std::string& message) {
 }
 template <typename T, typename... Rest>
 inline void require(bool ok, fmt::format_string<T, Rest...> format, T&& first, Rest&&... rest) {
-  if (!ok) fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format(format, std::forward<T>(first), std::forward<Rest>(rest)...));
+  if (!ok)
+    fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format(format, std::forward<T>(first), std::forward<Rest>(rest)...));
 }
 
 }  // namespace kdtree

@@ -158,8 +158,8 @@ void bench_compact(kdtree_runtime* rt, CUstream stream, int sm, const Options& o
   };
   const Model models[] = {{"mla576", 576, 0}, {"gqa8x128", 1024, 1024}};
   std::printf("\nkv_compact (%d layers, page %d, HBM %.0f GB/s)\n", layers, page, o.hbm_gbps);
-  std::printf("%9s %3s %4s | %11s | %10s %9s %7s | %s\n", "model", "B", "W", "rows moved", "median us", "GB/s",
-              "% HBM", "error_flags");
+  std::printf("%9s %3s %4s | %11s | %10s %9s %7s | %s\n", "model", "B", "W", "rows moved", "median us", "GB/s", "% HBM",
+              "error_flags");
   for (const Model& m : models) {
     for (int B : {1, 8, 64}) {
       for (int W : {16, 64}) {

@@ -28,13 +28,13 @@ namespace {
 
 using Shape = kdtree::bench::VerifyShape;
 
-#define CHECK_KD(call)                                                                  \
-  do {                                                                                  \
-    kdtree_status s_ = (call);                                                          \
-    if (s_ != KDTREE_OK) {                                                              \
+#define CHECK_KD(call)                                                                   \
+  do {                                                                                   \
+    kdtree_status s_ = (call);                                                           \
+    if (s_ != KDTREE_OK) {                                                               \
       std::fprintf(stderr, "%s failed (%d): %s\n", #call, int(s_), kdtree_last_error()); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
+      std::exit(1);                                                                      \
+    }                                                                                    \
   } while (0)
 
 using kdtree::driver::api;
@@ -62,11 +62,16 @@ int main(int argc, char** argv) {
   int iters = 50;
   double tflops = 647.0, gbps = 4270.0;  // H200: mma.sync bf16 issue rate; copy bandwidth
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
-    else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--tflops") && i + 1 < argc) tflops = std::atof(argv[++i]);
-    else if (!std::strcmp(argv[i], "--gbps") && i + 1 < argc) gbps = std::atof(argv[++i]);
-    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) only = argv[++i];
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
+      json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
+      iters = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--tflops") && i + 1 < argc)
+      tflops = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--gbps") && i + 1 < argc)
+      gbps = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc)
+      only = argv[++i];
   }
   std::string why;
   if (!kdtree::driver::available(&why)) {
@@ -80,8 +85,8 @@ int main(int argc, char** argv) {
   CHECK_KD(kdtree_runtime_arch(rt, &sm));
   FILE* json = json_path ? std::fopen(json_path, "w") : nullptr;
   std::printf("verify_attention on sm_%d: floor = max(FLOPs / %.0f TFLOP/s, bytes / %.0f GB/s)\n", sm, tflops, gbps);
-  std::printf("%-24s %9s %8s %8s %9s %8s %8s %8s %7s %9s %9s\n", "shape", "us", "b2b_us", "graph_us", "floor_us", "TFLOP/s", "KV_GB/s", "of_floor",
-              "splits", "vs_triton", "vs_flmla");
+  std::printf("%-24s %9s %8s %8s %9s %8s %8s %8s %7s %9s %9s\n", "shape", "us", "b2b_us", "graph_us", "floor_us",
+              "TFLOP/s", "KV_GB/s", "of_floor", "splits", "vs_triton", "vs_flmla");
   std::mt19937_64 rng(1234);
 
   for (const Shape& s : kdtree::bench::kVerifyShapes) {
@@ -110,7 +115,9 @@ int main(int argc, char** argv) {
     for (int n = 0; n < total_nodes; ++n)
       for (int j = 0; j <= n % s.nodes; ++j) mask[size_t(n) * words + j / 64] |= 1ull << (j % 64);
 
-    struct Set { CUdeviceptr q, k, v; };
+    struct Set {
+      CUdeviceptr q, k, v;
+    };
     std::vector<Set> sets;
     auto q_host = random_half(size_t(total_nodes) * s.q_heads * s.head_qk, rng);
     auto k_host = random_half(k_elems, rng);
@@ -223,15 +230,16 @@ int main(int argc, char** argv) {
     char vs_triton[16] = "-", vs_fm[16] = "-";
     if (s.triton_us > 0) std::snprintf(vs_triton, sizeof vs_triton, "%.1fx", s.triton_us / us);
     if (s.flashmla_us > 0) std::snprintf(vs_fm, sizeof vs_fm, "%.2fx", s.flashmla_us / us);
-    std::printf("%-24s %9.1f %8.1f %8.1f %9.1f %8.1f %8.0f %7.0f%% %7d %9s %9s\n", s.name, us, b2b_us, graph_us, floor_us, achieved_tflops,
-                achieved_gbps, 100.0 * floor_us / us, splits, vs_triton, vs_fm);
+    std::printf("%-24s %9.1f %8.1f %8.1f %9.1f %8.1f %8.0f %7.0f%% %7d %9s %9s\n", s.name, us, b2b_us, graph_us,
+                floor_us, achieved_tflops, achieved_gbps, 100.0 * floor_us / us, splits, vs_triton, vs_fm);
     if (json) {
       std::fprintf(json,
                    "{\"shape\":\"%s\",\"batch\":%d,\"q_heads\":%d,\"kv_heads\":%d,\"nodes\":%d,\"prefix\":%d,"
-                   "\"head_qk\":%d,\"head_v\":%d,\"page\":%d,\"us\":%.2f,\"b2b_us\":%.2f,\"graph_us\":%.2f,\"floor_us\":%.2f,\"tflops\":%.1f,"
+                   "\"head_qk\":%d,\"head_v\":%d,\"page\":%d,\"us\":%.2f,\"b2b_us\":%.2f,\"graph_us\":%.2f,\"floor_"
+                   "us\":%.2f,\"tflops\":%.1f,"
                    "\"gbps\":%.0f,\"of_floor\":%.3f,\"splits\":%d,\"sm\":%d}\n",
-                   s.name, s.batch, s.q_heads, s.kv_heads, s.nodes, s.prefix, s.head_qk, s.head_v, s.page, us, b2b_us, graph_us,
-                   floor_us, achieved_tflops, achieved_gbps, floor_us / us, splits, sm);
+                   s.name, s.batch, s.q_heads, s.kv_heads, s.nodes, s.prefix, s.head_qk, s.head_v, s.page, us, b2b_us,
+                   graph_us, floor_us, achieved_tflops, achieved_gbps, floor_us / us, splits, sm);
     }
     api().cuEventDestroy(e0);
     api().cuEventDestroy(e1);

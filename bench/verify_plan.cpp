@@ -25,9 +25,9 @@
 
 #include <fmt/format.h>
 
+#include "base/error.hpp"
 #include "codegen/grid.hpp"
 #include "codegen/verify_attention.hpp"
-#include "base/error.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/verify_attention.hpp"
 #include "verify_shapes.hpp"
@@ -63,8 +63,9 @@ int run_grid(kdtree::Engine& rt, const std::string& cubin_dir, int jobs) {
           it.spec.dtype = dtype;
           it.tiles = kdtree::codegen::choose_verify_tiles(it.spec, arch);
           const kdtree::codegen::VerifyTiles& t = it.tiles;
-          it.kernel = fmt::format("{}-{}-{}_{}_{}_{}_{}", kdtree::codegen::generate_verify_attention(it.spec, arch).file_stem,
-                                  arch.name(), t.block_m, t.block_n, t.warps, t.stages, t.warp_rows);
+          it.kernel =
+              fmt::format("{}-{}-{}_{}_{}_{}_{}", kdtree::codegen::generate_verify_attention(it.spec, arch).file_stem,
+                          arch.name(), t.block_m, t.block_n, t.warps, t.stages, t.warp_rows);
           items.push_back(it);
         }
   if (!cubin_dir.empty()) {
@@ -89,12 +90,13 @@ int run_grid(kdtree::Engine& rt, const std::string& cubin_dir, int jobs) {
   }
   for (const Item& it : items) {
     const kdtree::codegen::VerifyTiles& t = it.tiles;
-    std::printf("{\"arch\":\"%s\",\"head_qk\":%d,\"head_v\":%d,\"width\":%d,\"page\":%d,\"dtype\":\"%s\","
-                "\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,\"warp_rows\":%d,\"smem\":%d,"
-                "\"kernel\":\"%s\"}\n",
-                arch.name().c_str(), it.spec.head_dim_qk, it.spec.head_dim_v, it.spec.max_tree_nodes,
-                it.spec.page_size, kdtree::codegen::dtype_name(it.spec.dtype), t.block_m, t.block_n, t.warps, t.stages,
-                t.warp_rows, kdtree::codegen::verify_smem_layout(it.spec, t).bytes, it.kernel.c_str());
+    std::printf(
+        "{\"arch\":\"%s\",\"head_qk\":%d,\"head_v\":%d,\"width\":%d,\"page\":%d,\"dtype\":\"%s\","
+        "\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,\"warp_rows\":%d,\"smem\":%d,"
+        "\"kernel\":\"%s\"}\n",
+        arch.name().c_str(), it.spec.head_dim_qk, it.spec.head_dim_v, it.spec.max_tree_nodes, it.spec.page_size,
+        kdtree::codegen::dtype_name(it.spec.dtype), t.block_m, t.block_n, t.warps, t.stages, t.warp_rows,
+        kdtree::codegen::verify_smem_layout(it.spec, t).bytes, it.kernel.c_str());
   }
   return 0;
 }
@@ -104,30 +106,40 @@ int run(int argc, char** argv) {
   bool grid = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      std::printf("usage: verify_plan --arch sm_120|sm_90|sm_80 [--cubin-dir DIR] [--cache-dir DIR] [--shape PREFIX] "
-                  "[--compile-arch ARCH] [--splits N] [--grid [-j N]]\n");
+      std::printf(
+          "usage: verify_plan --arch sm_120|sm_90|sm_80 [--cubin-dir DIR] [--cache-dir DIR] [--shape PREFIX] "
+          "[--compile-arch ARCH] [--splits N] [--grid [-j N]]\n");
       return 0;
     }
     auto value = [&](std::string* out) {
       if (i + 1 >= argc) kdtree::fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("{} needs a value", argv[i]));
       *out = argv[++i];
     };
-    if (!std::strcmp(argv[i], "--arch")) value(&arch_name);
-    else if (!std::strcmp(argv[i], "--cubin-dir")) value(&cubin_dir);
-    else if (!std::strcmp(argv[i], "--cache-dir")) value(&cache_dir);
-    else if (!std::strcmp(argv[i], "--shape")) value(&only);
-    else if (!std::strcmp(argv[i], "--compile-arch")) value(&compile_arch);
-    else if (!std::strcmp(argv[i], "--splits")) value(&splits_text);
-    else if (!std::strcmp(argv[i], "--grid")) grid = true;
-    else if (!std::strcmp(argv[i], "-j")) value(&jobs_text);
-    else kdtree::fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("unknown argument '{}'", argv[i]));
+    if (!std::strcmp(argv[i], "--arch"))
+      value(&arch_name);
+    else if (!std::strcmp(argv[i], "--cubin-dir"))
+      value(&cubin_dir);
+    else if (!std::strcmp(argv[i], "--cache-dir"))
+      value(&cache_dir);
+    else if (!std::strcmp(argv[i], "--shape"))
+      value(&only);
+    else if (!std::strcmp(argv[i], "--compile-arch"))
+      value(&compile_arch);
+    else if (!std::strcmp(argv[i], "--splits"))
+      value(&splits_text);
+    else if (!std::strcmp(argv[i], "--grid"))
+      grid = true;
+    else if (!std::strcmp(argv[i], "-j"))
+      value(&jobs_text);
+    else
+      kdtree::fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("unknown argument '{}'", argv[i]));
   }
   if (arch_name.empty()) kdtree::fail(KDTREE_ERROR_INVALID_ARGUMENT, "--arch is required (sm_120, sm_90, sm_80)");
   auto rt = kdtree::Engine::offline(kdtree::codegen::parse_arch(arch_name).sm, cache_dir);
   const kdtree::codegen::Arch& arch = rt->arch();
   if (grid) return run_grid(*rt, cubin_dir, std::max(1, std::stoi(jobs_text)));
-  auto compiler = compile_arch.empty() ? nullptr
-                                       : kdtree::Engine::offline(kdtree::codegen::parse_arch(compile_arch).sm, cache_dir);
+  auto compiler =
+      compile_arch.empty() ? nullptr : kdtree::Engine::offline(kdtree::codegen::parse_arch(compile_arch).sm, cache_dir);
   for (const kdtree::bench::VerifyShape& s : kdtree::bench::kVerifyShapes) {
     if (!only.empty() && std::strncmp(only.c_str(), s.name, only.size())) continue;
     const int width = kdtree::bench::verify_width(s.nodes);
@@ -149,9 +161,9 @@ int run(int argc, char** argv) {
     const long long active_x = ceil_div((long long)s.nodes * group, t.block_m);
     const long long combine_rows = source.launch.combine_rows;
     const long long combine_ctas = plan.num_splits > 1 ? ceil_div((long long)total_nodes * s.q_heads, combine_rows) : 0;
-    std::string kernel = fmt::format("{}-{}-{}_{}_{}_{}_{}", source.file_stem,
-                                     compiler ? compiler->arch().name() : arch.name(), t.block_m, t.block_n, t.warps,
-                                     t.stages, t.warp_rows);
+    std::string kernel =
+        fmt::format("{}-{}-{}_{}_{}_{}_{}", source.file_stem, compiler ? compiler->arch().name() : arch.name(),
+                    t.block_m, t.block_n, t.warps, t.stages, t.warp_rows);
     if (!cubin_dir.empty()) {
       write_module(*(compiler ? *compiler : *rt).compile(source), cubin_dir, kernel);
     }
@@ -162,9 +174,9 @@ int run(int argc, char** argv) {
         "\"splits\":%d,\"split_tokens\":%d,\"grid\":[%lld,%d,%d],\"active_x\":%lld,\"combine_ctas\":%lld,"
         "\"kernel\":\"%s\"}\n",
         s.name, arch.name().c_str(), arch.num_sms, arch.max_smem_per_sm, s.batch, s.q_heads, s.kv_heads, s.nodes,
-        kv_len, s.head_qk, s.head_v, s.page, width, t.block_m, t.block_n, t.warps, t.stages, t.warp_rows,
-        t.warps_n(), source.launch.dynamic_smem, plan.num_splits, plan.split_tokens, grid_x, s.batch * s.kv_heads,
-        plan.num_splits, active_x, combine_ctas, kernel.c_str());
+        kv_len, s.head_qk, s.head_v, s.page, width, t.block_m, t.block_n, t.warps, t.stages, t.warp_rows, t.warps_n(),
+        source.launch.dynamic_smem, plan.num_splits, plan.split_tokens, grid_x, s.batch * s.kv_heads, plan.num_splits,
+        active_x, combine_ctas, kernel.c_str());
   }
   return 0;
 }

@@ -222,8 +222,8 @@ Entry read_entry(const fs::path& path, const Digest* key, const std::string& has
   }
   const std::size_t have = bytes.size() - kHeaderSize - std::size_t(tag_size);
   if (size != have) {
-    e.problem = "payload size " + std::to_string(size) + " but the file holds " + std::to_string(have) +
-                " bytes" + (size > have ? " (truncated)" : "");
+    e.problem = "payload size " + std::to_string(size) + " but the file holds " + std::to_string(have) + " bytes" +
+                (size > have ? " (truncated)" : "");
     return e;
   }
   Digest stored_key;
@@ -274,8 +274,7 @@ PublishError publish(const fs::path& path, const std::vector<char>& payload, con
     return failed;
   }
   // Make the rename itself durable; an entry lost on power failure is only rebuilt.
-  int dfd = ::open(path.parent_path().empty() ? "." : path.parent_path().c_str(),
-                   O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dfd = ::open(path.parent_path().empty() ? "." : path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
@@ -316,7 +315,8 @@ class FileLock {
     if (fd_ < 0) return 0;
     int result = 0;
     // Unlink only our own file: clear() may have replaced it with another's.
-    struct stat held {}, at_path {};
+    struct stat held {
+    }, at_path{};
     if (owns_path_ && ::fstat(fd_, &held) == 0 && ::lstat(path_.c_str(), &at_path) == 0 &&
         held.st_dev == at_path.st_dev && held.st_ino == at_path.st_ino && ::unlink(path_.c_str()) != 0) {
       result = errno;
@@ -344,7 +344,7 @@ class FileLock {
         if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) break;
         if (errno == EINTR) continue;
         if (errno != EWOULDBLOCK) return Result::held;  // no flock here
-        if (!announced && on_wait) on_wait();  // also with a zero timeout: the caller says what it does
+        if (!announced && on_wait) on_wait();           // also with a zero timeout: the caller says what it does
         announced = true;
         const auto now = std::chrono::steady_clock::now();
         if (now >= deadline) {
@@ -355,9 +355,10 @@ class FileLock {
         std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
         pause = std::min(pause * 2, std::chrono::milliseconds(50));
       }
-      struct stat held {}, now_at_path {};
-      if (::fstat(fd_, &held) == 0 && ::lstat(path.c_str(), &now_at_path) == 0 &&
-          held.st_dev == now_at_path.st_dev && held.st_ino == now_at_path.st_ino) {
+      struct stat held {
+      }, now_at_path{};
+      if (::fstat(fd_, &held) == 0 && ::lstat(path.c_str(), &now_at_path) == 0 && held.st_dev == now_at_path.st_dev &&
+          held.st_ino == now_at_path.st_ino) {
         owns_path_ = true;
         return Result::held;
       }
@@ -455,9 +456,10 @@ DiskCache::DiskCache(fs::path dir, std::optional<std::chrono::milliseconds> lock
   require(lock_timeout_.count() >= 0, "cache: the lock timeout must be >= 0");
   if (dir_.empty()) {
     memory_only_ = true;
-    std::fputs("kdtree: warning: no cache directory (KDTREE_CACHE_DIR, XDG_CACHE_HOME and HOME are unset and "
-               "the user has no home directory); caching in memory only\n",
-               stderr);
+    std::fputs(
+        "kdtree: warning: no cache directory (KDTREE_CACHE_DIR, XDG_CACHE_HOME and HOME are unset and "
+        "the user has no home directory); caching in memory only\n",
+        stderr);
     return;
   }
   if (std::string why = unusable_reason(dir_); !why.empty()) degrade(why);
@@ -713,8 +715,7 @@ std::vector<EntryInfo> DiskCache::verify() {
     // Re-check right before removing: another process may have just replaced
     // the bad entry with a good one (publish renames over it).
     std::string readable, hash16;
-    if (info.kind == EntryInfo::Kind::entry &&
-        parse_entry_name(info.path.filename().string(), &readable, &hash16)) {
+    if (info.kind == EntryInfo::Kind::entry && parse_entry_name(info.path.filename().string(), &readable, &hash16)) {
       const Entry again = read_entry(info.path, nullptr, hash16);
       if (again.state == Entry::State::ok) {
         info.valid = true;

@@ -57,11 +57,11 @@ struct EntryInfo {
   };
   Kind kind = Kind::entry;
   std::filesystem::path path;
-  std::string readable;    // file name without hash and extension (temp/lock: the file name)
+  std::string readable;  // file name without hash and extension (temp/lock: the file name)
   std::uintmax_t bytes = 0;
   bool valid = false;
-  std::string problem;     // why not valid ("" when valid)
-  std::string version;     // the version tag it was stored with ("" when unreadable)
+  std::string problem;                                // why not valid ("" when valid)
+  std::string version;                                // the version tag it was stored with ("" when unreadable)
   std::chrono::system_clock::time_point last_used{};  // mtime: publish or last disk hit
   // Set by verify(), clear(), prune(): whether this file was removed, else why not.
   bool removed = false;
@@ -82,8 +82,7 @@ class DiskCache {
   // max_bytes: size limit of all entries in bytes, 0 = unlimited; nullopt =
   //   max_bytes_from_env().
   // Throws KDTREE_ERROR_INVALID_ARGUMENT for a malformed environment variable.
-  explicit DiskCache(std::filesystem::path dir,
-                     std::optional<std::chrono::milliseconds> lock_timeout = std::nullopt,
+  explicit DiskCache(std::filesystem::path dir, std::optional<std::chrono::milliseconds> lock_timeout = std::nullopt,
                      std::optional<std::uint64_t> max_bytes = std::nullopt);
   ~DiskCache();
 
@@ -105,8 +104,8 @@ class DiskCache {
   // a lock wait times out) and its result is published with the version tag
   // `version` (what prune() compares). `readable` must be file-name safe.
   std::vector<char> get_or_build(const std::string& readable, const std::string& key_material,
-                                 const std::function<std::vector<char>()>& build,
-                                 Outcome* outcome = nullptr, const std::string& version = "");
+                                 const std::function<std::vector<char>()>& build, Outcome* outcome = nullptr,
+                                 const std::string& version = "");
 
   // Every entry path (*.kdc, whatever file type) and every stale temporary file,
   // checked, sorted by path. Changes nothing.
@@ -133,9 +132,9 @@ class DiskCache {
 
   std::shared_ptr<Slot> slot(const std::string& key_hex);
   std::vector<char> load_or_build(const std::string& readable, const Digest& key,
-                                  const std::function<std::vector<char>()>& build,
-                                  Outcome* outcome, const std::string& version);
-  void degrade(const std::string& why);  // switch to memory only; warns once
+                                  const std::function<std::vector<char>()>& build, Outcome* outcome,
+                                  const std::string& version);
+  void degrade(const std::string& why);           // switch to memory only; warns once
   void evict(const std::filesystem::path& keep);  // LRU down to max_bytes_
 
   std::filesystem::path dir_;

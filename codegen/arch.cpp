@@ -18,10 +18,9 @@ struct KnownArch {
   int sm, max_smem_per_block, max_smem_per_sm, num_sms;
 };
 constexpr KnownArch kKnownArches[] = {
-    {80, 166912, 167936, 108},   {86, 101376, 102400, 84},    {87, 166912, 167936, 108},
-    {89, 101376, 102400, 84},    {90, 232448, 233472, 132},   {100, 232448, 233472, 148},
-    {103, 232448, 233472, 148},  {110, 232448, 233472, 148},   {120, 101376, 102400, 188},
-    {121, 101376, 102400, 188},
+    {80, 166912, 167936, 108},  {86, 101376, 102400, 84},   {87, 166912, 167936, 108},  {89, 101376, 102400, 84},
+    {90, 232448, 233472, 132},  {100, 232448, 233472, 148}, {103, 232448, 233472, 148}, {110, 232448, 233472, 148},
+    {120, 101376, 102400, 188}, {121, 101376, 102400, 188},
 };
 
 }  // namespace
@@ -59,8 +58,8 @@ Arch parse_arch(const std::string& text) {
   bool ok = !digits.empty() && digits.size() <= 6;  // no stoi overflow; arch_from_sm judges the value
   for (char c : digits) ok = ok && std::isdigit(static_cast<unsigned char>(c));
   if (!ok) {
-    fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("arch '{}' is not understood: use one of {} (or the number alone)",
-                                               text, supported_arch_list()));
+    fail(KDTREE_ERROR_UNSUPPORTED,
+         fmt::format("arch '{}' is not understood: use one of {} (or the number alone)", text, supported_arch_list()));
   }
   return arch_from_sm(std::stoi(digits));
 }

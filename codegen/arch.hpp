@@ -6,10 +6,10 @@
 namespace kdtree::codegen {
 
 struct Arch {
-  int sm = 120;                      // compute capability * 10, e.g. 90, 120
-  int max_smem_per_block = 101376;   // opt-in dynamic shared memory, bytes
+  int sm = 120;                     // compute capability * 10, e.g. 90, 120
+  int max_smem_per_block = 101376;  // opt-in dynamic shared memory, bytes
   int max_smem_per_sm = 102400;
-  int num_sms = 188;                 // run-time planning only; not part of the key
+  int num_sms = 188;  // run-time planning only; not part of the key
 
   std::string name() const { return "sm_" + std::to_string(sm); }
 };

@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "kdtree/kdtree.h"
 #include "base/error.hpp"
+#include "kdtree/kdtree.h"
 
 namespace kdtree::codegen {
 
@@ -27,9 +27,10 @@ inline int32_t raw_dtype(const kdtree_dtype& field) {
 inline kdtree_dtype checked_dtype(const kdtree_dtype& field, const char* name) {
   const int32_t raw = raw_dtype(field);
   if (raw != KDTREE_DTYPE_BF16 && raw != KDTREE_DTYPE_F16 && raw != KDTREE_DTYPE_F32) {
-    fail(KDTREE_ERROR_INVALID_ARGUMENT,
-         fmt::format("{} = {} is not a kdtree_dtype (KDTREE_DTYPE_BF16 = 0, KDTREE_DTYPE_F16 = 1, KDTREE_DTYPE_F32 = 2)",
-                     name, raw));
+    fail(
+        KDTREE_ERROR_INVALID_ARGUMENT,
+        fmt::format("{} = {} is not a kdtree_dtype (KDTREE_DTYPE_BF16 = 0, KDTREE_DTYPE_F16 = 1, KDTREE_DTYPE_F32 = 2)",
+                    name, raw));
   }
   return static_cast<kdtree_dtype>(raw);
 }

@@ -22,8 +22,8 @@ struct GridOptions {
 };
 
 struct GridItem {
-  std::string label;                    // e.g. "verify_attention[gqa128,W=32,page=16,f16]"
-  std::function<KernelSource()> make;   // renders the source (validated up front)
+  std::string label;                   // e.g. "verify_attention[gqa128,W=32,page=16,f16]"
+  std::function<KernelSource()> make;  // renders the source (validated up front)
 };
 
 // Every kernel of the grid, validated; throws on an unsupported value.

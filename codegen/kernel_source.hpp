@@ -19,14 +19,14 @@ struct LaunchFacts {
 };
 
 struct KernelSource {
-  std::string op;                        // "verify_attention", "tree_build", ...
-  std::string label;                     // grid-point name: "verify_attention[mla576/512,W=64,page=64,bf16]"
-  std::string file_stem;                 // file-name-safe: "verify_attention-mla576x512-W64-p64-bf16"
-  std::string source;                    // CUDA C++: a prelude, then templates/<op>.cu
+  std::string op;         // "verify_attention", "tree_build", ...
+  std::string label;      // grid-point name: "verify_attention[mla576/512,W=64,page=64,bf16]"
+  std::string file_stem;  // file-name-safe: "verify_attention-mla576x512-W64-p64-bf16"
+  std::string source;     // CUDA C++: a prelude, then templates/<op>.cu
   // The headers `source` includes, handed to NVRTC by name: {name, text}.
   std::vector<std::pair<std::string, std::string>> headers;
-  std::vector<std::string> entry_points; // extern "C" __global__ names
-  std::vector<std::string> options;      // NVRTC options except the arch
+  std::vector<std::string> entry_points;  // extern "C" __global__ names
+  std::vector<std::string> options;       // NVRTC options except the arch
   LaunchFacts launch;
 };
 

@@ -2,14 +2,12 @@
 
 #include <fmt/format.h>
 
-#include "codegen/tree_ops_common.hpp"
 #include "base/error.hpp"
+#include "codegen/tree_ops_common.hpp"
 
 namespace kdtree::codegen {
 
-std::string KvCompactSpec::label() const {
-  return fmt::format("kv_compact[W={},page={}]", max_tree_nodes, page_size);
-}
+std::string KvCompactSpec::label() const { return fmt::format("kv_compact[W={},page={}]", max_tree_nodes, page_size); }
 
 std::string KvCompactSpec::fast_key() const { return fmt::format("kv_compact:W{}:p{}", max_tree_nodes, page_size); }
 

@@ -160,8 +160,7 @@ const OpInfo& find_operation(const std::string& name) {
   for (const OpInfo& op : operations()) {
     if (name == op.name) return op;
   }
-  fail(KDTREE_ERROR_UNSUPPORTED,
-       fmt::format("unknown op '{}': use {}", name, fmt::join(operation_names(), ", ")));
+  fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("unknown op '{}': use {}", name, fmt::join(operation_names(), ", ")));
 }
 
 }  // namespace kdtree::codegen

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "codegen/tree_ops_common.hpp"
 #include "base/error.hpp"
+#include "codegen/tree_ops_common.hpp"
 
 namespace kdtree::codegen {
 namespace {
@@ -29,9 +29,8 @@ std::string SampleSpec::fast_key() const { return fmt::format("sample_tokens:{}"
 
 void validate(const SampleSpec& spec) {
   if (spec.logits_dtype != KDTREE_DTYPE_BF16 && spec.logits_dtype != KDTREE_DTYPE_F32) {
-    fail(KDTREE_ERROR_UNSUPPORTED,
-         fmt::format("sample_tokens: logits dtype {} ({}) is not supported: use BF16 or F32",
-                     logits_name(spec.logits_dtype), static_cast<int>(spec.logits_dtype)));
+    fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("sample_tokens: logits dtype {} ({}) is not supported: use BF16 or F32",
+                                               logits_name(spec.logits_dtype), static_cast<int>(spec.logits_dtype)));
   }
 }
 

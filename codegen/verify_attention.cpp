@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
+#include "base/error.hpp"
 #include "codegen/dtype_check.hpp"
 #include "codegen/render.hpp"
-#include "base/error.hpp"
 
 namespace kdtree::codegen {
 namespace {
@@ -60,13 +60,11 @@ std::string VerifySpec::head_name() const {
 }
 
 std::string VerifySpec::label() const {
-  return fmt::format("verify_attention[{},W={},page={},{}]", head_name(), max_tree_nodes, page_size,
-                     dtype_name(dtype));
+  return fmt::format("verify_attention[{},W={},page={},{}]", head_name(), max_tree_nodes, page_size, dtype_name(dtype));
 }
 
 std::string VerifySpec::fast_key() const {
-  return fmt::format("verify_attention/{}/{}/{}/{}/{}", head_dim_qk, head_dim_v, max_tree_nodes, page_size,
-                     int(dtype));
+  return fmt::format("verify_attention/{}/{}/{}/{}/{}", head_dim_qk, head_dim_v, max_tree_nodes, page_size, int(dtype));
 }
 
 VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
@@ -84,8 +82,7 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
          fmt::format("max_tree_nodes {} is not supported (16, 32, 64 or 128)", s.max_tree_nodes));
   }
   if (!contains(kPageSizes, s.page_size)) {
-    fail(KDTREE_ERROR_UNSUPPORTED,
-         fmt::format("page_size {} is not supported (1, 16, 32, 64 or 128)", s.page_size));
+    fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("page_size {} is not supported (1, 16, 32, 64 or 128)", s.page_size));
   }
   if (dtype != KDTREE_DTYPE_BF16 && dtype != KDTREE_DTYPE_F16) {
     fail(KDTREE_ERROR_UNSUPPORTED,
@@ -93,10 +90,10 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
   }
   require(s.num_q_heads >= 1 && s.num_q_heads <= 1024, "num_q_heads {} is out of range (1..1024)", s.num_q_heads);
   require(s.num_kv_heads >= 1, "num_kv_heads {} must be >= 1", s.num_kv_heads);
-  require(s.num_q_heads % s.num_kv_heads == 0, "num_q_heads {} is not a multiple of num_kv_heads {}", s.num_q_heads, s.num_kv_heads);
+  require(s.num_q_heads % s.num_kv_heads == 0, "num_q_heads {} is not a multiple of num_kv_heads {}", s.num_q_heads,
+          s.num_kv_heads);
   if (mla) {
-    require(s.num_kv_heads == 1, "MLA has one latent KV head: num_kv_heads must be 1 (got {})",
-                                             s.num_kv_heads);
+    require(s.num_kv_heads == 1, "MLA has one latent KV head: num_kv_heads must be 1 (got {})", s.num_kv_heads);
   }
   VerifySpec v;
   v.head_dim_qk = s.head_dim_qk;
@@ -148,8 +145,7 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
     }
   }
   auto bad = [&](const std::string& why) {
-    fail(KDTREE_ERROR_INVALID_ARGUMENT,
-         fmt::format("KDTREE_VERIFY_TILES='{}' for {}: {}", text, spec.label(), why));
+    fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("KDTREE_VERIFY_TILES='{}' for {}: {}", text, spec.label(), why));
   };
   if (fields.size() != 4 && fields.size() != 5) {
     bad(fmt::format("{} fields, expected block_m,block_n,warps,stages[,warp_rows]", fields.size()));
@@ -205,8 +201,7 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   } else {
     // gqa256: a 32-row O slice over all 256 columns would not fit in registers;
     // two column warps (P through shared memory) take 128 columns each.
-    candidates = {{128, 64, 8, 2, 32}, {64, 64, 4, 3, 16}, {64, 64, 4, 2, 16}, {64, 32, 4, 3, 16},
-                  {64, 32, 4, 2, 16}};
+    candidates = {{128, 64, 8, 2, 32}, {64, 64, 4, 3, 16}, {64, 64, 4, 2, 16}, {64, 32, 4, 3, 16}, {64, 32, 4, 2, 16}};
   }
   for (const VerifyTiles& c : candidates) {
     const int bytes = verify_smem_layout(spec, c).bytes;
@@ -221,8 +216,8 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
     if (shallower.stages >= 2 && per_sm(bytes) == 1 && per_sm(shallower_bytes) >= 2) return shallower;
     return c;
   }
-  fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("{} does not fit {} ({} bytes of shared memory per block)",
-                                             spec.label(), arch.name(), arch.max_smem_per_block));
+  fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("{} does not fit {} ({} bytes of shared memory per block)", spec.label(),
+                                             arch.name(), arch.max_smem_per_block));
 }
 
 KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch) {
@@ -261,10 +256,10 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
   KernelSource src;
   src.op = "verify_attention";
   src.label = spec.label();
-  src.file_stem = fmt::format("verify_attention-{}-W{}-p{}-{}",
-                              spec.mla() ? fmt::format("mla{}x{}", spec.head_dim_qk, spec.head_dim_v)
-                                         : fmt::format("gqa{}", spec.head_dim_qk),
-                              spec.max_tree_nodes, spec.page_size, dtype_name(spec.dtype));
+  src.file_stem = fmt::format(
+      "verify_attention-{}-W{}-p{}-{}",
+      spec.mla() ? fmt::format("mla{}x{}", spec.head_dim_qk, spec.head_dim_v) : fmt::format("gqa{}", spec.head_dim_qk),
+      spec.max_tree_nodes, spec.page_size, dtype_name(spec.dtype));
   set_template_source(src, "verify_attention", params);
   src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine"};
   src.launch.threads = tiles.warps * 32;

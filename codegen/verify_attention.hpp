@@ -37,14 +37,14 @@ kdtree_dtype parse_dtype(const std::string& name);
 
 // A verify_attention kernel's tiling.
 struct VerifyTiles {
-  int block_m = 64;   // rows (node x head) per CTA
-  int block_n = 64;   // KV tokens per pipeline stage
+  int block_m = 64;  // rows (node x head) per CTA
+  int block_n = 64;  // KV tokens per pipeline stage
   int warps = 4;
   int stages = 2;
-  int warp_rows = 16; // rows per warp (16 or 32): 32 halves the B-operand loads per mma
+  int warp_rows = 16;  // rows per warp (16 or 32): 32 halves the B-operand loads per mma
 
   int warps_m() const { return block_m / warp_rows; }  // warp rows
-  int warps_n() const { return warps / warps_m(); }     // column warps per warp row
+  int warps_n() const { return warps / warps_m(); }    // column warps per warp row
 };
 
 // The dynamic shared memory of one CTA, in byte offsets: Q | K stages | V stages

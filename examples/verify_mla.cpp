@@ -48,7 +48,9 @@ class DeviceMemory {
     return host;
   }
   template <typename T = void>
-  T* get() const { return reinterpret_cast<T*>(ptr_); }
+  T* get() const {
+    return reinterpret_cast<T*>(ptr_);
+  }
 
  private:
   CUdeviceptr ptr_ = 0;
@@ -81,8 +83,7 @@ int run(uint64_t seed) {
   DeviceMemory q(c.q), k_cache(c.k_cache), page_table(c.page_table), kv_lens(c.kv_lens), node_indptr(c.node_indptr),
       tree_mask(c.tree_mask);
   DeviceMemory out(c.out_elems() * sizeof(uint16_t)), lse(c.lse_elems() * sizeof(float)), flags(sizeof(int32_t));
-  example::cu(cuMemsetD32(reinterpret_cast<CUdeviceptr>(flags.get()), 0, 1),
-                        "cuMemsetD32");
+  example::cu(cuMemsetD32(reinterpret_cast<CUdeviceptr>(flags.get()), 0, 1), "cuMemsetD32");
   size_t workspace_bytes = 0;
   check(kdtree_verify_workspace_size(rt, &spec, c.batch_size, c.total_nodes, c.max_kv_len, &workspace_bytes),
         "kdtree_verify_workspace_size");

@@ -57,7 +57,7 @@ constexpr int kDv = 512;
 constexpr int kPage = 64;
 constexpr int kVocab = 32000;
 constexpr int kMinPrefix = 1000, kMaxPrefix = 4000;
-constexpr int kExtraPages = 5;         // pages no request owns, left NaN: a stray read shows up
+constexpr int kExtraPages = 5;          // pages no request owns, left NaN: a stray read shows up
 constexpr float kPlantedLogit = 10.0f;  // other logits are N(0, 1): greedy always finds the planted token
 constexpr int kWarmup = 3, kRepeats = 20;
 constexpr uint16_t kNaNBf16 = 0x7fc0;
@@ -101,7 +101,9 @@ class DeviceMemory {
     return host;
   }
   template <typename T = void>
-  T* get() const { return reinterpret_cast<T*>(ptr_); }
+  T* get() const {
+    return reinterpret_cast<T*>(ptr_);
+  }
   CUdeviceptr ptr() const { return ptr_; }
   size_t bytes() const { return bytes_; }
 
@@ -324,8 +326,8 @@ void build_tree(Step& s) {
     const int n = std::clamp(s.nodes(b), 0, kW);  // clamped: a bad count is reported above, not a crash here
     s.tree.node_counts[b] = n;
     const int32_t* depth = &s.tree.depths[size_t(b) * kW];
-    std::printf("   request %d: %2d nodes, depth %d, root token %d\n", b, n, n ? *std::max_element(depth, depth + n) : 0,
-                s.draft.root_tokens[b]);
+    std::printf("   request %d: %2d nodes, depth %d, root token %d\n", b, n,
+                n ? *std::max_element(depth, depth + n) : 0, s.draft.root_tokens[b]);
   }
   s.record("tree_build", first_ms, s.timer.median_ms(op, [] {}));
 }
@@ -393,7 +395,7 @@ void write_tree_kv(Step& s) {
     const size_t n = s.nodes(b), from = size_t(b) * kW;
     if (n)
       cu(cuMemcpyDtoD(s.d_packed_mask.ptr() + s.node_indptr[b] * sizeof(uint64_t),
-                            s.d_tree.tree_mask.ptr() + from * sizeof(uint64_t), n * sizeof(uint64_t)),
+                      s.d_tree.tree_mask.ptr() + from * sizeof(uint64_t), n * sizeof(uint64_t)),
          "cuMemcpyDtoD");
     s.packed_mask.insert(s.packed_mask.end(), s.tree.tree_mask.begin() + from, s.tree.tree_mask.begin() + from + n);
   }
@@ -470,8 +472,8 @@ void run_attention(Step& s) {
   const std::vector<float> lse_host = lse.download<float>();
   const int32_t flags = s.read_flags();
   const ref::VerifyCase c = attention_case(s, sm_scale);
-  const ref::VerifyComparison cmp = ref::compare_verify(c, ref::verify_attention(c.host_inputs()), out_host,
-                                                        lse_host.data());
+  const ref::VerifyComparison cmp =
+      ref::compare_verify(c, ref::verify_attention(c.host_inputs()), out_host, lse_host.data());
   for (int b = 0; b < kBatch; ++b)
     std::printf("   request %d: kv_len %4d (prefix %4d + %2d nodes), rel err %.3e\n", b, s.kv_lens[b], s.prefix(b),
                 s.nodes(b), cmp.rel_err[b]);
@@ -504,8 +506,8 @@ std::vector<int32_t> plant_targets(Step& s) {
       bool child_token;
       do {
         target[i] = token(s.rng);
-        child_token = std::any_of(children[i].begin(), children[i].end(),
-                                  [&](int c) { return tokens[c] == target[i]; });
+        child_token =
+            std::any_of(children[i].begin(), children[i].end(), [&](int c) { return tokens[c] == target[i]; });
       } while (child_token);
     }
     const int want_steps = steps(s.rng);
@@ -580,9 +582,10 @@ void sample_targets(Step& s) {
     near_ties += near_tie;
   }
   s.checker.expect(near_ties <= 1 + s.total_nodes / 1000, "sample_tokens T=0.8: too many near-tie differences");
-  std::printf("   greedy: %d of %d rows at the planted argmax; T=0.8 seed 42: %d of %d rows sampled it, "
-              "%d near-tie differences from the reference\n",
-              greedy_argmax, s.total_nodes, argmax, s.total_nodes, near_ties);
+  std::printf(
+      "   greedy: %d of %d rows at the planted argmax; T=0.8 seed 42: %d of %d rows sampled it, "
+      "%d near-tie differences from the reference\n",
+      greedy_argmax, s.total_nodes, argmax, s.total_nodes, near_ties);
   s.record("sample_tokens greedy", greedy_first_ms, s.timer.median_ms(greedy_op, [] {}));
   s.record("sample_tokens T=0.8", hot_first_ms, s.timer.median_ms(hot_op, [] {}));
 }
@@ -721,9 +724,10 @@ void print_summary(const Step& s) {
     if (t.op != "sample_tokens T=0.8") step_us += t.median_ms * 1e3;  // the step uses the greedy targets
   }
   std::printf("%-22s %16s %12.2f\n", "verify step (greedy)", "", step_us);
-  std::printf("(first call: NVRTC compile or cubin cache load + run, host wall time; median: CUDA events, %d calls "
-              "after %d warm-up)\n",
-              kRepeats, kWarmup);
+  std::printf(
+      "(first call: NVRTC compile or cubin cache load + run, host wall time; median: CUDA events, %d calls "
+      "after %d warm-up)\n",
+      kRepeats, kWarmup);
 }
 
 int run(uint64_t seed) {

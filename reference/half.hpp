@@ -29,7 +29,7 @@ inline uint16_t float_to_f16(float f) {
   uint32_t mag = x & 0x7fffffffu;
   if (mag > 0x7f800000u) return uint16_t(sign | 0x7e00u);
   if (mag >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // overflow (rounds to inf)
-  if (mag < 0x38800000u) {                                    // subnormal or zero
+  if (mag < 0x38800000u) {                                  // subnormal or zero
     float a;
     std::memcpy(&a, &mag, 4);
     uint32_t v = uint32_t(std::nearbyint(a * 16777216.0f));  // 2^24

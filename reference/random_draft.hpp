@@ -45,7 +45,8 @@ inline TreeBuildInput random_draft(std::mt19937_64& rng, int batch_size, int dep
       const float s = sharpness(rng);
       for (int k = 0; k < top_k; ++k) {
         int t;
-        do t = token(rng); while (!used.insert(t).second && int(used.size()) < options.vocab);
+        do t = token(rng);
+        while (!used.insert(t).second && int(used.size()) < options.vocab);
         in.draft_tokens[at + k] = t;
         logits[k] = s * normal(rng);
       }

@@ -36,9 +36,7 @@ float sample_uniform(uint64_t row_key, int32_t token) {
   return std::fmin(u, 0.99999994039535522f);
 }
 
-float sample_gumbel(uint64_t row_key, int32_t token) {
-  return -std::log(-std::log(sample_uniform(row_key, token)));
-}
+float sample_gumbel(uint64_t row_key, int32_t token) { return -std::log(-std::log(sample_uniform(row_key, token))); }
 
 bool sample_is_greedy(float temperature) {
   return !(temperature > 0.0f) || !std::isfinite(inverse_temperature(temperature));

@@ -27,11 +27,11 @@ float sample_score(float logit, float temperature, uint64_t row_key, int32_t tok
 struct SampleInput {
   int num_rows = 0;
   int vocab_size = 0;
-  int64_t row_stride = 0;             // elements; 0 = vocab_size
-  float temperature = 0.0f;           // <= 0: greedy
+  int64_t row_stride = 0;    // elements; 0 = vocab_size
+  float temperature = 0.0f;  // <= 0: greedy
   uint64_t seed = 0;
-  std::vector<float> logits;          // [num_rows, row_stride] (bf16 inputs widened exactly)
-  std::vector<int64_t> row_offsets;   // [num_rows], or empty = row index
+  std::vector<float> logits;         // [num_rows, row_stride] (bf16 inputs widened exactly)
+  std::vector<int64_t> row_offsets;  // [num_rows], or empty = row index
 };
 
 // One token per row. Throws std::invalid_argument on inconsistent sizes.

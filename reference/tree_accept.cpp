@@ -9,8 +9,7 @@ namespace kdtree::ref {
 TreeAcceptOutput tree_accept(const TreeAcceptInput& in) {
   const int B = in.batch_size, W = in.max_tree_nodes;
   const size_t rows = size_t(B) * W;
-  if (B < 1 || W < 1 || in.tokens.size() != rows || in.parents.size() != rows ||
-      in.node_counts.size() != size_t(B)) {
+  if (B < 1 || W < 1 || in.tokens.size() != rows || in.parents.size() != rows || in.node_counts.size() != size_t(B)) {
     throw std::invalid_argument("ref::tree_accept: tokens/parents must be [B, W] and node_counts [B]");
   }
   const bool packed = !in.node_indptr.empty();

@@ -18,11 +18,11 @@ struct TreeAcceptInput {
 };
 
 struct TreeAcceptOutput {
-  std::vector<int32_t> accepted_path;  // [B, W], root first, -1 padded
-  std::vector<int32_t> accept_lens;    // [B]: path length - 1 (-1 for a malformed request)
-  std::vector<int32_t> bonus_tokens;   // [B] (-1 for a malformed request)
-  int32_t error_flags = 0;             // KDTREE_DEVICE_ERROR_* bits, OR of all requests
-  std::vector<int32_t> request_errors; // [B]: the bits of each request
+  std::vector<int32_t> accepted_path;   // [B, W], root first, -1 padded
+  std::vector<int32_t> accept_lens;     // [B]: path length - 1 (-1 for a malformed request)
+  std::vector<int32_t> bonus_tokens;    // [B] (-1 for a malformed request)
+  int32_t error_flags = 0;              // KDTREE_DEVICE_ERROR_* bits, OR of all requests
+  std::vector<int32_t> request_errors;  // [B]: the bits of each request
 };
 
 // Device-side checks, in the kernel's order: node count in 1..W (and, packed,

@@ -15,7 +15,7 @@ struct Candidate {
   float score = 0.0f;
   int depth = 0;
   int rank = 0;
-  int parent = 0;    // output index of the parent
+  int parent = 0;  // output index of the parent
   uint64_t path_hi = 0, path_lo = 0;
 };
 

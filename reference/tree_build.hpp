@@ -21,10 +21,10 @@ inline uint32_t score_order_key(float score) {
 
 struct TreeBuildInput {
   int batch_size = 0;
-  int depth = 0;           // D
-  int top_k = 0;           // K
-  int budget = 0;          // draft nodes to select, 1..W-1
-  int max_tree_nodes = 0;  // W
+  int depth = 0;                      // D
+  int top_k = 0;                      // K
+  int budget = 0;                     // draft nodes to select, 1..W-1
+  int max_tree_nodes = 0;             // W
   std::vector<int32_t> draft_tokens;  // [B, D, K]
   std::vector<float> draft_logprobs;  // [B, D, K], descending along K
   std::vector<int32_t> root_tokens;   // [B]

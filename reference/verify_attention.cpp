@@ -50,15 +50,16 @@ void validate(const VerifyHostInputs& in) {
   for (int b = 0; b < in.batch_size; ++b) {
     const int n = in.node_indptr[b + 1] - in.node_indptr[b];
     const int kv_len = in.kv_lens[b];
-    check(n >= 1 && n <= s.max_tree_nodes, "request " + std::to_string(b) + ": node count " +
-                                               std::to_string(n) + " outside 1..max_tree_nodes");
+    check(n >= 1 && n <= s.max_tree_nodes,
+          "request " + std::to_string(b) + ": node count " + std::to_string(n) + " outside 1..max_tree_nodes");
     check(kv_len >= n, "request " + std::to_string(b) + ": kv_len smaller than its node count");
     const int pages = (kv_len + s.page_size - 1) / s.page_size;
-    check(pages <= in.max_pages_per_req, "request " + std::to_string(b) + ": kv_len needs more pages than max_pages_per_req");
+    check(pages <= in.max_pages_per_req,
+          "request " + std::to_string(b) + ": kv_len needs more pages than max_pages_per_req");
     for (int p = 0; p < pages; ++p) {
       const int page = in.page_table[size_t(b) * in.max_pages_per_req + p];
-      check(page >= 0 && page < in.num_pages, "request " + std::to_string(b) + ": page id " +
-                                                  std::to_string(page) + " out of range");
+      check(page >= 0 && page < in.num_pages,
+            "request " + std::to_string(b) + ": page id " + std::to_string(page) + " out of range");
     }
   }
 }

@@ -16,13 +16,13 @@ struct VerifyHostInputs {
   int total_nodes = 0;
   int num_pages = 0;
   int max_pages_per_req = 0;
-  const uint16_t* q = nullptr;            // [total_nodes, Hq, Dqk]
-  const int32_t* node_indptr = nullptr;   // [batch_size + 1]
-  const uint16_t* k_cache = nullptr;      // [num_pages, page_size, Hkv, Dqk]
-  const uint16_t* v_cache = nullptr;      // [num_pages, page_size, Hkv, Dv]; NULL = MLA (V = k row[0:Dv])
-  const int32_t* page_table = nullptr;    // [batch_size, max_pages_per_req]
-  const int32_t* kv_lens = nullptr;       // [batch_size]
-  const uint64_t* tree_mask = nullptr;    // [total_nodes, ceil(W / 64)]
+  const uint16_t* q = nullptr;           // [total_nodes, Hq, Dqk]
+  const int32_t* node_indptr = nullptr;  // [batch_size + 1]
+  const uint16_t* k_cache = nullptr;     // [num_pages, page_size, Hkv, Dqk]
+  const uint16_t* v_cache = nullptr;     // [num_pages, page_size, Hkv, Dv]; NULL = MLA (V = k row[0:Dv])
+  const int32_t* page_table = nullptr;   // [batch_size, max_pages_per_req]
+  const int32_t* kv_lens = nullptr;      // [batch_size]
+  const uint64_t* tree_mask = nullptr;   // [total_nodes, ceil(W / 64)]
   double sm_scale = 1.0;
 };
 

@@ -45,8 +45,8 @@ std::string VerifyCase::head_name() const {
 
 std::string VerifyCase::label(const std::string& extra) const {
   std::string s = "verify_attention[" + head_name() + ",W=" + std::to_string(spec.max_tree_nodes) +
-                  ",page=" + std::to_string(spec.page_size) + "," +
-                  (spec.dtype == KDTREE_DTYPE_BF16 ? "bf16" : "f16") + ",Hq=" + std::to_string(spec.num_q_heads);
+                  ",page=" + std::to_string(spec.page_size) + "," + (spec.dtype == KDTREE_DTYPE_BF16 ? "bf16" : "f16") +
+                  ",Hq=" + std::to_string(spec.num_q_heads);
   if (!mla) s += ",Hkv=" + std::to_string(spec.num_kv_heads);
   s += ",B=" + std::to_string(batch_size);
   if (!extra.empty()) s += "," + extra;

@@ -19,10 +19,10 @@ enum class ValueDist { uniform, normal };  // uniform [-1, 1] or N(0, 1)
 enum class UnusedFill { nan, random, zero };
 
 struct VerifyCaseOptions {
-  int min_prefix = 0;      // prefix_len = kv_len - n_b, drawn uniformly in [min, max]
+  int min_prefix = 0;  // prefix_len = kv_len - n_b, drawn uniformly in [min, max]
   int max_prefix = 256;
-  int min_nodes = 1;       // n_b drawn uniformly in [min_nodes, max_nodes]
-  int max_nodes = 0;       // 0 = W
+  int min_nodes = 1;  // n_b drawn uniformly in [min_nodes, max_nodes]
+  int max_nodes = 0;  // 0 = W
   // Request 0 gets max_nodes and max_prefix; the last request (B >= 2) gets
   // min_nodes; request 1 (B >= 3) gets min_prefix.
   bool extremes = true;
@@ -31,12 +31,12 @@ struct VerifyCaseOptions {
   int table_slack = 1;        // page-table columns past the longest request, filled with -1
   int max_kv_len_slack = 0;   // args.max_kv_len = longest kv_len + this
   ValueDist dist = ValueDist::uniform;
-  float q_scale = 1.0f;       // multiplies q: > 1 sharpens the softmax
+  float q_scale = 1.0f;  // multiplies q: > 1 sharpens the softmax
   // K of token t is scaled by 1 + k_ramp * t / kv_len: with k_ramp > 0 the scores
   // keep rising along the sequence, so the running softmax max moves late (the
   // kernels' rescale path) instead of settling in the first tiles.
   float k_ramp = 0.0f;
-  float sm_scale = 0.0f;      // 0 = 1 / sqrt(head_dim_qk)
+  float sm_scale = 0.0f;  // 0 = 1 / sqrt(head_dim_qk)
   UnusedFill unused = UnusedFill::nan;
   std::vector<int> prefix_lens;  // per request; overrides the random draw when not empty
   std::vector<int> node_counts;  // per request; overrides the random draw when not empty
@@ -54,16 +54,16 @@ struct VerifyCase {
   float sm_scale = 0.0f;
   uint64_t seed = 0;
 
-  std::vector<uint16_t> q;          // [total_nodes, Hq, Dqk]
-  std::vector<uint16_t> k_cache;    // [num_pages, page_size, Hkv, Dqk]
-  std::vector<uint16_t> v_cache;    // [num_pages, page_size, Hkv, Dv]; empty for MLA
-  std::vector<int32_t> page_table;  // [batch_size, max_pages_per_req], -1 past each request's pages
-  std::vector<int32_t> kv_lens;     // [batch_size]
-  std::vector<int32_t> node_indptr; // [batch_size + 1]
-  std::vector<uint64_t> tree_mask;  // [total_nodes, mask_words]
-  std::vector<int32_t> parents;     // [total_nodes]: request-local parent index, root -1
-  std::vector<int> prefix_lens;     // [batch_size]
-  std::vector<int> node_counts;     // [batch_size]
+  std::vector<uint16_t> q;           // [total_nodes, Hq, Dqk]
+  std::vector<uint16_t> k_cache;     // [num_pages, page_size, Hkv, Dqk]
+  std::vector<uint16_t> v_cache;     // [num_pages, page_size, Hkv, Dv]; empty for MLA
+  std::vector<int32_t> page_table;   // [batch_size, max_pages_per_req], -1 past each request's pages
+  std::vector<int32_t> kv_lens;      // [batch_size]
+  std::vector<int32_t> node_indptr;  // [batch_size + 1]
+  std::vector<uint64_t> tree_mask;   // [total_nodes, mask_words]
+  std::vector<int32_t> parents;      // [total_nodes]: request-local parent index, root -1
+  std::vector<int> prefix_lens;      // [batch_size]
+  std::vector<int> node_counts;      // [batch_size]
 
   // "mla576/512" or "gqa128"
   std::string head_name() const;
@@ -99,9 +99,9 @@ struct VerifyComparison {
   std::vector<double> rel_err;  // per request: ||out - ref|| / ||ref|| (inf if it holds a non-finite value)
   double worst_rel = 0.0;
   int worst_request = -1;
-  double max_abs = 0.0;         // over finite elements
-  double max_lse_abs = 0.0;     // 0 when no lse was given
-  size_t nan_out = 0;           // non-finite output elements (NaN: e.g. poison left unwritten)
+  double max_abs = 0.0;      // over finite elements
+  double max_lse_abs = 0.0;  // 0 when no lse was given
+  size_t nan_out = 0;        // non-finite output elements (NaN: e.g. poison left unwritten)
   size_t nan_lse = 0;
   bool ok(double rel_tol, double lse_tol) const {
     return nan_out == 0 && nan_lse == 0 && worst_rel < rel_tol && max_lse_abs < lse_tol;
@@ -111,11 +111,10 @@ struct VerifyComparison {
 };
 
 // out: the kernel's [total_nodes, Hq, Dv] 16-bit output; lse: [total_nodes, Hq] or NULL.
-VerifyComparison compare_verify(const VerifyCase& c, const VerifyReference& ref,
-                                const std::vector<uint16_t>& out, const float* lse = nullptr);
+VerifyComparison compare_verify(const VerifyCase& c, const VerifyReference& ref, const std::vector<uint16_t>& out,
+                                const float* lse = nullptr);
 
 // True when every output element of request b is NaN (and every lse, when given).
-bool request_all_nan(const VerifyCase& c, int b, const std::vector<uint16_t>& out,
-                     const float* lse = nullptr);
+bool request_all_nan(const VerifyCase& c, int b, const std::vector<uint16_t>& out, const float* lse = nullptr);
 
 }  // namespace kdtree::ref

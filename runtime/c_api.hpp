@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "kdtree/kdtree.h"
 #include "base/error.hpp"
+#include "kdtree/kdtree.h"
 #include "runtime/runtime.hpp"
 
 struct kdtree_runtime {

@@ -26,39 +26,36 @@ void load() {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* why = dlerror();
-    g_load_error = fmt::format("the CUDA driver (libcuda.so.1) could not be loaded: {}",
-                               why ? why : "unknown reason");
+    g_load_error = fmt::format("the CUDA driver (libcuda.so.1) could not be loaded: {}", why ? why : "unknown reason");
     return;
   }
   Api a{};
   // Versioned names: the ABI that cuda.h's macros select for CUDA >= 12.
-  bool ok = bind(lib, a.cuInit, "cuInit") && bind(lib, a.cuDriverGetVersion, "cuDriverGetVersion") &&
-            bind(lib, a.cuDeviceGetCount, "cuDeviceGetCount") && bind(lib, a.cuDeviceGet, "cuDeviceGet") &&
-            bind(lib, a.cuDeviceGetAttribute, "cuDeviceGetAttribute") &&
-            bind(lib, a.cuDeviceGetName, "cuDeviceGetName") &&
-            bind(lib, a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
-            bind(lib, a.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2") &&
-            bind(lib, a.cuCtxSetCurrent, "cuCtxSetCurrent") && bind(lib, a.cuCtxGetCurrent, "cuCtxGetCurrent") &&
-            bind(lib, a.cuCtxSynchronize, "cuCtxSynchronize") &&
-            bind(lib, a.cuModuleLoadData, "cuModuleLoadData") && bind(lib, a.cuModuleUnload, "cuModuleUnload") &&
-            bind(lib, a.cuModuleGetFunction, "cuModuleGetFunction") &&
-            bind(lib, a.cuFuncSetAttribute, "cuFuncSetAttribute") &&
-            bind(lib, a.cuFuncGetAttribute, "cuFuncGetAttribute") &&
-            bind(lib, a.cuLaunchKernel, "cuLaunchKernel") && bind(lib, a.cuGetErrorName, "cuGetErrorName") &&
-            bind(lib, a.cuGetErrorString, "cuGetErrorString") && bind(lib, a.cuMemAlloc, "cuMemAlloc_v2") &&
-            bind(lib, a.cuMemFree, "cuMemFree_v2") && bind(lib, a.cuMemcpyHtoD, "cuMemcpyHtoD_v2") &&
-            bind(lib, a.cuMemcpyDtoH, "cuMemcpyDtoH_v2") && bind(lib, a.cuMemcpyDtoD, "cuMemcpyDtoD_v2") &&
-            bind(lib, a.cuMemsetD8, "cuMemsetD8_v2") && bind(lib, a.cuMemsetD32, "cuMemsetD32_v2") &&
-            bind(lib, a.cuStreamCreate, "cuStreamCreate") && bind(lib, a.cuStreamDestroy, "cuStreamDestroy_v2") &&
-            bind(lib, a.cuStreamSynchronize, "cuStreamSynchronize") &&
-            bind(lib, a.cuEventCreate, "cuEventCreate") && bind(lib, a.cuEventDestroy, "cuEventDestroy_v2") &&
-            bind(lib, a.cuEventRecord, "cuEventRecord") && bind(lib, a.cuEventSynchronize, "cuEventSynchronize") &&
-            bind(lib, a.cuEventElapsedTime, "cuEventElapsedTime_v2") &&
-            bind(lib, a.cuStreamBeginCapture, "cuStreamBeginCapture_v2") &&
-            bind(lib, a.cuStreamEndCapture, "cuStreamEndCapture") &&
-            bind(lib, a.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags") &&
-            bind(lib, a.cuGraphLaunch, "cuGraphLaunch") && bind(lib, a.cuGraphExecDestroy, "cuGraphExecDestroy") &&
-            bind(lib, a.cuGraphDestroy, "cuGraphDestroy");
+  bool ok =
+      bind(lib, a.cuInit, "cuInit") && bind(lib, a.cuDriverGetVersion, "cuDriverGetVersion") &&
+      bind(lib, a.cuDeviceGetCount, "cuDeviceGetCount") && bind(lib, a.cuDeviceGet, "cuDeviceGet") &&
+      bind(lib, a.cuDeviceGetAttribute, "cuDeviceGetAttribute") && bind(lib, a.cuDeviceGetName, "cuDeviceGetName") &&
+      bind(lib, a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
+      bind(lib, a.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2") &&
+      bind(lib, a.cuCtxSetCurrent, "cuCtxSetCurrent") && bind(lib, a.cuCtxGetCurrent, "cuCtxGetCurrent") &&
+      bind(lib, a.cuCtxSynchronize, "cuCtxSynchronize") && bind(lib, a.cuModuleLoadData, "cuModuleLoadData") &&
+      bind(lib, a.cuModuleUnload, "cuModuleUnload") && bind(lib, a.cuModuleGetFunction, "cuModuleGetFunction") &&
+      bind(lib, a.cuFuncSetAttribute, "cuFuncSetAttribute") && bind(lib, a.cuFuncGetAttribute, "cuFuncGetAttribute") &&
+      bind(lib, a.cuLaunchKernel, "cuLaunchKernel") && bind(lib, a.cuGetErrorName, "cuGetErrorName") &&
+      bind(lib, a.cuGetErrorString, "cuGetErrorString") && bind(lib, a.cuMemAlloc, "cuMemAlloc_v2") &&
+      bind(lib, a.cuMemFree, "cuMemFree_v2") && bind(lib, a.cuMemcpyHtoD, "cuMemcpyHtoD_v2") &&
+      bind(lib, a.cuMemcpyDtoH, "cuMemcpyDtoH_v2") && bind(lib, a.cuMemcpyDtoD, "cuMemcpyDtoD_v2") &&
+      bind(lib, a.cuMemsetD8, "cuMemsetD8_v2") && bind(lib, a.cuMemsetD32, "cuMemsetD32_v2") &&
+      bind(lib, a.cuStreamCreate, "cuStreamCreate") && bind(lib, a.cuStreamDestroy, "cuStreamDestroy_v2") &&
+      bind(lib, a.cuStreamSynchronize, "cuStreamSynchronize") && bind(lib, a.cuEventCreate, "cuEventCreate") &&
+      bind(lib, a.cuEventDestroy, "cuEventDestroy_v2") && bind(lib, a.cuEventRecord, "cuEventRecord") &&
+      bind(lib, a.cuEventSynchronize, "cuEventSynchronize") &&
+      bind(lib, a.cuEventElapsedTime, "cuEventElapsedTime_v2") &&
+      bind(lib, a.cuStreamBeginCapture, "cuStreamBeginCapture_v2") &&
+      bind(lib, a.cuStreamEndCapture, "cuStreamEndCapture") &&
+      bind(lib, a.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags") &&
+      bind(lib, a.cuGraphLaunch, "cuGraphLaunch") && bind(lib, a.cuGraphExecDestroy, "cuGraphExecDestroy") &&
+      bind(lib, a.cuGraphDestroy, "cuGraphDestroy");
   if (!ok) return;
   CUresult r = a.cuInit(0);
   if (r != CUDA_SUCCESS) {

@@ -7,9 +7,9 @@
 
 #include "codegen/dtype_check.hpp"
 #include "codegen/kv_compact.hpp"
+#include "kv_compact_params.h"
 #include "runtime/arg_checks.hpp"
 #include "runtime/tree_ops.hpp"
-#include "kv_compact_params.h"
 
 namespace kdtree {
 namespace {
@@ -33,8 +33,10 @@ void kv_compact(Engine& rt, const kdtree_kv_compact_args& a) {
     fail(KDTREE_ERROR_UNSUPPORTED,
          fmt::format("kv_compact: cache dtype {} is not supported: use BF16 or F16", static_cast<int>(dtype)));
   }
-  require(a.num_layers >= 1 && a.num_layers <= kMaxGridYZ, "num_layers = {} must be in [1, {}]", a.num_layers, kMaxGridYZ);
-  require(a.batch_size >= 1 && a.batch_size <= kMaxGridYZ, "batch_size = {} must be in [1, {}]", a.batch_size, kMaxGridYZ);
+  require(a.num_layers >= 1 && a.num_layers <= kMaxGridYZ, "num_layers = {} must be in [1, {}]", a.num_layers,
+          kMaxGridYZ);
+  require(a.batch_size >= 1 && a.batch_size <= kMaxGridYZ, "batch_size = {} must be in [1, {}]", a.batch_size,
+          kMaxGridYZ);
   require(a.num_pages >= 1, "num_pages = {} must be >= 1", a.num_pages);
   require(a.max_pages_per_req >= 1, "max_pages_per_req = {} must be >= 1", a.max_pages_per_req);
   require(a.row_elems_k >= 1, "row_elems_k = {} must be >= 1", a.row_elems_k);
@@ -46,7 +48,7 @@ void kv_compact(Engine& rt, const kdtree_kv_compact_args& a) {
     require(a.v_caches == nullptr, "v_caches must be NULL when row_elems_v is 0 (MLA: one cache)");
   } else {
     require(a.v_caches != nullptr, "v_caches is NULL but row_elems_v = {} (NULL only for MLA, with row_elems_v = 0)",
-                        a.row_elems_v);
+            a.row_elems_v);
     require_buffer(a.v_caches, 8, "v_caches");
   }
   require_buffer(a.page_table, 4, "page_table");

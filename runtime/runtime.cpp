@@ -8,9 +8,9 @@
 
 #include <fmt/format.h>
 
+#include "base/error.hpp"
 #include "codegen/generator_version.hpp"
 #include "runtime/driver.hpp"
-#include "base/error.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 namespace kdtree {
@@ -157,23 +157,22 @@ std::shared_ptr<const CompiledModule> Engine::compile(const codegen::KernelSourc
   const codegen::Arch& target = arch();
   std::vector<std::string> options = nvrtc_options(source, target);
   // The key covers everything NVRTC reads: the source and its named headers.
-  std::string key_material = fmt::format("kdtree generator {}\nnvrtc {}\narch {}\noptions {}\n{}",
-                                         KDTREE_GENERATOR_VERSION, nvrtc_version(), target.name(),
-                                         fmt::join(options, " "), source.source);
+  std::string key_material =
+      fmt::format("kdtree generator {}\nnvrtc {}\narch {}\noptions {}\n{}", KDTREE_GENERATOR_VERSION, nvrtc_version(),
+                  target.name(), fmt::join(options, " "), source.source);
   for (const auto& [name, text] : source.headers) key_material += fmt::format("\n// header {}\n{}", name, text);
   auto module = std::make_shared<CompiledModule>();
   module->label = source.label;
   std::string readable = fmt::format("{}-{}", source.file_stem, target.name());
   std::vector<char> payload = cache_->get_or_build(
-      readable, key_material, [&] { return pack(nvrtc_compile(source, target)); }, &module->outcome,
-      cache_version());
+      readable, key_material, [&] { return pack(nvrtc_compile(source, target)); }, &module->outcome, cache_version());
   unpack(payload, module.get());
   module->usage = parse_ptxas_log(module->ptxas_log);
   return module;
 }
 
 std::shared_ptr<const codegen::KernelSource> Engine::source(const std::string& fast_key,
-                                                             const std::function<codegen::KernelSource()>& make) {
+                                                            const std::function<codegen::KernelSource()>& make) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = sources_.find(fast_key);
@@ -224,8 +223,8 @@ CUfunction Module::function(const std::string& entry, int dynamic_smem) {
     it = functions_.emplace(entry, std::make_pair(fn, 0)).first;
   }
   if (dynamic_smem > it->second.second) {
-    driver::check(driver::api().cuFuncSetAttribute(it->second.first,
-                                                   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_smem),
+    driver::check(driver::api().cuFuncSetAttribute(it->second.first, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                   dynamic_smem),
                   ("raising the shared memory limit of " + entry).c_str());
     it->second.second = dynamic_smem;
   }

@@ -22,7 +22,7 @@ namespace kdtree {
 // What ptxas reported for one kernel (parsed from the NVRTC log, -Xptxas -v).
 struct ResourceUsage {
   int registers = -1;
-  int static_smem = 0;   // bytes
+  int static_smem = 0;  // bytes
   int stack_bytes = 0;
   int spill_stores = 0;  // bytes
   int spill_loads = 0;   // bytes

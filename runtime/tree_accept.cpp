@@ -32,8 +32,7 @@ void tree_accept(Engine& rt, const kdtree_tree_accept_args& a) {
     require(a.total_nodes >= a.batch_size && a.total_nodes <= (long long)a.batch_size * a.max_tree_nodes,
             "total_nodes = {} is out of range with node_indptr: set it to node_indptr[batch_size], the length of "
             "the packed target_tokens ({}..{}: each of the {} requests has 1..{} nodes)",
-            a.total_nodes, a.batch_size, (long long)a.batch_size * a.max_tree_nodes, a.batch_size,
-            a.max_tree_nodes);
+            a.total_nodes, a.batch_size, (long long)a.batch_size * a.max_tree_nodes, a.batch_size, a.max_tree_nodes);
   }
 
   Module& module = rt.module(spec.fast_key(), [&] { return codegen::generate_tree_accept(spec, rt.arch()); });

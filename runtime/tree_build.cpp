@@ -25,8 +25,9 @@ void tree_build(Engine& rt, const kdtree_tree_build_args& a) {
   require(a.batch_size >= 1, "batch_size = {} must be >= 1", a.batch_size);
   require_range(a.depth, 1, codegen::kTreeBuildMaxDepth, "depth");
   require_range(a.top_k, 1, codegen::kTreeBuildMaxTopK, "top_k");
-  require(a.budget >= 1 && a.budget <= a.max_tree_nodes - 1, "budget = {} is out of range: must be 1..{} (max_tree_nodes - 1, the root takes a node)",
-                      a.budget, a.max_tree_nodes - 1);
+  require(a.budget >= 1 && a.budget <= a.max_tree_nodes - 1,
+          "budget = {} is out of range: must be 1..{} (max_tree_nodes - 1, the root takes a node)", a.budget,
+          a.max_tree_nodes - 1);
   require_buffer(a.draft_tokens, 4, "draft_tokens");
   require_buffer(a.draft_logprobs, 4, "draft_logprobs");
   require_buffer(a.root_tokens, 4, "root_tokens");

@@ -44,14 +44,12 @@ void check_verify_sizes(const kdtree_verify_spec& s, int max_tree_nodes, int bat
           s.num_kv_heads, (long long)batch_size * s.num_kv_heads, kMaxGridYZ);
   // Output rows are indexed with int on the host and by the combine grid.
   require((long long)total_nodes * s.num_q_heads <= INT32_MAX,
-          "total_nodes {} x num_q_heads {} exceeds 2^31 - 1 output rows: split the batch", total_nodes,
-          s.num_q_heads);
+          "total_nodes {} x num_q_heads {} exceeds 2^31 - 1 output rows: split the batch", total_nodes, s.num_q_heads);
 }
 
 size_t verify_workspace_bytes(const kdtree_verify_spec& s, int total_nodes, int num_splits) {
   if (num_splits <= 1) return 0;
-  return size_t(num_splits) * size_t(total_nodes) * size_t(s.num_q_heads) * size_t(s.head_dim_v + 1) *
-         sizeof(float);
+  return size_t(num_splits) * size_t(total_nodes) * size_t(s.num_q_heads) * size_t(s.head_dim_v + 1) * sizeof(float);
 }
 
 VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& s,
@@ -70,10 +68,10 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
     // the combine when s > 1); CTAs run ctas_per_sm at a time on every SM. The
     // cheapest s wins (the fewest on a tie), so small batches spread the KV over
     // the whole GPU and large ones are not cut into a partial last wave.
-    const long long ctas = std::max<long long>(ceil_div((long long)total_nodes * group, launch.block_m),
-                                               batch_size) * s.num_kv_heads;
-    const int ctas_per_sm = std::max(1, std::min(arch.max_smem_per_sm / (launch.dynamic_smem + 1024),
-                                                 65536 / (launch.threads * 240)));
+    const long long ctas =
+        std::max<long long>(ceil_div((long long)total_nodes * group, launch.block_m), batch_size) * s.num_kv_heads;
+    const int ctas_per_sm =
+        std::max(1, std::min(arch.max_smem_per_sm / (launch.dynamic_smem + 1024), 65536 / (launch.threads * 240)));
     const long long slots = (long long)arch.num_sms * ctas_per_sm;
     double best = 0;
     for (long long cand = 1; cand <= std::min<long long>(64, kv_tiles); ++cand) {
@@ -115,18 +113,20 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   require(a.num_pages >= 1, "num_pages {} must be >= 1", a.num_pages);
   require(a.max_pages_per_req >= 1, "max_pages_per_req {} must be >= 1", a.max_pages_per_req);
   // Positive: the kernel takes row maxima of the raw scores and scales them once.
-  require(std::isfinite(a.sm_scale) && a.sm_scale > 0.0f, "sm_scale {} must be positive and finite (e.g. 1/sqrt(head_dim_qk))",
-          a.sm_scale);
+  require(std::isfinite(a.sm_scale) && a.sm_scale > 0.0f,
+          "sm_scale {} must be positive and finite (e.g. 1/sqrt(head_dim_qk))", a.sm_scale);
   auto check_workspace = [&](size_t needed) {
-    require(needed == 0 || (a.workspace != nullptr && a.workspace_size >= needed), "workspace too small: {} bytes given, {} needed (kdtree_verify_workspace_size)",
-                        a.workspace ? a.workspace_size : 0, needed);
+    require(needed == 0 || (a.workspace != nullptr && a.workspace_size >= needed),
+            "workspace too small: {} bytes given, {} needed (kdtree_verify_workspace_size)",
+            a.workspace ? a.workspace_size : 0, needed);
   };
   // A forced split count fixes the workspace without asking the device.
   if (a.num_splits > 0) check_workspace(verify_workspace_bytes(a.spec, a.total_nodes, a.num_splits));
 
   Module& module = verify_module(rt, spec);
   const codegen::LaunchFacts& launch = module.launch();
-  const VerifyPlan plan = plan_verify(launch, rt.arch(), a.spec, a.batch_size, a.total_nodes, a.max_kv_len, a.num_splits);
+  const VerifyPlan plan =
+      plan_verify(launch, rt.arch(), a.spec, a.batch_size, a.total_nodes, a.max_kv_len, a.num_splits);
   check_workspace(plan.workspace_bytes);
 
   kdtree_verify_params p{};
@@ -169,14 +169,14 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
             "launching kdtree_verify_attention");
   if (plan.num_splits > 1) {
     LaunchDims combine;
-    combine.grid_x = static_cast<unsigned>(ceil_div((long long)a.total_nodes * a.spec.num_q_heads, launch.combine_rows));
+    combine.grid_x =
+        static_cast<unsigned>(ceil_div((long long)a.total_nodes * a.spec.num_q_heads, launch.combine_rows));
     combine.block_x = static_cast<unsigned>(launch.combine_threads);
     rt.launch(module.function("kdtree_verify_combine"), combine, args, stream, "launching kdtree_verify_combine");
   }
 }
 
-size_t verify_workspace_size(Engine& rt, const kdtree_verify_spec& s, int batch_size, int total_nodes,
-                             int max_kv_len) {
+size_t verify_workspace_size(Engine& rt, const kdtree_verify_spec& s, int batch_size, int total_nodes, int max_kv_len) {
   const codegen::VerifySpec spec = codegen::validate_verify_spec(s);
   check_verify_sizes(s, spec.max_tree_nodes, batch_size, total_nodes, max_kv_len, 0);
   return plan_verify(verify_launch(rt, spec), rt.arch(), s, batch_size, total_nodes, max_kv_len, 0).workspace_bytes;

@@ -16,9 +16,9 @@ typedef struct kdtree_kv_compact_params {
   int* error_flags;                   /* or 0 */
   int num_pages;
   int max_pages_per_req;
-  int row_vecs_k;                     /* 16-byte vectors per K row */
-  int row_vecs_v;                     /* 16-byte vectors per V row; 0 for MLA */
-  int chunks_k;                       /* column chunks of a K row; chunks past it are V's */
+  int row_vecs_k; /* 16-byte vectors per K row */
+  int row_vecs_v; /* 16-byte vectors per V row; 0 for MLA */
+  int chunks_k;   /* column chunks of a K row; chunks past it are V's */
 } kdtree_kv_compact_params;
 
 #endif

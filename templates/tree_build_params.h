@@ -5,23 +5,23 @@
 #define KDTREE_TREE_BUILD_PARAMS_H
 
 typedef struct kdtree_tree_build_params {
-  const int* draft_tokens;         /* [B, D, K] */
-  const float* draft_logprobs;     /* [B, D, K], descending along K */
-  const int* root_tokens;          /* [B] */
-  const int* prefix_lens;          /* [B] */
-  int* tokens;                     /* [B, W] */
-  int* parents;                    /* [B, W] */
-  int* depths;                     /* [B, W] */
-  int* positions;                  /* [B, W] */
-  unsigned long long* tree_mask;   /* [B, W, ceil(W / 64)] */
-  int* first_child;                /* [B, W] */
-  int* next_sibling;               /* [B, W] */
-  int* node_counts;                /* [B] */
-  float* scores;                   /* [B, W] or 0 */
+  const int* draft_tokens;       /* [B, D, K] */
+  const float* draft_logprobs;   /* [B, D, K], descending along K */
+  const int* root_tokens;        /* [B] */
+  const int* prefix_lens;        /* [B] */
+  int* tokens;                   /* [B, W] */
+  int* parents;                  /* [B, W] */
+  int* depths;                   /* [B, W] */
+  int* positions;                /* [B, W] */
+  unsigned long long* tree_mask; /* [B, W, ceil(W / 64)] */
+  int* first_child;              /* [B, W] */
+  int* next_sibling;             /* [B, W] */
+  int* node_counts;              /* [B] */
+  float* scores;                 /* [B, W] or 0 */
   int batch_size;
-  int depth;                       /* D, 1..16 (host-validated) */
-  int top_k;                       /* K, 1..64 */
-  int budget;                      /* 1..W-1 */
+  int depth;  /* D, 1..16 (host-validated) */
+  int top_k;  /* K, 1..64 */
+  int budget; /* 1..W-1 */
 } kdtree_tree_build_params;
 
 #endif /* KDTREE_TREE_BUILD_PARAMS_H */

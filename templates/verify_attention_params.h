@@ -5,29 +5,29 @@
 #define KDTREE_VERIFY_ATTENTION_PARAMS_H
 
 typedef struct kdtree_verify_params {
-  const void* q;                        /* [total_nodes, num_q_heads, D] */
-  const void* k_cache;                  /* [num_pages, page, num_kv_heads, D] */
-  const void* v_cache;                  /* [num_pages, page, num_kv_heads, DV]; MLA: == k_cache */
-  const int* node_indptr;               /* [batch + 1] */
-  const int* page_table;                /* [batch, max_pages_per_req] */
-  const int* kv_lens;                   /* [batch] */
-  const unsigned long long* tree_mask;  /* [total_nodes, MASK_WORDS] */
-  void* out;                            /* [total_nodes, num_q_heads, DV] */
-  float* lse;                           /* [total_nodes, num_q_heads] or 0 */
-  float* partial_o;                     /* [num_splits, total_nodes * num_q_heads, DV] when num_splits > 1 */
-  float* partial_lse;                   /* [num_splits, total_nodes * num_q_heads] (log2 domain) */
-  int* error_flags;                     /* or 0 */
+  const void* q;                       /* [total_nodes, num_q_heads, D] */
+  const void* k_cache;                 /* [num_pages, page, num_kv_heads, D] */
+  const void* v_cache;                 /* [num_pages, page, num_kv_heads, DV]; MLA: == k_cache */
+  const int* node_indptr;              /* [batch + 1] */
+  const int* page_table;               /* [batch, max_pages_per_req] */
+  const int* kv_lens;                  /* [batch] */
+  const unsigned long long* tree_mask; /* [total_nodes, MASK_WORDS] */
+  void* out;                           /* [total_nodes, num_q_heads, DV] */
+  float* lse;                          /* [total_nodes, num_q_heads] or 0 */
+  float* partial_o;                    /* [num_splits, total_nodes * num_q_heads, DV] when num_splits > 1 */
+  float* partial_lse;                  /* [num_splits, total_nodes * num_q_heads] (log2 domain) */
+  int* error_flags;                    /* or 0 */
   int batch_size;
   int total_nodes;
   int num_q_heads;
   int num_kv_heads;
-  int group;                            /* num_q_heads / num_kv_heads */
+  int group; /* num_q_heads / num_kv_heads */
   int max_pages_per_req;
   int num_pages;
   int max_kv_len;
   int num_splits;
-  int split_tokens;                     /* KV tokens per split, a multiple of BLOCK_N */
-  float scale_log2;                     /* sm_scale * log2(e) */
+  int split_tokens; /* KV tokens per split, a multiple of BLOCK_N */
+  float scale_log2; /* sm_scale * log2(e) */
 } kdtree_verify_params;
 
 #endif

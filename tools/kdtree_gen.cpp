@@ -11,8 +11,8 @@
 // (an unusable cache directory for warm, a write error on stdout). Every error
 // message is one line "kdtree-gen: <message>"; one about a flag's value starts
 // with the flag: "kdtree-gen: --width: 48 is not supported (use 16, 32, 64 or 128)".
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -29,19 +29,19 @@
 #include <thread>
 #include <vector>
 
+#include "base/error.hpp"
 #include "cache/disk_cache.hpp"
 #include "codegen/arch.hpp"
 #include "codegen/grid.hpp"
 #include "codegen/kv_compact.hpp"
+#include "codegen/ops.hpp"
+#include "codegen/render.hpp"
 #include "codegen/sample_tokens.hpp"
 #include "codegen/tree_accept.hpp"
 #include "codegen/tree_build.hpp"
 #include "codegen/tree_ops_common.hpp"
-#include "codegen/ops.hpp"
-#include "codegen/render.hpp"
 #include "codegen/verify_attention.hpp"
 #include "runtime/driver.hpp"
-#include "base/error.hpp"
 #include "runtime/runtime.hpp"
 
 namespace fs = std::filesystem;
@@ -80,8 +80,10 @@ std::string json(const std::string& s) {
       case '\t': out += "\\t"; break;
       case '\r': out += "\\r"; break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<int>(c));
-        else out += c;
+        if (static_cast<unsigned char>(c) < 0x20)
+          out += fmt::format("\\u{:04x}", static_cast<int>(c));
+        else
+          out += c;
     }
   }
   return out + "\"";
@@ -291,7 +293,8 @@ int run_warm(const WarmOptions& o) {
   const double secs = seconds_since(start);
   if (o.json) {
     std::vector<std::string> failed;
-    for (const Failure& f : failures) failed.push_back(json_object({{"kernel", json(f.label)}, {"error", json(f.message)}}));
+    for (const Failure& f : failures)
+      failed.push_back(json_object({{"kernel", json(f.label)}, {"error", json(f.message)}}));
     fmt::print("{}\n", json_object({{"arch", json(arch.name())},
                                     {"kernels", std::to_string(total)},
                                     {"compiled", std::to_string(compiled)},
@@ -363,7 +366,8 @@ int run_emit(const EmitOptions& o) {
     return 0;  // main flushes and checks stdout
   }
   std::FILE* out = std::fopen(o.output.c_str(), "wb");
-  if (!out) fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("--output: cannot open {}: {}", o.output, errno_text(errno)));
+  if (!out)
+    fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("--output: cannot open {}: {}", o.output, errno_text(errno)));
   const bool written = std::fwrite(source.data(), 1, source.size(), out) == source.size();
   int err = written ? 0 : errno;
   if (std::fclose(out) != 0 && err == 0) err = errno;
@@ -470,19 +474,20 @@ int run_info(const std::string& cache_dir, bool as_json) {
       devs.push_back(json_object({{"name", json(d.name)}, {"arch", json(d.sm)}, {"sms", std::to_string(d.sms)}}));
     }
     fmt::print("{}\n",
-               json_object({{"kdtree", json(std::string(KDTREE_VERSION_STRING))},
-                            {"nvrtc", json(nvrtc_version())},
-                            {"cache_version", json(cache_version())},
-                            {"driver", dev.no_gpu.empty() ? json(dev.driver) : "null"},
-                            {"no_gpu", dev.no_gpu.empty() ? "null" : json(dev.no_gpu)},
-                            {"devices", json_array(devs)},
-                            {"cache", json_object({{"dir", dir.empty() ? "null" : json(dir)},
-                                                   {"exists", json(exists)},
-                                                   {"files", std::to_string(t.files)},
-                                                   {"bytes", std::to_string(t.bytes)},
-                                                   {"bad", std::to_string(t.bad)},
-                                                   {"max_bytes", std::to_string(max_bytes)},
-                                                   {"lock_timeout_s", fmt::format("{:g}", lock_timeout.count() / 1000.0)}})}}));
+               json_object(
+                   {{"kdtree", json(std::string(KDTREE_VERSION_STRING))},
+                    {"nvrtc", json(nvrtc_version())},
+                    {"cache_version", json(cache_version())},
+                    {"driver", dev.no_gpu.empty() ? json(dev.driver) : "null"},
+                    {"no_gpu", dev.no_gpu.empty() ? "null" : json(dev.no_gpu)},
+                    {"devices", json_array(devs)},
+                    {"cache", json_object({{"dir", dir.empty() ? "null" : json(dir)},
+                                           {"exists", json(exists)},
+                                           {"files", std::to_string(t.files)},
+                                           {"bytes", std::to_string(t.bytes)},
+                                           {"bad", std::to_string(t.bad)},
+                                           {"max_bytes", std::to_string(max_bytes)},
+                                           {"lock_timeout_s", fmt::format("{:g}", lock_timeout.count() / 1000.0)}})}}));
     return 0;
   }
   fmt::print("kdtree:  {}\n", KDTREE_VERSION_STRING);
@@ -606,9 +611,11 @@ int main(int argc, char** argv) {
       "Exit status: 0 ok, 1 failures (kernels, bad entries, files not removed), 2 usage or setup error.\n");
 
   WarmOptions warm;
-  CLI::App* warm_cmd = app.add_subcommand("warm", "Compile a grid of kernels into the cache (fails if the cache "
-                                                  "directory is unusable)");
-  warm_cmd->add_option("--arch", warm.arch, "sm_120, sm_90, sm_80, ... or native (default: native with a GPU, else sm_120)")
+  CLI::App* warm_cmd = app.add_subcommand("warm",
+                                          "Compile a grid of kernels into the cache (fails if the cache "
+                                          "directory is unusable)");
+  warm_cmd
+      ->add_option("--arch", warm.arch, "sm_120, sm_90, sm_80, ... or native (default: native with a GPU, else sm_120)")
       ->check(check_arch);
   list_option(warm_cmd->add_option("--heads", warm.heads, "Head shapes: mla576/512, gqa64, gqa128, gqa256"))
       ->check(check_head)
@@ -620,7 +627,9 @@ int main(int argc, char** argv) {
       ->check(check_page)
       ->capture_default_str();
   list_option(warm_cmd->add_option("--dtypes", warm.dtypes, "Attention dtypes: bf16, f16"))
-      ->check([](const std::string& v) { return check_dtype(v, {"bf16", "f16"}); })
+      ->check([](const std::string& v) {
+        return check_dtype(v, {"bf16", "f16"});
+      })
       ->capture_default_str();
   warm_cmd->add_flag("--no-tree-ops", warm.no_tree_ops, "Only verify_attention kernels");
   warm_cmd->add_flag("--no-attention", warm.no_attention, "Only the tree operations");

@@ -76,8 +76,7 @@ kdtree_status kdtree_runtime_create(int device, const char* cache_dir_or_null, k
  * 80, 86, 87, 89, 90, 100, 103, 110, 120, 121; any other value is
  * KDTREE_ERROR_UNSUPPORTED with that list (so is a device runtime's GPU outside it,
  * at first device use). */
-kdtree_status kdtree_runtime_create_offline(int sm_arch, const char* cache_dir_or_null,
-                                            kdtree_runtime** out);
+kdtree_status kdtree_runtime_create_offline(int sm_arch, const char* cache_dir_or_null, kdtree_runtime** out);
 
 kdtree_status kdtree_runtime_destroy(kdtree_runtime* rt);
 
@@ -109,35 +108,34 @@ typedef struct kdtree_verify_spec {
 
 typedef struct kdtree_verify_args {
   kdtree_verify_spec spec;
-  int batch_size;  /* >= 1; batch_size * num_kv_heads <= 65535 (one CTA row per request and KV head) */
-  int total_nodes; /* = node_indptr[batch_size]; host copy, sizes out and lse; batch_size..batch_size *
-                      max_tree_nodes, and total_nodes * num_q_heads <= 2^31 - 1 */
-  int max_kv_len;  /* host upper bound of kv_lens[b]; plans the KV split */
-  int num_pages;   /* physical pages in the caches; page ids are checked against it */
-  const void* q;                 /* device [total_nodes, num_q_heads, head_dim_qk] */
-  const int32_t* node_indptr;    /* device [batch_size + 1]; request b owns nodes [indptr[b], indptr[b+1]) */
-  const void* k_cache;           /* device [num_pages, page_size, num_kv_heads, head_dim_qk] */
-  const void* v_cache;           /* device [num_pages, page_size, num_kv_heads, head_dim_v]; NULL for MLA */
-  const int32_t* page_table;     /* device [batch_size, max_pages_per_req] */
+  int batch_size;             /* >= 1; batch_size * num_kv_heads <= 65535 (one CTA row per request and KV head) */
+  int total_nodes;            /* = node_indptr[batch_size]; host copy, sizes out and lse; batch_size..batch_size *
+                                 max_tree_nodes, and total_nodes * num_q_heads <= 2^31 - 1 */
+  int max_kv_len;             /* host upper bound of kv_lens[b]; plans the KV split */
+  int num_pages;              /* physical pages in the caches; page ids are checked against it */
+  const void* q;              /* device [total_nodes, num_q_heads, head_dim_qk] */
+  const int32_t* node_indptr; /* device [batch_size + 1]; request b owns nodes [indptr[b], indptr[b+1]) */
+  const void* k_cache;        /* device [num_pages, page_size, num_kv_heads, head_dim_qk] */
+  const void* v_cache;        /* device [num_pages, page_size, num_kv_heads, head_dim_v]; NULL for MLA */
+  const int32_t* page_table;  /* device [batch_size, max_pages_per_req] */
   int max_pages_per_req;
-  const int32_t* kv_lens;        /* device [batch_size]: prefix + tree nodes */
-  const uint64_t* tree_mask;     /* device [total_nodes, ceil(max_tree_nodes / 64)] */
-  float sm_scale;                /* > 0, e.g. 1/sqrt(head_dim_qk) */
-  void* out;                     /* device [total_nodes, num_q_heads, head_dim_v] */
-  float* lse;                    /* device [total_nodes, num_q_heads], natural log; may be NULL */
-  void* workspace;               /* device, 16-byte aligned, >= kdtree_verify_workspace_size bytes; may be NULL if that is 0 */
+  const int32_t* kv_lens;    /* device [batch_size]: prefix + tree nodes */
+  const uint64_t* tree_mask; /* device [total_nodes, ceil(max_tree_nodes / 64)] */
+  float sm_scale;            /* > 0, e.g. 1/sqrt(head_dim_qk) */
+  void* out;                 /* device [total_nodes, num_q_heads, head_dim_v] */
+  float* lse;                /* device [total_nodes, num_q_heads], natural log; may be NULL */
+  void* workspace; /* device, 16-byte aligned, >= kdtree_verify_workspace_size bytes; may be NULL if that is 0 */
   size_t workspace_size;
-  int32_t* error_flags;          /* device int32, optional: KDTREE_DEVICE_ERROR_* bits are OR-ed in */
-  void* stream;                  /* CUstream; NULL = default stream */
-  int num_splits;                /* 0 = chosen from the shape and SM count; 1..65535 forces it (splits past kv_len stay idle) */
+  int32_t* error_flags; /* device int32, optional: KDTREE_DEVICE_ERROR_* bits are OR-ed in */
+  void* stream;         /* CUstream; NULL = default stream */
+  int num_splits;       /* 0 = chosen from the shape and SM count; 1..65535 forces it (splits past kv_len stay idle) */
 } kdtree_verify_args;
 
 /* Workspace bytes a verify_attention call with these host-known sizes needs
  * (num_splits = 0, the automatic choice). A call that forces num_splits = S > 1
  * needs S * total_nodes * num_q_heads * (head_dim_v + 1) * 4 bytes. */
-kdtree_status kdtree_verify_workspace_size(kdtree_runtime* rt, const kdtree_verify_spec* spec,
-                                           int batch_size, int total_nodes, int max_kv_len,
-                                           size_t* bytes);
+kdtree_status kdtree_verify_workspace_size(kdtree_runtime* rt, const kdtree_verify_spec* spec, int batch_size,
+                                           int total_nodes, int max_kv_len, size_t* bytes);
 
 kdtree_status kdtree_verify_attention(kdtree_runtime* rt, const kdtree_verify_args* args);
 
@@ -151,23 +149,23 @@ kdtree_status kdtree_warm(kdtree_runtime* rt, const kdtree_verify_spec* spec);
  * are written as -1 (ids) / 0 (mask words). */
 typedef struct kdtree_tree_build_args {
   int batch_size;
-  int depth;          /* D: drafter depth, 1..16 */
-  int top_k;          /* K: candidates per depth, 1..64 */
-  int budget;         /* draft nodes to select, 1..max_tree_nodes-1 */
-  int max_tree_nodes; /* W: 16, 32, 64, 128 */
-  const int32_t* draft_tokens;   /* device [B, D, K] */
-  const float* draft_logprobs;   /* device [B, D, K], descending along K */
-  const int32_t* root_tokens;    /* device [B] */
-  const int32_t* prefix_lens;    /* device [B]: position of the root */
-  int32_t* tokens;               /* device [B, W] */
-  int32_t* parents;              /* device [B, W], root -1 */
-  int32_t* depths;               /* device [B, W], root 0 */
-  int32_t* positions;            /* device [B, W] = prefix_len + depth */
-  uint64_t* tree_mask;           /* device [B, W, ceil(W/64)] */
-  int32_t* first_child;          /* device [B, W], -1 = none */
-  int32_t* next_sibling;         /* device [B, W], -1 = none */
-  int32_t* node_counts;          /* device [B]: 1 + selected draft nodes */
-  float* scores;                 /* device [B, W] path log-prob, optional (NULL) */
+  int depth;                   /* D: drafter depth, 1..16 */
+  int top_k;                   /* K: candidates per depth, 1..64 */
+  int budget;                  /* draft nodes to select, 1..max_tree_nodes-1 */
+  int max_tree_nodes;          /* W: 16, 32, 64, 128 */
+  const int32_t* draft_tokens; /* device [B, D, K] */
+  const float* draft_logprobs; /* device [B, D, K], descending along K */
+  const int32_t* root_tokens;  /* device [B] */
+  const int32_t* prefix_lens;  /* device [B]: position of the root */
+  int32_t* tokens;             /* device [B, W] */
+  int32_t* parents;            /* device [B, W], root -1 */
+  int32_t* depths;             /* device [B, W], root 0 */
+  int32_t* positions;          /* device [B, W] = prefix_len + depth */
+  uint64_t* tree_mask;         /* device [B, W, ceil(W/64)] */
+  int32_t* first_child;        /* device [B, W], -1 = none */
+  int32_t* next_sibling;       /* device [B, W], -1 = none */
+  int32_t* node_counts;        /* device [B]: 1 + selected draft nodes */
+  float* scores;               /* device [B, W] path log-prob, optional (NULL) */
   void* stream;
 } kdtree_tree_build_args;
 
@@ -184,15 +182,15 @@ kdtree_status kdtree_tree_build(kdtree_runtime* rt, const kdtree_tree_build_args
 typedef struct kdtree_tree_accept_args {
   int batch_size;
   int max_tree_nodes;
-  const int32_t* tokens;         /* device [B, W] (tree_build layout) */
-  const int32_t* parents;        /* device [B, W] */
-  const int32_t* node_counts;    /* device [B] */
-  const int32_t* target_tokens;  /* device: [B, W] padded, or packed [total_nodes] when node_indptr != NULL */
-  const int32_t* node_indptr;    /* device [B + 1] or NULL */
-  int32_t* accepted_path;        /* device [B, W]: node ids, root first, -1 padded */
-  int32_t* accept_lens;          /* device [B]: accepted draft tokens (path length - 1) */
-  int32_t* bonus_tokens;         /* device [B]: target token at the last accepted node */
-  int32_t* error_flags;          /* optional device int32 */
+  const int32_t* tokens;        /* device [B, W] (tree_build layout) */
+  const int32_t* parents;       /* device [B, W] */
+  const int32_t* node_counts;   /* device [B] */
+  const int32_t* target_tokens; /* device: [B, W] padded, or packed [total_nodes] when node_indptr != NULL */
+  const int32_t* node_indptr;   /* device [B + 1] or NULL */
+  int32_t* accepted_path;       /* device [B, W]: node ids, root first, -1 padded */
+  int32_t* accept_lens;         /* device [B]: accepted draft tokens (path length - 1) */
+  int32_t* bonus_tokens;        /* device [B]: target token at the last accepted node */
+  int32_t* error_flags;         /* optional device int32 */
   void* stream;
   /* Elements of packed target_tokens (= node_indptr[batch_size]), host copy.
    * Required with node_indptr: batch_size..batch_size * max_tree_nodes, and a
@@ -208,13 +206,13 @@ kdtree_status kdtree_tree_accept(kdtree_runtime* rt, const kdtree_tree_accept_ar
 typedef struct kdtree_sample_args {
   int num_rows;
   int vocab_size;
-  kdtree_dtype logits_dtype;     /* BF16 or F32 */
-  const void* logits;            /* device [num_rows, row_stride] */
-  int64_t row_stride;            /* elements; 0 = vocab_size */
-  float temperature;             /* <= 0: greedy argmax (lowest index wins ties) */
+  kdtree_dtype logits_dtype; /* BF16 or F32 */
+  const void* logits;        /* device [num_rows, row_stride] */
+  int64_t row_stride;        /* elements; 0 = vocab_size */
+  float temperature;         /* <= 0: greedy argmax (lowest index wins ties) */
   uint64_t seed;
-  const int64_t* row_offsets;    /* device [num_rows] RNG offsets, or NULL = row index */
-  int32_t* out_tokens;           /* device [num_rows] */
+  const int64_t* row_offsets; /* device [num_rows] RNG offsets, or NULL = row index */
+  int32_t* out_tokens;        /* device [num_rows] */
   void* stream;
 } kdtree_sample_args;
 
@@ -226,18 +224,18 @@ typedef struct kdtree_kv_compact_args {
   int max_tree_nodes;
   int page_size;
   int num_pages;
-  int row_elems_k;               /* elements per token row of a K (or MLA) cache: num_kv_heads * head_dim */
-  int row_elems_v;               /* elements per token row of a V cache; 0 for MLA */
-  kdtree_dtype dtype;            /* BF16 or F16 */
-  const uint64_t* k_caches;      /* device [num_layers] device pointers to [num_pages, page_size, row] */
-  const uint64_t* v_caches;      /* device [num_layers] or NULL (MLA) */
-  const int32_t* page_table;     /* device [B, max_pages_per_req] */
+  int row_elems_k;           /* elements per token row of a K (or MLA) cache: num_kv_heads * head_dim */
+  int row_elems_v;           /* elements per token row of a V cache; 0 for MLA */
+  kdtree_dtype dtype;        /* BF16 or F16 */
+  const uint64_t* k_caches;  /* device [num_layers] device pointers to [num_pages, page_size, row] */
+  const uint64_t* v_caches;  /* device [num_layers] or NULL (MLA) */
+  const int32_t* page_table; /* device [B, max_pages_per_req] */
   int max_pages_per_req;
-  const int32_t* kv_lens;        /* device [B]: before compaction (prefix + n_b) */
-  const int32_t* node_counts;    /* device [B]: n_b */
-  const int32_t* accepted_path;  /* device [B, W]: root first */
-  const int32_t* accept_lens;    /* device [B]: path length - 1 */
-  int32_t* error_flags;          /* optional device int32 */
+  const int32_t* kv_lens;       /* device [B]: before compaction (prefix + n_b) */
+  const int32_t* node_counts;   /* device [B]: n_b */
+  const int32_t* accepted_path; /* device [B, W]: root first */
+  const int32_t* accept_lens;   /* device [B]: path length - 1 */
+  int32_t* error_flags;         /* optional device int32 */
   void* stream;
 } kdtree_kv_compact_args;
 

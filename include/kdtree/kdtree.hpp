@@ -49,8 +49,9 @@ class Exception : public std::runtime_error {
 inline void check(kdtree_status status) {
   if (status == KDTREE_OK) return;
   const char* message = kdtree_last_error();
-  throw Exception(status, message && *message ? message : "kdtree call failed with status " +
-                                                            std::to_string(static_cast<int>(status)));
+  throw Exception(status, message && *message
+                              ? message
+                              : "kdtree call failed with status " + std::to_string(static_cast<int>(status)));
 }
 
 // "MAJOR.MINOR.PATCH" of the loaded library.
@@ -71,8 +72,8 @@ inline kdtree_verify_spec mla_spec(int num_q_heads, int page_size, int max_tree_
 }
 
 // The spec of a GQA/MHA verify_attention (head_dim 64, 128 or 256 for K and V).
-inline kdtree_verify_spec gqa_spec(int head_dim, int num_q_heads, int num_kv_heads, int page_size,
-                                   int max_tree_nodes, kdtree_dtype dtype = KDTREE_DTYPE_BF16) {
+inline kdtree_verify_spec gqa_spec(int head_dim, int num_q_heads, int num_kv_heads, int page_size, int max_tree_nodes,
+                                   kdtree_dtype dtype = KDTREE_DTYPE_BF16) {
   kdtree_verify_spec s{};
   s.head_dim_qk = head_dim;
   s.head_dim_v = head_dim;

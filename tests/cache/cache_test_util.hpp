@@ -25,7 +25,6 @@ namespace kdtree::cache::test {
 
 namespace fs = std::filesystem;
 
-
 // A fresh directory from mkdtemp, removed with everything in it.
 struct TempDir {
   fs::path path;
@@ -129,19 +128,22 @@ class EnvVar {
  public:
   EnvVar(const char* name, std::optional<std::string> value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value->c_str(), 1);
-    else ::unsetenv(name);
+    if (value)
+      ::setenv(name, value->c_str(), 1);
+    else
+      ::unsetenv(name);
   }
   ~EnvVar() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
   }
 
  private:
   const char* name_;
   std::optional<std::string> old_;
 };
-
 
 // A child process that holds an exclusive flock on `path` (creating it) until
 // this object is destroyed: a live lock holder of another process.

@@ -6,8 +6,8 @@
 
 #include <chrono>
 
-#include "cache_test_util.hpp"
 #include "cache/disk_cache.hpp"
+#include "cache_test_util.hpp"
 
 using kdtree::cache::DiskCache;
 using kdtree::cache::EntryInfo;

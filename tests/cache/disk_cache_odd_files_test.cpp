@@ -8,9 +8,9 @@
 #include <chrono>
 #include <thread>
 
-#include "cache_test_util.hpp"
-#include "cache/disk_cache.hpp"
 #include "base/error.hpp"
+#include "cache/disk_cache.hpp"
+#include "cache_test_util.hpp"
 
 using kdtree::cache::DiskCache;
 using kdtree::cache::EntryInfo;
@@ -95,8 +95,8 @@ TEST_CASE("disk cache: KDTREE_CACHE_LOCK_TIMEOUT and KDTREE_CACHE_MAX_BYTES pars
       EnvVar a("KDTREE_CACHE_LOCK_TIMEOUT", text);
       CHECK(DiskCache::lock_timeout_from_env().count() == ms);
     }
-    const std::pair<const char*, std::uint64_t> sizes[] = {
-        {"0", 0}, {"4096", 4096}, {"64K", 64 << 10}, {"3m", 3 << 20}, {"2G", 2ull << 30}, {"1T", 1ull << 40}};
+    const std::pair<const char*, std::uint64_t> sizes[] = {{"0", 0},        {"4096", 4096},     {"64K", 64 << 10},
+                                                           {"3m", 3 << 20}, {"2G", 2ull << 30}, {"1T", 1ull << 40}};
     for (const auto& [text, value] : sizes) {
       INFO("KDTREE_CACHE_MAX_BYTES=" << text);
       EnvVar a("KDTREE_CACHE_MAX_BYTES", text);

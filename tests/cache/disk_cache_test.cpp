@@ -16,8 +16,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "cache_test_util.hpp"
 #include "base/error.hpp"
+#include "cache_test_util.hpp"
 
 namespace fs = std::filesystem;
 using kdtree::cache::DiskCache;
@@ -88,8 +88,7 @@ TEST_CASE("disk cache: a corrupt entry is never returned - it is rebuilt and rep
     std::function<std::string(std::string)> apply;
   };
   const Corruption corruptions[] = {
-      {"flipped payload byte", "checksum",
-       [](std::string s) { return flip(s, kHeader + 3, 0x40); }},
+      {"flipped payload byte", "checksum", [](std::string s) { return flip(s, kHeader + 3, 0x40); }},
       {"truncated payload", "truncated", [](std::string s) { return s.substr(0, s.size() - 5); }},
       {"truncated header", "truncated header", [](std::string s) { return s.substr(0, 40); }},
       {"empty file", "truncated header", [](std::string) { return std::string(); }},
@@ -140,8 +139,7 @@ TEST_CASE("disk cache: another key's entry under this key's file name is rebuilt
     DiskCache(tmp.path).get_or_build("op", "my key", mine.fn());
     DiskCache(tmp.path).get_or_build("op", "their key", theirs.fn());
     const fs::path my_entry = tmp.path / ("op-" + DiskCache::sha256_hex("my key").substr(0, 16) + ".kdc");
-    const fs::path their_entry =
-        tmp.path / ("op-" + DiskCache::sha256_hex("their key").substr(0, 16) + ".kdc");
+    const fs::path their_entry = tmp.path / ("op-" + DiskCache::sha256_hex("their key").substr(0, 16) + ".kdc");
     fs::copy_file(their_entry, my_entry, fs::copy_options::overwrite_existing);
     Outcome how{};
     CHECK(DiskCache(tmp.path).get_or_build("op", "my key", mine.fn(), &how) == bytes("mine"));
@@ -234,9 +232,8 @@ TEST_CASE("disk cache: threads racing on one key build it once") {
     std::vector<std::vector<char>> results(kThreads);
     std::vector<std::thread> threads;
     for (int i = 0; i < kThreads; ++i) {
-      threads.emplace_back([&, i] {
-        results[std::size_t(i)] = cache.get_or_build("op", "key", slow_build, &outcomes[std::size_t(i)]);
-      });
+      threads.emplace_back(
+          [&, i] { results[std::size_t(i)] = cache.get_or_build("op", "key", slow_build, &outcomes[std::size_t(i)]); });
     }
     for (auto& t : threads) t.join();
     CHECK(builds == 1);
@@ -462,8 +459,7 @@ TEST_CASE("disk cache: list - verify - clear") {
 TEST_CASE("disk cache: a held lock is waited for - with one message - then built here") {
   TempDir tmp;
   const std::string readable = "locked_op";
-  const fs::path lock_path =
-      tmp.path / (readable + "-" + DiskCache::sha256_hex("key").substr(0, 16) + ".kdc.lock");
+  const fs::path lock_path = tmp.path / (readable + "-" + DiskCache::sha256_hex("key").substr(0, 16) + ".kdc.lock");
   // flock conflicts between separate opens even within one process.
   int held = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
   REQUIRE(held >= 0);
@@ -518,8 +514,7 @@ TEST_CASE("disk cache: a throwing build propagates and leaves no entry and no st
   CHECK(cache.get_or_build("op", "key", b.fn(), &how) == bytes("payload"));
   CHECK(how == Outcome::built);
   // Another process (here: another cache) is not blocked either.
-  CHECK(DiskCache(tmp.path, std::chrono::seconds(0)).get_or_build("op", "key", b.fn(), &how) ==
-        bytes("payload"));
+  CHECK(DiskCache(tmp.path, std::chrono::seconds(0)).get_or_build("op", "key", b.fn(), &how) == bytes("payload"));
   CHECK(how == Outcome::disk_hit);
   CHECK(b.calls == 1);
 }

@@ -5,9 +5,9 @@
 
 #include <string>
 
+#include "base/error.hpp"
 #include "codegen/arch.hpp"
 #include "kdtree/kdtree.h"
-#include "base/error.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using namespace kdtree::codegen;

@@ -6,8 +6,8 @@
 #include <set>
 #include <string>
 
-#include "codegen/verify_attention.hpp"
 #include "base/error.hpp"
+#include "codegen/verify_attention.hpp"
 
 using kdtree::codegen::enumerate_grid;
 using kdtree::codegen::GridItem;
@@ -18,9 +18,8 @@ namespace {
 const kdtree::codegen::Arch kSm120 = kdtree::codegen::arch_from_sm(120);
 
 size_t count_prefix(const std::vector<GridItem>& items, const std::string& prefix) {
-  return static_cast<size_t>(std::count_if(items.begin(), items.end(), [&](const GridItem& item) {
-    return item.label.rfind(prefix, 0) == 0;
-  }));
+  return static_cast<size_t>(std::count_if(items.begin(), items.end(),
+                                           [&](const GridItem& item) { return item.label.rfind(prefix, 0) == 0; }));
 }
 
 bool has_label(const std::vector<GridItem>& items, const std::string& label) {

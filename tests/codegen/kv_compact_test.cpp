@@ -5,9 +5,9 @@
 #include <set>
 #include <string>
 
+#include "base/error.hpp"
 #include "codegen/kv_compact.hpp"
 #include "codegen/render.hpp"
-#include "base/error.hpp"
 #include "tests/support/codegen_checks.hpp"
 
 using namespace kdtree::codegen;

@@ -26,7 +26,8 @@ TEST_CASE("ops: the grid's operations and emit's are the same list") {
     CHECK(source.op == op.name);
     CHECK(source.label.rfind(std::string(op.name) + "[", 0) == 0);
   }
-  for (const GridItem& item : enumerate_grid(GridOptions{}, arch)) in_grid.insert(item.label.substr(0, item.label.find('[')));
+  for (const GridItem& item : enumerate_grid(GridOptions{}, arch))
+    in_grid.insert(item.label.substr(0, item.label.find('[')));
   CHECK(in_grid == names);
   CHECK(operation_names().size() == names.size());
 }

@@ -4,9 +4,9 @@
 
 #include <string>
 
+#include "base/error.hpp"
 #include "codegen/render.hpp"
 #include "codegen/sample_tokens.hpp"
-#include "base/error.hpp"
 #include "tests/support/codegen_checks.hpp"
 
 using namespace kdtree::codegen;

@@ -4,8 +4,8 @@
 #include <initializer_list>
 #include <string>
 
-#include "codegen/verify_attention.hpp"
 #include "base/error.hpp"
+#include "codegen/verify_attention.hpp"
 
 using namespace kdtree::codegen;
 
@@ -161,13 +161,13 @@ TEST_CASE("KDTREE_VERIFY_TILES: every field is checked, nothing trailing, an ove
     const char* names;  // what the message must name
   };
   // A zero or negative block once reached the split plan's ceil_div (SIGFPE).
-  for (const Bad& bad : {Bad{"64,0,8,2,32", "block_n"}, Bad{"64,-16,8,2", "block_n"}, Bad{"0,64,8,2", "block_m"},
-                         Bad{"-64,64,8,2,32", "block_m"}, Bad{"64,64,0,2,32", "warps"}, Bad{"64,64,8,1,32", "stages"},
-                         Bad{"64,64,8,2,24", "warp_rows"}, Bad{"64,64,8,2,32x", "warp_rows"},
-                         Bad{"64,64,8,2,32,1", "fields"}, Bad{"64,64", "fields"}, Bad{"64,64,8,2,", "warp_rows"},
-                         Bad{" 64,64,8,2", "block_m"}, Bad{"64,64,8,2 ", "stages"}, Bad{"64,72,8,2,32", "block_n"},
-                         Bad{"48,64,8,2,32", "block_m"}, Bad{"64,64,6,2,32", "warps"},
-                         Bad{"64,64,8,2,99999999999", "warp_rows"}}) {
+  for (const Bad& bad :
+       {Bad{"64,0,8,2,32", "block_n"}, Bad{"64,-16,8,2", "block_n"}, Bad{"0,64,8,2", "block_m"},
+        Bad{"-64,64,8,2,32", "block_m"}, Bad{"64,64,0,2,32", "warps"}, Bad{"64,64,8,1,32", "stages"},
+        Bad{"64,64,8,2,24", "warp_rows"}, Bad{"64,64,8,2,32x", "warp_rows"}, Bad{"64,64,8,2,32,1", "fields"},
+        Bad{"64,64", "fields"}, Bad{"64,64,8,2,", "warp_rows"}, Bad{" 64,64,8,2", "block_m"},
+        Bad{"64,64,8,2 ", "stages"}, Bad{"64,72,8,2,32", "block_n"}, Bad{"48,64,8,2,32", "block_m"},
+        Bad{"64,64,6,2,32", "warps"}, Bad{"64,64,8,2,99999999999", "warp_rows"}}) {
     const std::string message = tiles_error(bad.text, mla, sm90);
     INFO(bad.text << ": " << message);
     CHECK(message.find("KDTREE_VERIFY_TILES") != std::string::npos);
@@ -178,4 +178,3 @@ TEST_CASE("KDTREE_VERIFY_TILES: every field is checked, nothing trailing, an ove
   INFO(too_big);
   CHECK(too_big.find("do not fit sm_120") != std::string::npos);
 }
-

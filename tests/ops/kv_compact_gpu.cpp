@@ -35,8 +35,10 @@ struct Problem {
     const size_t rows = static_cast<size_t>(in.num_pages) * in.page_size;
     k.assign(num_layers, std::vector<uint16_t>(rows * row_k));
     v.assign(row_v ? num_layers : 0, std::vector<uint16_t>(rows * row_v));
-    for (auto& c : k) for (auto& x : c) x = static_cast<uint16_t>(rng());
-    for (auto& c : v) for (auto& x : c) x = static_cast<uint16_t>(rng());
+    for (auto& c : k)
+      for (auto& x : c) x = static_cast<uint16_t>(rng());
+    for (auto& c : v)
+      for (auto& x : c) x = static_cast<uint16_t>(rng());
   }
 };
 
@@ -55,8 +57,8 @@ int run_and_check(kdtree::Engine& rt, Problem& pb, bool with_flags = true) {
   }
   DeviceBuffer k_ptrs(kp), v_ptrs;
   if (!vp.empty()) v_ptrs = DeviceBuffer(vp);
-  DeviceBuffer table(pb.in.page_table), kv_lens(pb.in.kv_lens), counts(pb.in.node_counts),
-      path(pb.in.accepted_path), accept(pb.in.accept_lens), flags(std::vector<int32_t>{0});
+  DeviceBuffer table(pb.in.page_table), kv_lens(pb.in.kv_lens), counts(pb.in.node_counts), path(pb.in.accepted_path),
+      accept(pb.in.accept_lens), flags(std::vector<int32_t>{0});
 
   kdtree_kv_compact_args a{};
   a.num_layers = pb.num_layers;
@@ -114,8 +116,7 @@ Problem one_request(int page_size, int W, int kv_len, int n, std::vector<int32_t
 // A random batch: node counts up to W, prefixes up to 300, random increasing
 // paths (every node kept with probability `keep`), pages shuffled over a pool
 // larger than needed.
-Problem random_batch(std::mt19937_64& rng, int B, int W, int page_size, int layers, int row_k, int row_v,
-                     double keep) {
+Problem random_batch(std::mt19937_64& rng, int B, int W, int page_size, int layers, int row_k, int row_v, double keep) {
   Problem pb;
   pb.num_layers = layers;
   pb.row_k = row_k;
@@ -179,8 +180,8 @@ TEST_CASE("kv_compact GPU: random batches - scattered pages - MLA and GQA") {
       for (bool mla : {true, false}) {
         for (double keep : {0.3, 0.9}) {
           const int row_k = mla ? 576 : 2 * 128, row_v = mla ? 0 : 2 * 128;
-          INFO("kv_compact[W=", W, ",page=", page_size, "] ", mla ? "MLA 576" : "GQA 2x128", ", B=7, layers=3, keep=",
-               keep);
+          INFO("kv_compact[W=", W, ",page=", page_size, "] ", mla ? "MLA 576" : "GQA 2x128",
+               ", B=7, layers=3, keep=", keep);
           Problem pb = random_batch(rng, 7, W, page_size, 3, row_k, row_v, keep);
           run_and_check(gpu.rt, pb);
         }
@@ -248,8 +249,8 @@ TEST_CASE("kv_compact GPU: malformed requests are flagged and skipped - valid on
        }},
       {"negative page id", KDTREE_DEVICE_ERROR_PAGE_INDEX,
        [](KvCompactInput& in, int b) {  // the page of the last source
-         const int pos = in.kv_lens[b] - in.node_counts[b] +
-                         in.accepted_path[size_t(b) * in.max_tree_nodes + in.accept_lens[b]];
+         const int pos =
+             in.kv_lens[b] - in.node_counts[b] + in.accepted_path[size_t(b) * in.max_tree_nodes + in.accept_lens[b]];
          in.page_table[size_t(b) * in.max_pages_per_req + pos / in.page_size] = -1;
        }},
   };

@@ -90,12 +90,12 @@ TEST_CASE("sample_tokens GPU: greedy ties go to the lowest index - NaN counts as
     in.vocab_size = 70001;
     in.row_stride = 70003;  // odd: rows start misaligned, exercising head and tail elements
     std::vector<std::vector<std::pair<int, float>>> rows = {
-        {{5, 3.0f}, {30000, 3.0f}},       // tie far apart -> 5
-        {{69999, 2.0f}, {70000, 2.0f}},   // tie in the tail -> 69999
+        {{5, 3.0f}, {30000, 3.0f}},         // tie far apart -> 5
+        {{69999, 2.0f}, {70000, 2.0f}},     // tie in the tail -> 69999
         {{0, kNaN}, {1, 1.0f}, {2, kNaN}},  // NaN is never the max
-        {{70000, 9.0f}},                  // last element
-        {{0, 9.0f}, {1, 9.0f}},           // first element
-        {{1234, kInf}, {777, kInf}},      // infinities tie -> 777
+        {{70000, 9.0f}},                    // last element
+        {{0, 9.0f}, {1, 9.0f}},             // first element
+        {{1234, kInf}, {777, kInf}},        // infinities tie -> 777
         {{8, 1.0f}, {16, 1.0f}, {24, 1.0f}},
     };
     in.num_rows = static_cast<int>(rows.size()) + 2;

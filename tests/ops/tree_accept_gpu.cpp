@@ -30,12 +30,13 @@ namespace {
 
 const char* const kTempDir = "kdtree-tree-accept-gpu";
 
-void check_same(const char* what, const std::vector<int32_t>& got, const std::vector<int32_t>& expect, int per_request) {
+void check_same(const char* what, const std::vector<int32_t>& got, const std::vector<int32_t>& expect,
+                int per_request) {
   REQUIRE(got.size() == expect.size());
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i] != expect[i]) {
-      FAIL_CHECK(what << " differs at request " << i / per_request << " entry " << i % per_request << ": got "
-                      << got[i] << ", expected " << expect[i]);
+      FAIL_CHECK(what << " differs at request " << i / per_request << " entry " << i % per_request << ": got " << got[i]
+                      << ", expected " << expect[i]);
       return;
     }
   }
@@ -120,8 +121,7 @@ TEST_CASE("tree_accept GPU: tree_build trees with targets that follow a path par
       const int B = trial == 0 ? 64 : 1 + int(rng() % 64);
       const int D = 1 + int(rng() % 16), K = 1 + int(rng() % 8);
       const int budget = 1 + int(rng() % (W - 1));
-      kdtree::ref::TreeBuildOutput tree =
-          kdtree::ref::tree_build(kdtree::ref::random_draft(rng, B, D, K, budget, W));
+      kdtree::ref::TreeBuildOutput tree = kdtree::ref::tree_build(kdtree::ref::random_draft(rng, B, D, K, budget, W));
       TreeAcceptInput in;
       in.batch_size = B;
       in.max_tree_nodes = W;
@@ -129,8 +129,8 @@ TEST_CASE("tree_accept GPU: tree_build trees with targets that follow a path par
       in.parents = tree.parents;
       in.node_counts = tree.node_counts;
       const double follow = trial % 3 == 0 ? 1.0 : 0.8;
-      in.target_tokens = kdtree::ref::random_accept_targets(rng, B, W, tree.tokens, tree.parents, tree.node_counts,
-                                                            follow);
+      in.target_tokens =
+          kdtree::ref::random_accept_targets(rng, B, W, tree.tokens, tree.parents, tree.node_counts, follow);
       const bool packed = trial % 2 == 1;
       if (packed) pack_targets(in);
       INFO("tree_accept[W=" << W << ",B=" << B << "] D " << D << " K " << K << " budget " << budget
@@ -170,12 +170,12 @@ TEST_CASE("tree_accept GPU: malformed requests set error bits and -1 outputs - n
       for (int b = 0; b < B; ++b) in.node_counts[b] = std::max(in.node_counts[b], 3);
       in.target_tokens = kdtree::ref::random_accept_targets(rng, B, W, in.tokens, in.parents, in.node_counts, 0.9, 3);
       auto parent = [&](int b, int i) -> int32_t& { return in.parents[size_t(b) * W + i]; };
-      parent(1, 0) = 0;               // root parent not -1
-      parent(3, 2) = 2;               // self parent
-      parent(5, 1) = 7 % W;           // parent after the child
-      parent(7, 2) = -5;              // negative parent
-      in.node_counts[9] = 0;          // no nodes
-      in.node_counts[11] = W + 1;     // more than W
+      parent(1, 0) = 0;            // root parent not -1
+      parent(3, 2) = 2;            // self parent
+      parent(5, 1) = 7 % W;        // parent after the child
+      parent(7, 2) = -5;           // negative parent
+      in.node_counts[9] = 0;       // no nodes
+      in.node_counts[11] = W + 1;  // more than W
       if (packed) {
         pack_targets(in);
         // Request 10's count disagrees with its node_indptr segment.

@@ -130,7 +130,7 @@ TEST_CASE("tree_build GPU: all-equal and -inf log-probs resolve ties like the re
       kdtree::ref::TreeBuildInput in = kdtree::ref::random_draft(rng, B, D, K, W - 1, W);
       for (size_t i = 0; i < in.draft_logprobs.size(); ++i) {
         const int k = int(i % K);
-        if (variant == 0) in.draft_logprobs[i] = -1.0f;                                             // all tie
+        if (variant == 0) in.draft_logprobs[i] = -1.0f;                                              // all tie
         if (variant == 1 && k >= 2) in.draft_logprobs[i] = -std::numeric_limits<float>::infinity();  // masked tail
         if (variant == 2) in.draft_logprobs[i] = k == 0 ? 0.0f : -0.5f;  // zero log-probs: ties across depths
       }

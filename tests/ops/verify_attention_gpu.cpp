@@ -63,9 +63,7 @@ struct Session {
     return session;
   }
   // Binds the device's primary context to the calling thread (before any allocation).
-  void bind() {
-    REQUIRE_MESSAGE(kdtree_runtime_bind_context(rt) == KDTREE_OK, kdtree_last_error());
-  }
+  void bind() { REQUIRE_MESSAGE(kdtree_runtime_bind_context(rt) == KDTREE_OK, kdtree_last_error()); }
 };
 
 // The worst result over every launch, printed once at exit.
@@ -89,10 +87,11 @@ struct Tally {
   }
   ~Tally() {
     if (launches == 0) return;
-    std::printf("verify_attention GPU parity: %d cases, worst rel err %.3e at %s (bf16 %.3e, f16 %.3e), "
-                "worst lse abs err %.3e at %s, %d failed, seed %llu\n",
-                launches, worst_rel, worst_label.c_str(), worst_rel_by_dtype[0], worst_rel_by_dtype[1], worst_lse,
-                worst_lse_label.c_str(), failed, (unsigned long long)base_seed());
+    std::printf(
+        "verify_attention GPU parity: %d cases, worst rel err %.3e at %s (bf16 %.3e, f16 %.3e), "
+        "worst lse abs err %.3e at %s, %d failed, seed %llu\n",
+        launches, worst_rel, worst_label.c_str(), worst_rel_by_dtype[0], worst_rel_by_dtype[1], worst_lse,
+        worst_lse_label.c_str(), failed, (unsigned long long)base_seed());
   }
 };
 Tally& tally() {
@@ -190,8 +189,8 @@ Launch launch(kdtree_runtime* rt, const VerifyCase& c, DeviceCase& d, bool with_
 // Launches one case with the given split count and checks it against `ref`.
 void check_launch(kdtree_runtime* rt, const VerifyCase& c, const kdtree::ref::VerifyReference& ref, DeviceCase& d,
                   int splits, bool with_lse) {
-  const std::string label = c.label("splits=" + std::to_string(splits) + (with_lse ? "" : ",lse=NULL") +
-                                    ",seed=" + std::to_string(c.seed));
+  const std::string label =
+      c.label("splits=" + std::to_string(splits) + (with_lse ? "" : ",lse=NULL") + ",seed=" + std::to_string(c.seed));
   INFO(label);
   const Launch r = launch(rt, c, d, with_lse, splits);
   INFO("kdtree_last_error: " << r.error);
@@ -302,7 +301,7 @@ void run_head_grid(int dqk, int dv, int head_index) {
         }
         while (over() && p.batch > 1) --p.batch;
         p.options.q_scale = k % 3 == 1 ? 4.0f : 1.0f;  // sharper softmax now and then
-        if (k % 5 == 2) {  // scores rising along the sequence: the reference max moves late
+        if (k % 5 == 2) {                              // scores rising along the sequence: the reference max moves late
           p.options.q_scale = 4.0f;
           p.options.k_ramp = 3.0f;
         }
@@ -332,8 +331,7 @@ void run_head_grid(int dqk, int dv, int head_index) {
     ++i;
   }
   std::printf("verify_attention GPU parity [%s]: %zu configs x 4 launches in %.1f s (compile %.1f s)\n",
-              mla ? "mla576/512" : ("gqa" + std::to_string(dqk)).c_str(), points.size(), seconds_since(t0),
-              compile_s);
+              mla ? "mla576/512" : ("gqa" + std::to_string(dqk)).c_str(), points.size(), seconds_since(t0), compile_s);
 }
 
 // A valid case for the error tests: B = 2, request 0 the longer one.
@@ -345,7 +343,8 @@ VerifyCase error_case(const kdtree_verify_spec& spec, uint64_t seed) {
 }
 
 std::vector<kdtree_verify_spec> error_specs() {
-  return {make_verify_spec(576, 512, 16, 1, 64, 64, KDTREE_DTYPE_BF16), make_verify_spec(128, 128, 8, 2, 16, 32, KDTREE_DTYPE_F16),
+  return {make_verify_spec(576, 512, 16, 1, 64, 64, KDTREE_DTYPE_BF16),
+          make_verify_spec(128, 128, 8, 2, 16, 32, KDTREE_DTYPE_F16),
           make_verify_spec(64, 64, 4, 4, 1, 16, KDTREE_DTYPE_BF16)};
 }
 

@@ -50,7 +50,8 @@ std::vector<uint16_t> out_of_place(const KvCompactInput& in, const std::vector<u
     const int prefix = in.kv_lens[b] - in.node_counts[b];
     auto row = [&](int pos) {
       return static_cast<size_t>(in.page_table[static_cast<size_t>(b) * in.max_pages_per_req + pos / in.page_size]) *
-                 in.page_size + pos % in.page_size;
+                 in.page_size +
+             pos % in.page_size;
     };
     for (int j = 0; j <= in.accept_lens[b]; ++j) {
       const int node = in.accepted_path[static_cast<size_t>(b) * in.max_tree_nodes + j];
@@ -184,8 +185,7 @@ TEST_CASE("kv_compact reference: malformed requests are flagged and left untouch
     in.accepted_path.resize(32, -1);
     in.kv_lens = {c.kv_len, 12};
     in.node_counts = {c.n, 6};
-    in.accept_lens = {c.accept_len_override == -100 ? static_cast<int32_t>(c.path.size()) - 1
-                                                    : c.accept_len_override,
+    in.accept_lens = {c.accept_len_override == -100 ? static_cast<int32_t>(c.path.size()) - 1 : c.accept_len_override,
                       2};
     const int row_elems = 8;
     std::vector<uint16_t> cache(static_cast<size_t>(in.num_pages) * in.page_size * row_elems);

@@ -206,8 +206,8 @@ TEST_CASE("tree_build reference: ties by depth - then by rank path") {
   SUBCASE("path order differs from the parents' pop order") {
     // (1,0) = -1.75 pops before (0,1) = -3, yet their children (0,1,0) and
     // (1,0,1) tie at -3.5 and (0,1,0) comes first: it is lexicographically smaller.
-    TreeBuildInput in = one_request(3, 2, 15, 16, {10, 11, 20, 21, 30, 31},
-                                    {-1.0f, -1.5f, -0.25f, -2.0f, -0.5f, -1.75f});
+    TreeBuildInput in =
+        one_request(3, 2, 15, 16, {10, 11, 20, 21, 30, 31}, {-1.0f, -1.5f, -0.25f, -2.0f, -0.5f, -1.75f});
     TreeBuildOutput out = kdtree::ref::tree_build(in);
     std::vector<std::vector<int>> paths = rank_paths(in, out, 0);
     auto at = [&](std::vector<int> p) { return std::find(paths.begin(), paths.end(), p) - paths.begin(); };
@@ -274,8 +274,8 @@ TEST_CASE("tree_build reference: invariants on random drafts across the grid") {
       TreeBuildInput in = kdtree::ref::random_draft(rng, B, D, K, budget, W, options);
       TreeBuildOutput out = kdtree::ref::tree_build(in);
       for (int b = 0; b < B; ++b) {
-        INFO("tree_build[W=" << W << ",D=" << D << ",K=" << K << ",B=" << B << "] budget " << budget
-                             << " request " << b);
+        INFO("tree_build[W=" << W << ",D=" << D << ",K=" << K << ",B=" << B << "] budget " << budget << " request "
+                             << b);
         long long candidates = 0, level = 1;
         for (int d = 0; d < D && candidates < budget; ++d) candidates += (level *= K);
         CHECK(out.node_counts[b] == 1 + std::min<long long>(budget, candidates));

@@ -56,9 +56,15 @@ struct Tiny {
   int batch() const { return int(nodes.size()); }
   int first_page(int b) const { return std::accumulate(kv_lens_host.begin(), kv_lens_host.begin() + b, 0); }
   int first_node(int b) const { return std::accumulate(nodes.begin(), nodes.begin() + b, 0); }
-  float* k_at(int b, int t, int h = 0) { return &k[(size_t(first_page(b) + t) * spec.num_kv_heads + h) * spec.head_dim_qk]; }
-  float* v_at(int b, int t, int h = 0) { return &v[(size_t(first_page(b) + t) * spec.num_kv_heads + h) * spec.head_dim_v]; }
-  float* q_at(int b, int i, int h = 0) { return &q[(size_t(first_node(b) + i) * spec.num_q_heads + h) * spec.head_dim_qk]; }
+  float* k_at(int b, int t, int h = 0) {
+    return &k[(size_t(first_page(b) + t) * spec.num_kv_heads + h) * spec.head_dim_qk];
+  }
+  float* v_at(int b, int t, int h = 0) {
+    return &v[(size_t(first_page(b) + t) * spec.num_kv_heads + h) * spec.head_dim_v];
+  }
+  float* q_at(int b, int i, int h = 0) {
+    return &q[(size_t(first_node(b) + i) * spec.num_q_heads + h) * spec.head_dim_qk];
+  }
   void see(int b, int i, int j) {  // node i of request b sees tree node j
     mask[size_t(first_node(b) + i) * ((spec.max_tree_nodes + 63) / 64) + j / 64] |= uint64_t(1) << (j % 64);
   }
@@ -118,7 +124,8 @@ kdtree::ref::VerifyReference dense_attention(const VerifyCase& c) {
     const int n = c.node_counts[b], prefix = c.prefix_lens[b], base = c.node_indptr[b];
     auto value = [&](const std::vector<uint16_t>& cache, int dim, int t, int h, int d) {
       const int page = c.page_table[size_t(b) * c.max_pages_per_req + t / s.page_size];
-      return double(from_half(cache[((size_t(page) * s.page_size + t % s.page_size) * s.num_kv_heads + h) * dim + d], s.dtype));
+      return double(
+          from_half(cache[((size_t(page) * s.page_size + t % s.page_size) * s.num_kv_heads + h) * dim + d], s.dtype));
     };
     for (int i = 0; i < n; ++i) {
       std::vector<bool> visible(prefix + n, false);
@@ -329,7 +336,10 @@ TEST_CASE("verify_attention reference: malformed input throws") {
 }
 
 TEST_CASE("verify_attention reference: agrees with a dense formulation on random cases") {
-  struct Shape { int dqk, dv, hq, hkv, page, W; kdtree_dtype dtype; };
+  struct Shape {
+    int dqk, dv, hq, hkv, page, W;
+    kdtree_dtype dtype;
+  };
   const Shape shapes[] = {
       {40, 32, 4, 1, 16, 16, KDTREE_DTYPE_BF16},  // MLA-like: V inside the K row
       {16, 16, 8, 2, 1, 32, KDTREE_DTYPE_F16},
@@ -396,7 +406,7 @@ TEST_CASE("verify_case: random trees - lengths and pages hold their invariants")
       CHECK(c.mla == mla);
       CHECK(c.node_indptr.front() == 0);
       CHECK(c.node_indptr.back() == c.total_nodes);
-      CHECK(c.node_counts[0] == W);      // extremes
+      CHECK(c.node_counts[0] == W);  // extremes
       CHECK(c.node_counts[B - 1] == 1);
       CHECK(c.prefix_lens[0] == 300);
       CHECK(c.prefix_lens[1] == 0);

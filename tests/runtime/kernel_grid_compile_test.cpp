@@ -22,8 +22,8 @@ using namespace kdtree;
 namespace {
 
 void compile_grid(int sm) {
-  fs::path dir = fs::temp_directory_path() / ("kdtree-grid-test-" + std::to_string(sm) + "-" +
-                                              std::to_string(::getpid()));
+  fs::path dir =
+      fs::temp_directory_path() / ("kdtree-grid-test-" + std::to_string(sm) + "-" + std::to_string(::getpid()));
   auto rt = Engine::offline(sm, dir.string());
   const codegen::Arch arch = rt->arch();
   auto items = codegen::enumerate_grid(codegen::GridOptions{}, arch);

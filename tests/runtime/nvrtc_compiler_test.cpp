@@ -4,8 +4,8 @@
 #include <fstream>
 #include <string>
 
-#include "runtime/driver.hpp"
 #include "base/error.hpp"
+#include "runtime/driver.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/runtime.hpp"
 
@@ -23,7 +23,7 @@ TEST_CASE("a compile error carries the NVRTC log - the options and the source fi
   } catch (const Error& e) {
     std::string msg = e.what();
     CHECK(e.status() == KDTREE_ERROR_COMPILE);
-    CHECK(msg.find("this_is_not_declared") != std::string::npos);  // the log
+    CHECK(msg.find("this_is_not_declared") != std::string::npos);       // the log
     CHECK(msg.find("--gpu-architecture=sm_120") != std::string::npos);  // the options
     auto at = msg.find("source: ");
     REQUIRE(at != std::string::npos);

@@ -60,8 +60,10 @@ TEST_CASE("a failed compile's source goes to a private new file[planted symlink 
 
   const std::string first = failed_source_path(src);
   const std::string second = failed_source_path(src);
-  if (saved) ::setenv("TMPDIR", saved->c_str(), 1);
-  else ::unsetenv("TMPDIR");
+  if (saved)
+    ::setenv("TMPDIR", saved->c_str(), 1);
+  else
+    ::unsetenv("TMPDIR");
 
   CHECK(slurp(victim) == "precious");
   CHECK(first != second);

@@ -22,8 +22,7 @@ TEST_CASE("threads asking for one kernel compile it once") {
     codegen::KernelSource src = codegen::generate_verify_attention(spec, rt->arch());
     std::vector<std::shared_ptr<const CompiledModule>> results(6);
     std::vector<std::thread> threads;
-    for (size_t i = 0; i < results.size(); ++i)
-      threads.emplace_back([&, i] { results[i] = rt->compile(src); });
+    for (size_t i = 0; i < results.size(); ++i) threads.emplace_back([&, i] { results[i] = rt->compile(src); });
     for (auto& t : threads) t.join();
     int built = 0;
     for (const auto& m : results) {

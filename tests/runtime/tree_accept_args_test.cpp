@@ -61,12 +61,16 @@ TEST_CASE("tree_accept C ABI: unsupported max_tree_nodes and bad batch_size") {
 TEST_CASE("tree_accept C ABI: every required pointer is checked for NULL and alignment") {
   Fixture f(kTempDir);
 #define FIELD(F, T) KDTREE_TEST_POINTER_FIELD(kdtree_tree_accept_args, F, T)
-  expect_pointers_checked(kdtree_tree_accept, "kdtree_tree_accept", f.rt, good_args(), {
-      FIELD(tokens, const int32_t),        FIELD(parents, const int32_t),
-      FIELD(node_counts, const int32_t),   FIELD(target_tokens, const int32_t),
-      FIELD(accepted_path, int32_t),       FIELD(accept_lens, int32_t),
-      FIELD(bonus_tokens, int32_t),
-  });
+  expect_pointers_checked(kdtree_tree_accept, "kdtree_tree_accept", f.rt, good_args(),
+                          {
+                              FIELD(tokens, const int32_t),
+                              FIELD(parents, const int32_t),
+                              FIELD(node_counts, const int32_t),
+                              FIELD(target_tokens, const int32_t),
+                              FIELD(accepted_path, int32_t),
+                              FIELD(accept_lens, int32_t),
+                              FIELD(bonus_tokens, int32_t),
+                          });
 #undef FIELD
   SUBCASE("optional node_indptr and error_flags must be aligned when given") {
     kdtree_tree_accept_args a = good_args();

@@ -77,7 +77,12 @@ TEST_CASE("tree_build C ABI: out-of-range sizes name the argument and the range"
       {"top_k", [](kdtree_tree_build_args& a) { a.top_k = 65; }, "1..64"},
       {"budget", [](kdtree_tree_build_args& a) { a.budget = 0; }, "1..63"},
       {"budget", [](kdtree_tree_build_args& a) { a.budget = 64; }, "1..63"},
-      {"budget", [](kdtree_tree_build_args& a) { a.max_tree_nodes = 16; a.budget = 16; }, "1..15"},
+      {"budget",
+       [](kdtree_tree_build_args& a) {
+         a.max_tree_nodes = 16;
+         a.budget = 16;
+       },
+       "1..15"},
   };
   for (const Case& c : cases) {
     kdtree_tree_build_args a = good_args();
@@ -90,14 +95,21 @@ TEST_CASE("tree_build C ABI: out-of-range sizes name the argument and the range"
 TEST_CASE("tree_build C ABI: every required pointer is checked for NULL and alignment") {
   Fixture f(kTempDir);
 #define FIELD(F, T) KDTREE_TEST_POINTER_FIELD(kdtree_tree_build_args, F, T)
-  expect_pointers_checked(kdtree_tree_build, "kdtree_tree_build", f.rt, good_args(), {
-      FIELD(draft_tokens, const int32_t), FIELD(draft_logprobs, const float),
-      FIELD(root_tokens, const int32_t),  FIELD(prefix_lens, const int32_t),
-      FIELD(tokens, int32_t),             FIELD(parents, int32_t),
-      FIELD(depths, int32_t),             FIELD(positions, int32_t),
-      FIELD(tree_mask, uint64_t),         FIELD(first_child, int32_t),
-      FIELD(next_sibling, int32_t),       FIELD(node_counts, int32_t),
-  });
+  expect_pointers_checked(kdtree_tree_build, "kdtree_tree_build", f.rt, good_args(),
+                          {
+                              FIELD(draft_tokens, const int32_t),
+                              FIELD(draft_logprobs, const float),
+                              FIELD(root_tokens, const int32_t),
+                              FIELD(prefix_lens, const int32_t),
+                              FIELD(tokens, int32_t),
+                              FIELD(parents, int32_t),
+                              FIELD(depths, int32_t),
+                              FIELD(positions, int32_t),
+                              FIELD(tree_mask, uint64_t),
+                              FIELD(first_child, int32_t),
+                              FIELD(next_sibling, int32_t),
+                              FIELD(node_counts, int32_t),
+                          });
 #undef FIELD
   SUBCASE("scores is optional but must be aligned when given") {
     kdtree_tree_build_args a = good_args();

@@ -4,8 +4,8 @@
 // texts belong to the implementation; only the field names are checked.
 #include <doctest/doctest.h>
 
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -188,8 +188,10 @@ TEST_CASE("verify_args: NULL device pointers are named") {
     const char* field;
     void (*clear)(kdtree_verify_args&);
   };
-#define NULLED(F) \
-  Nulled { #F, [](kdtree_verify_args& a) { a.F = nullptr; } }
+#define NULLED(F)                                     \
+  Nulled {                                            \
+#F, [](kdtree_verify_args & a) { a.F = nullptr; } \
+  }
   const Nulled nulled[] = {NULLED(q),       NULLED(k_cache),     NULLED(out),      NULLED(page_table),
                            NULLED(kv_lens), NULLED(node_indptr), NULLED(tree_mask)};
 #undef NULLED
@@ -295,9 +297,7 @@ namespace {
 struct OfflineFixture {
   TempDir dir;
   kdtree_runtime* rt = nullptr;
-  OfflineFixture() : dir(kTempDir) {
-    REQUIRE(kdtree_runtime_create_offline(120, dir.path.c_str(), &rt) == KDTREE_OK);
-  }
+  OfflineFixture() : dir(kTempDir) { REQUIRE(kdtree_runtime_create_offline(120, dir.path.c_str(), &rt) == KDTREE_OK); }
   ~OfflineFixture() { kdtree_runtime_destroy(rt); }
 };
 

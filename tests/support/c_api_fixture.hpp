@@ -91,9 +91,9 @@ struct PointerField {
 };
 
 // PointerField for member F of type T* of ARGS (misaligned by 2 bytes).
-#define KDTREE_TEST_POINTER_FIELD(ARGS, F, T)                                               \
-  kdtree::test::PointerField<ARGS> {                                                        \
-    #F, [](ARGS& a) { a.F = nullptr; }, [](ARGS& a) { a.F = kdtree::test::fake<T>(40, 2); } \
+#define KDTREE_TEST_POINTER_FIELD(ARGS, F, T)                                                 \
+  kdtree::test::PointerField<ARGS> {                                                          \
+#F, [](ARGS & a) { a.F = nullptr; }, [](ARGS & a) { a.F = kdtree::test::fake<T>(40, 2); } \
   }
 
 // Each field of `good`, made NULL and then misaligned, is rejected naming the

@@ -7,11 +7,11 @@
 
 #include <doctest/doctest.h>
 
+#include "base/error.hpp"
 #include "codegen/arch.hpp"
 #include "codegen/kernel_source.hpp"
 #include "codegen/render.hpp"
 #include "kdtree/kdtree.h"
-#include "base/error.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/runtime.hpp"
 

@@ -24,7 +24,10 @@ class DeviceBuffer {
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = 0; o.bytes_ = 0; }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.ptr_ = 0;
+    o.bytes_ = 0;
+  }
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     std::swap(ptr_, o.ptr_);
     std::swap(bytes_, o.bytes_);
@@ -50,7 +53,9 @@ class DeviceBuffer {
     return host;
   }
   template <typename T = void>
-  T* get() const { return reinterpret_cast<T*>(ptr_); }
+  T* get() const {
+    return reinterpret_cast<T*>(ptr_);
+  }
   CUdeviceptr ptr() const { return ptr_; }
   size_t bytes() const { return bytes_; }
 

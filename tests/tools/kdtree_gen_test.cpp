@@ -32,8 +32,7 @@ struct TempDir {
   fs::path path;
   TempDir() {
     std::random_device rd;
-    path = fs::temp_directory_path() / ("kdtree_gen_test-" + std::to_string(getpid()) + "-" +
-                                        std::to_string(rd()));
+    path = fs::temp_directory_path() / ("kdtree_gen_test-" + std::to_string(getpid()) + "-" + std::to_string(rd()));
     fs::create_directories(path);
   }
   ~TempDir() {
@@ -76,8 +75,8 @@ Result run_unprivileged(const TempDir& tmp, const std::string& args) {
   const fs::path out = tmp.path / "u-stdout", err = tmp.path / "u-stderr";
   fs::permissions(tmp.path, fs::perms(0777));
   // `timeout`: a regression that blocks (a FIFO opened for reading) fails instead of hanging.
-  const std::string command = "timeout 20 " + unprivileged() + "'" + tool_path().string() + "' " + args + " >'" + out.string() +
-                              "' 2>'" + err.string() + "'";
+  const std::string command = "timeout 20 " + unprivileged() + "'" + tool_path().string() + "' " + args + " >'" +
+                              out.string() + "' 2>'" + err.string() + "'";
   Result r;
   r.status = shell(command);
   r.out = slurp(out);
@@ -273,7 +272,8 @@ TEST_CASE("kdtree-gen: warm into an unusable cache fails before compiling[a file
     std::ofstream(tmp.path / "file") << "x";
     const Result r = run(tmp, grid + " --cache-dir '" + (tmp.path / "file").string() + "'");
     CHECK(r.status == 2);
-    CHECK(r.err.rfind("kdtree-gen: warm: cache directory " + (tmp.path / "file").string() + " is not usable (", 0) == 0);
+    CHECK(r.err.rfind("kdtree-gen: warm: cache directory " + (tmp.path / "file").string() + " is not usable (", 0) ==
+          0);
     CHECK_FALSE(contains(r.out, "compiled"));
   }
   {
@@ -291,9 +291,10 @@ TEST_CASE("kdtree-gen: warm into an unusable cache fails before compiling[a file
   }
   if (::geteuid() == 0) {
     // A user without a passwd entry and no HOME/XDG_CACHE_HOME/KDTREE_CACHE_DIR.
-    const std::string command = "env -u HOME -u XDG_CACHE_HOME -u KDTREE_CACHE_DIR setpriv --reuid=54321 "
-                                "--regid=54321 --clear-groups '" + tool_path().string() + "' " + grid +
-                                " 2>'" + (tmp.path / "err").string() + "' >/dev/null";
+    const std::string command =
+        "env -u HOME -u XDG_CACHE_HOME -u KDTREE_CACHE_DIR setpriv --reuid=54321 "
+        "--regid=54321 --clear-groups '" +
+        tool_path().string() + "' " + grid + " 2>'" + (tmp.path / "err").string() + "' >/dev/null";
     CHECK(shell(command) == 2);
     CHECK(contains(slurp(tmp.path / "err"), "kdtree-gen: warm: no cache directory: "));
   } else {
@@ -315,9 +316,9 @@ TEST_CASE("kdtree-gen: odd files in the cache[FIFO entry: no hang; read-only: re
              slurp(tmp.path / "o"), ""};
   CHECK(r.status == 0);
   CHECK(contains(r.out, "entries: 1 (0 B, 0 bytes), 1 bad"));
-  r = Result{shell("timeout 10 '" + tool_path().string() + "' cache list" + dir + " >'" + (tmp.path / "o").string() +
-                   "'"),
-             slurp(tmp.path / "o"), ""};
+  r = Result{
+      shell("timeout 10 '" + tool_path().string() + "' cache list" + dir + " >'" + (tmp.path / "o").string() + "'"),
+      slurp(tmp.path / "o"), ""};
   CHECK(r.status == 0);
   CHECK(contains(r.out, "bad: a FIFO, not a regular file"));
 
@@ -334,9 +335,9 @@ TEST_CASE("kdtree-gen: odd files in the cache[FIFO entry: no hang; read-only: re
   CHECK(fs::exists(fs::symlink_status(fifo)));
   fs::permissions(cache, fs::perms(0755));
 
-  r = Result{shell("timeout 10 '" + tool_path().string() + "' cache verify" + dir + " >'" +
-                   (tmp.path / "o").string() + "'"),
-             slurp(tmp.path / "o"), ""};
+  r = Result{
+      shell("timeout 10 '" + tool_path().string() + "' cache verify" + dir + " >'" + (tmp.path / "o").string() + "'"),
+      slurp(tmp.path / "o"), ""};
   CHECK(r.status == 1);
   CHECK(contains(r.out, "removed: a FIFO, not a regular file"));
   CHECK_FALSE(fs::exists(fs::symlink_status(fifo)));

@@ -5,13 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#define EXPECT(cond)                                                  \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      fprintf(stderr, "consumer_c: %s failed (last error: %s)\n",    \
-              #cond, kdtree_last_error());                           \
-      return 1;                                                       \
-    }                                                                 \
+#define EXPECT(cond)                                                                           \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "consumer_c: %s failed (last error: %s)\n", #cond, kdtree_last_error()); \
+      return 1;                                                                                \
+    }                                                                                          \
   } while (0)
 
 int main(int argc, char** argv) {
