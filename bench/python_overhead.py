@@ -9,10 +9,16 @@ and, with --cpp PATH (bench_host_overhead), the C ABI called from C++. Calls run
 stream is drained between batches outside the timed region; the median batch time / 100 is reported.
 Prints a table and writes JSON to --json (default $OUT/python_overhead.json when $OUT is set).
 
-usage: python bench/python_overhead.py [--cpp build/bench_host_overhead] [--batches 50] [--json FILE]
+--cpu-stub times the Python part alone, on any machine: CPU tensors, the C library replaced by a C
+function that does nothing (libc's abs, called through ctypes with the same argument types), and torch's
+CUDA queries (stream, current device, capture) by constants. "ctypes" is then the bare stubbed call, so
+function - ctypes is what the package adds in Python (checks, allocation, struct filling).
+
+usage: python bench/python_overhead.py [--cpp build/bench_host_overhead] [--batches 50] [--json FILE] [--cpu-stub]
 """
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -24,28 +30,67 @@ import time
 import torch
 
 import kdtree
-from kdtree import _kv_compact, _launch, _lib
+from kdtree import _checks, _kv_compact, _launch, _lib
 from kdtree._verify_attention import plan as verify_plan, workspace_size
 
 PER_BATCH = 100
 
 
-def host_us(fn, batches):
+def host_us(fn, batches, sync=torch.cuda.synchronize):
     for _ in range(20):
         fn()
     samples = []
     for _ in range(batches):
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter_ns()
         for _ in range(PER_BATCH):
             fn()
         samples.append((time.perf_counter_ns() - t0) / 1e3 / PER_BATCH)
-    torch.cuda.synchronize()
+    sync()
     return statistics.median(samples)
 
 
-def cases():
-    dev = "cuda"
+class _NoEvent:
+    def record(self):
+        pass
+
+    def query(self):
+        return True
+
+
+def stub_cuda():
+    """--cpu-stub: every C entry point a no-op C function, torch's CUDA queries constants, CPU accepted as
+    the device. Only for timing: nothing runs on a GPU and the results are never read."""
+    libc = ctypes.CDLL(None)
+
+    class Api:
+        pass
+
+    api = Api()
+    for name, struct in (("verify_attention", _lib.VerifyArgs), ("tree_build", _lib.TreeBuildArgs),
+                         ("tree_accept", _lib.TreeAcceptArgs), ("sample_tokens", _lib.SampleArgs),
+                         ("kv_compact", _lib.KvCompactArgs)):
+        f = libc["abs"]  # a fresh function pointer per name; abs(0) == 0 == KDTREE_OK (runtime handle 0)
+        f.restype, f.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(struct)]
+        setattr(api, name, f)
+
+    def workspace_size(rt, spec, batch, nodes, max_kv_len, out):
+        out._obj.value = 1 << 16
+        return 0
+
+    api.verify_workspace_size = workspace_size
+    _lib.api = api
+    _checks.ACCEPT_CPU = True  # CPU tensors pass the device checks (fast and full)
+    _launch.runtime = lambda index: 0
+    _launch.current_stream = lambda index: 0
+    _launch.device_guard = lambda index: contextlib.nullcontext()
+    _launch.capturing = lambda: False
+    _launch._get_device = lambda: -1  # the CPU tensors' get_device(): the launch's device is current
+    torch.cuda.Event = _NoEvent
+    torch.Tensor.pin_memory = lambda self: self
+
+
+def cases(dev="cuda"):
     i32 = dict(dtype=torch.int32, device=dev)
     out = {}
 
@@ -74,8 +119,19 @@ def cases():
         lambda: torch.ops.kdtree.verify_attention(q, k, None, table, lens, indptr, mask, 16),
         lambda: _lib.api.verify_attention(rt, ctypes.byref(a)))
 
-    # tree_accept: B=4, W=16, chains whose every token the target accepts.
     B, W = 4, 16
+    # tree_build: B=4, D=4, K=4, budget 15, W=16.
+    tb_in = (torch.zeros(B, 4, 4, **i32), torch.zeros(B, 4, 4, dtype=torch.float32, device=dev), torch.zeros(B, **i32),
+             torch.zeros(B, **i32))
+    tb_out = [torch.empty(B, W, **i32) for _ in range(8)] + [torch.empty(B, W, dtype=torch.int64, device=dev)]
+    tba = _lib.TreeBuildArgs(B, 4, 4, 15, W, *(t.data_ptr() for t in tb_in), *(t.data_ptr() for t in tb_out[:-1]),
+                             stream=a.stream)
+    out["tree_build"] = (
+        lambda: kdtree.tree_build(*tb_in, budget=15, max_tree_nodes=W),
+        lambda: torch.ops.kdtree.tree_build(*tb_in, 15, W),
+        lambda: _lib.api.tree_build(rt, ctypes.byref(tba)))
+
+    # tree_accept: B=4, W=16, chains whose every token the target accepts.
     tokens = torch.ones(B, W, **i32)
     parents = (torch.arange(W, **i32) - 1).expand(B, W).contiguous()
     counts = torch.full((B,), W, **i32)
@@ -108,9 +164,9 @@ def cases():
     kv_path[0, :2] = torch.tensor([0, 2], **i32)
     kv_acc = torch.tensor([1], **i32)
     kdtree.kv_compact(caches, table, kv_lens, kv_counts, kv_path, kv_acc)  # builds the pointer table
-    ptrs = _kv_compact._pointer_table("k_caches", caches, False, torch.device(dev, 0), a.stream)
+    ptrs = _kv_compact._pointer_table("k_caches", caches, False, 0 if dev == "cuda" else -1, a.stream)
     ka = _lib.KvCompactArgs(num_layers=2, batch_size=1, max_tree_nodes=W, page_size=page, num_pages=2,
-                            row_elems_k=576, dtype=_lib.DTYPE_BF16, k_caches=ptrs.data_ptr(),
+                            row_elems_k=576, dtype=_lib.DTYPE_BF16, k_caches=ptrs,
                             page_table=table.data_ptr(), max_pages_per_req=2, kv_lens=kv_lens.data_ptr(),
                             node_counts=kv_counts.data_ptr(), accepted_path=kv_path.data_ptr(),
                             accept_lens=kv_acc.data_ptr(), stream=a.stream)
@@ -125,10 +181,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpp", help="bench_host_overhead binary (the C ABI from C++)")
     ap.add_argument("--batches", type=int, default=50)
+    ap.add_argument("--cpu-stub", action="store_true", help="time the Python part on CPU, the C calls stubbed")
     ap.add_argument("--json", default=os.path.join(os.environ["OUT"], "python_overhead.json") if os.environ.get("OUT") else None)
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("python_overhead: no CUDA GPU visible to torch, nothing to time")
+    sync, dev, where = torch.cuda.synchronize, "cuda", None
+    if args.cpu_stub:
+        stub_cuda()
+        sync, dev, where = (lambda: None), "cpu", "CPU, C calls stubbed (ctypes = the bare stub call)"
+    elif not torch.cuda.is_available():
+        print("python_overhead: no CUDA GPU visible to torch, nothing to time (--cpu-stub times the Python part)")
         return 0
     c_abi = {}
     if args.cpp:
@@ -138,22 +199,25 @@ def main():
                 rec = json.loads(line)
                 c_abi[rec["op"]] = rec["c_abi_us"]
     rows = []
-    for op, (function, operator, raw) in cases().items():
-        rec = {"op": op, "function_us": host_us(function, args.batches), "operator_us": host_us(operator, args.batches),
-               "ctypes_us": host_us(raw, args.batches)}
+    for op, (function, operator, raw) in cases(dev).items():
+        rec = {"op": op, "function_us": host_us(function, args.batches, sync),
+               "operator_us": host_us(operator, args.batches, sync), "ctypes_us": host_us(raw, args.batches, sync)}
+        if args.cpu_stub:
+            rec["python_us"] = rec["function_us"] - rec["ctypes_us"]
         if op in c_abi:
             rec["c_abi_us"] = c_abi[op]
             rec["function_overhead_us"] = rec["function_us"] - c_abi[op]
             rec["operator_overhead_us"] = rec["operator_us"] - c_abi[op]
         rows.append(rec)
     print(f"host us per call (median of {args.batches} batches of {PER_BATCH}); torch {torch.__version__}, "
-          f"{torch.cuda.get_device_name(0)}")
-    print(f"{'op':<18}{'function':>10}{'operator':>10}{'ctypes':>10}{'C ABI':>10}{'fn - C':>10}{'op - C':>10}")
+          f"{where or torch.cuda.get_device_name(0)}")
+    print(f"{'op':<18}{'function':>10}{'operator':>10}{'ctypes':>10}{'C ABI':>10}{'fn - C':>10}{'op - C':>10}"
+          f"{'fn - ct':>10}")
     for r in rows:
         def f(key):
             return f"{r[key]:10.2f}" if key in r else f"{'-':>10}"
         print(f"{r['op']:<18}{f('function_us')}{f('operator_us')}{f('ctypes_us')}{f('c_abi_us')}"
-              f"{f('function_overhead_us')}{f('operator_overhead_us')}")
+              f"{f('function_overhead_us')}{f('operator_overhead_us')}{f('python_us')}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)

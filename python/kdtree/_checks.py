@@ -19,6 +19,11 @@ def _dtype_name(dt):
     return str(dt).replace("torch.", "")
 
 
+# Testing and benchmarking only (tests/python/test_cpu_launch_path.py, bench/python_overhead.py --cpu-stub):
+# take CPU tensors for CUDA ones, so the launch path, fast checks included, runs with the C library and
+# torch's CUDA queries stubbed. Never set in use: the C library would get host pointers.
+ACCEPT_CPU = False
+
 _Tensor = torch.Tensor
 _DEVICES = {}  # CUDA index -> torch.device, so the hot path does not build device objects
 
@@ -72,15 +77,15 @@ def same_device(named):
         if t is None:
             continue
         if first is None:
-            if not t.is_cuda:
+            if not t.is_cuda and not (ACCEPT_CPU and t.device.type == "cpu"):
                 raise ValueError(f"{name}: expected a CUDA tensor, got one on {t.device}")
             first, first_name, index = t, name, t.get_device()
-        elif t.get_device() != index:  # CPU and meta tensors report -1
-            if not t.is_cuda:
+        elif t.get_device() != index or t.device.type != first.device.type:  # CPU and meta report -1
+            if not t.is_cuda and not (ACCEPT_CPU and t.device.type == "cpu"):
                 raise ValueError(f"{name}: expected a CUDA tensor, got one on {t.device}")
             raise ValueError(f"{name}: on {t.device}, but {first_name} is on {first.device}; all tensors must "
                              f"be on one device")
-    return cuda_device(index)
+    return cuda_device(index) if index >= 0 else first.device
 
 
 def one_of(name, value, allowed, what):

@@ -9,7 +9,6 @@ it on every replay. The stacked form [num_layers, num_pages, ...] needs no copy 
 base + layer * stride, computed on the device (also inside capture).
 """
 
-import ctypes
 import math
 import threading
 from typing import List
@@ -18,7 +17,7 @@ import torch
 
 from . import _checks as C
 from . import _launch, _lib
-from ._dispatch import use_eager_path
+from ._dispatch import _dispatch_stack_len, _is_compiling
 
 _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}
 
@@ -115,13 +114,13 @@ def plan(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, ac
 
 
 class _Table:
-    """A device pointer table, the pinned host copy it was uploaded from (which must outlive the
-    asynchronous copy), and until it is known complete, the event after its build and the stream it
-    was built on (a launch on another stream waits for that event)."""
-    __slots__ = ("table", "host", "event", "stream")
+    """A device pointer table (and its address), the pinned host copy it was uploaded from (which must
+    outlive the asynchronous copy), and until it is known complete, the event after its build and the
+    stream it was built on (a launch on another stream waits for that event)."""
+    __slots__ = ("table", "ptr", "host", "event", "stream")
 
     def __init__(self, table, host, stream):
-        self.table, self.host, self.stream = table, host, stream
+        self.table, self.ptr, self.host, self.stream = table, table.data_ptr(), host, stream
         self.event = torch.cuda.Event()
         self.event.record()
 
@@ -130,26 +129,32 @@ _tables_lock = threading.Lock()
 _tables = {}  # key -> _Table
 
 
-def _pointer_table(name, caches, stacked, device, stream):
+def _device(index):
+    return C.cuda_device(index) if index >= 0 else torch.device("cpu")  # CPU: C.ACCEPT_CPU (tests) only
+
+
+def _pointer_table(name, caches, stacked, index, stream):
+    """The device address of the table of per-layer cache addresses."""
     if stacked:
         t = caches[0]
         base, layers, stride = t.data_ptr(), t.shape[0], t.stride(0) * t.element_size()
-        key = (device.index, "stacked", base, layers, stride)
+        key = (index, "stacked", base, layers, stride)
     else:
         ptrs = tuple(map(_T.data_ptr, caches))
-        key = (device.index, ptrs)
+        key = (index, ptrs)
     hit = _tables.get(key)
     if hit is not None:
         if hit.event is not None and hit.stream != stream and not _launch.capturing():
             if hit.event.query():
                 hit.event = None  # complete: every stream may read it from now on
             else:
-                torch.cuda.current_stream(device).wait_event(hit.event)
-        return hit.table
+                torch.cuda.current_stream(_device(index)).wait_event(hit.event)
+        return hit.ptr
+    device = _device(index)
     if stacked:
         table = torch.arange(layers, dtype=torch.int64, device=device) * stride + base
         if _launch.capturing():
-            return table  # in the graph's pool, alive as long as the graph
+            return table.data_ptr()  # in the graph's pool, alive as long as the graph
         entry = _Table(table, None, stream)
     else:
         if _launch.capturing():
@@ -162,29 +167,101 @@ def _pointer_table(name, caches, stacked, device, stream):
         table.copy_(host, non_blocking=True)
         entry = _Table(table, host, stream)
     with _tables_lock:
-        return _tables.setdefault(key, entry).table
+        return _tables.setdefault(key, entry).ptr
+
+
+_I32 = torch.int32
+_PAGE_SET = frozenset(C.PAGE_SIZES)
+_WIDTH_SET = frozenset(C.TREE_WIDTHS)
+_Args = _lib.KvCompactArgs
+
+
+def _fast_geometry(caches, stacked, cuda, index):
+    """(layers, shape of one layer, dtype, token row elements) of plain contiguous caches on the device, whose
+    geometry kv_compact takes, or None."""
+    first = caches[0]
+    if type(first) is not _T or first.is_cuda is not cuda or first.get_device() != index:
+        return None
+    shape = first.shape
+    if stacked:
+        if len(caches) != 1 or len(shape) < 4 or shape[0] == 0 or not first.is_contiguous():
+            return None
+        layers, shape = shape[0], shape[1:]
+    else:
+        if len(shape) < 3 or not _same_layers(caches):
+            return None
+        layers = len(caches)
+    dtype = first.dtype
+    pages_x_page = shape[0] * shape[1]
+    if dtype not in _DTYPES or shape[1] not in _PAGE_SET or pages_x_page == 0:
+        return None
+    row = first.numel() // (layers * pages_x_page) if stacked else first.numel() // pages_x_page
+    if row % 8 or row > C.INT32_MAX:
+        return None
+    return layers, shape, dtype, row
+
+
+def _fast_plan(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked):
+    """The common case in one pass of cheap tests: what plan() returns (with the device index for the
+    device), or None; then plan() (the authority, which names what is wrong) decides. Accepts nothing
+    that plan() rejects."""
+    if (type(page_table) is not _T or type(kv_lens) is not _T or type(node_counts) is not _T
+            or type(accepted_path) is not _T or type(accept_lens) is not _T or not k_caches):
+        return None
+    cuda = page_table.is_cuda
+    if not cuda and not (C.ACCEPT_CPU and page_table.device.type == "cpu"):
+        return None
+    index = page_table.get_device()
+    k = _fast_geometry(k_caches, stacked, cuda, index)
+    if k is None:
+        return None
+    layers, shape, dtype, row_k = k
+    row_v = 0
+    if v_caches is not None:
+        v = _fast_geometry(v_caches, stacked, cuda, index) if v_caches else None
+        if v is None or v[0] != layers or v[1][:2] != shape[:2] or v[2] is not dtype:
+            return None
+        row_v = v[3]
+    ps, aps = page_table.shape, accepted_path.shape
+    if (len(ps) != 2 or len(aps) != 2 or page_table.dtype is not _I32 or kv_lens.dtype is not _I32
+            or node_counts.dtype is not _I32 or accepted_path.dtype is not _I32 or accept_lens.dtype is not _I32):
+        return None
+    b, m = ps
+    b1 = (b,)
+    if (kv_lens.shape != b1 or node_counts.shape != b1 or accept_lens.shape != b1 or aps[0] != b
+            or aps[1] not in _WIDTH_SET or not page_table.is_contiguous() or not kv_lens.is_contiguous()
+            or not node_counts.is_contiguous() or not accepted_path.is_contiguous()
+            or not accept_lens.is_contiguous()):
+        return None
+    if (kv_lens.get_device() != index or node_counts.get_device() != index or accepted_path.get_device() != index
+            or accept_lens.get_device() != index or kv_lens.is_cuda is not cuda or node_counts.is_cuda is not cuda
+            or accepted_path.is_cuda is not cuda or accept_lens.is_cuda is not cuda):
+        return None
+    return layers, shape[0], shape[1], row_k, row_v, _DTYPES[dtype], b, m, aps[1], index
 
 
 def _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked):
-    (num_layers, num_pages, page_size, row_k, row_v, dtype, batch, max_pages, w, device) = plan(
-        k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
+    f = _fast_plan(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
+    if f is None:  # plan() raises what is wrong, or takes what the quick test leaves to it
+        f = plan(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
+        device = f[-1]
+        f = f[:-1] + (device.index if device.type == "cuda" else -1,)
+    (num_layers, num_pages, page_size, row_k, row_v, dtype, batch, max_pages, w, index) = f
     if batch == 0:
         return
-    index = device.index
-    with _launch.device_guard(index):
-        stream = _launch.current_stream(index)
-        k_table = _pointer_table("k_caches", k_caches, stacked, device, stream)
-        v_table = None if v_caches is None else _pointer_table("v_caches", v_caches, stacked, device, stream)
-        a = _lib.KvCompactArgs()
-        a.num_layers, a.batch_size, a.max_tree_nodes, a.page_size = num_layers, batch, w, page_size
-        a.num_pages, a.row_elems_k, a.row_elems_v, a.dtype = num_pages, row_k, row_v, dtype
-        a.k_caches = k_table.data_ptr()
-        a.v_caches = None if v_table is None else v_table.data_ptr()
-        a.page_table, a.max_pages_per_req = page_table.data_ptr(), max_pages
-        a.kv_lens, a.node_counts = kv_lens.data_ptr(), node_counts.data_ptr()
-        a.accepted_path, a.accept_lens = accepted_path.data_ptr(), accept_lens.data_ptr()
-        a.stream = stream
-        _lib.check(_lib.api.kv_compact(_launch.runtime(index), ctypes.byref(a)), "kdtree_kv_compact")
+    stream = _launch.current_stream(index)
+    k_table = _pointer_table("k_caches", k_caches, stacked, index, stream)
+    v_table = None if v_caches is None else _pointer_table("v_caches", v_caches, stacked, index, stream)
+    a = _Args(num_layers, batch, w, page_size, num_pages, row_k, row_v, dtype, k_table)
+    if v_table is not None:
+        a.v_caches = v_table
+    a.page_table, a.max_pages_per_req = page_table.data_ptr(), max_pages
+    a.kv_lens, a.node_counts = kv_lens.data_ptr(), node_counts.data_ptr()
+    a.accepted_path, a.accept_lens = accepted_path.data_ptr(), accept_lens.data_ptr()
+    a.stream = stream
+    status = _launch.call(_lib.api.kv_compact, index, a)
+    if status:
+        _lib.check(status, "kdtree_kv_compact")
 
 
 @torch.library.custom_op("kdtree::kv_compact", mutates_args=("k_caches", "v_caches"))
@@ -204,6 +281,8 @@ def _(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accep
 
 
 def _as_list(name, caches):
+    if type(caches) is list:  # the common case first; the list is only read
+        return caches, False
     if caches is None:
         return None, None
     if isinstance(caches, torch.Tensor):
@@ -226,8 +305,8 @@ def kv_compact(k_caches, page_table, kv_lens, node_counts, accepted_path, accept
     v_list, v_stacked = _as_list("v_caches", v_caches)
     if v_list is not None and v_stacked != stacked:
         raise TypeError("v_caches: pass the same form as k_caches (both lists, or both stacked tensors)")
-    args = (k_list, v_list or [], page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
-    if use_eager_path(page_table):
-        _run(*args[:1], v_list, *args[2:])
+    if type(page_table) is _T and not _is_compiling() and not _dispatch_stack_len():  # see _dispatch.py
+        _run(k_list, v_list, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
     else:
-        torch.ops.kdtree.kv_compact(*args)
+        torch.ops.kdtree.kv_compact(k_list, v_list or [], page_table, kv_lens, node_counts, accepted_path,
+                                    accept_lens, stacked)

@@ -11,6 +11,7 @@ Workspace policy (verify_attention's split-KV scratch):
 """
 
 import contextlib
+from ctypes import byref
 
 import torch
 
@@ -49,6 +50,16 @@ def device_guard(index):
 
 def runtime(index):
     return _runtime.get(index)
+
+
+def call(fn, index, args):
+    """fn(runtime of device `index`, &args) with `index` torch's current device (see device_guard); the
+    kdtree_status. The common case, the device already current, costs one cudaGetDevice and no context
+    manager."""
+    if _get_device() == index:
+        return fn(runtime(index), byref(args))
+    with torch.cuda.device(index):
+        return fn(runtime(index), byref(args))
 
 
 _workspaces = {}  # (device index, stream) -> uint8 tensor

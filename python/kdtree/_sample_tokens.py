@@ -1,6 +1,5 @@
 """sample_tokens: one token per logits row (greedy or seeded temperature sampling), as torch.ops.kdtree.sample_tokens."""
 
-import ctypes
 import math
 from typing import Optional
 
@@ -8,7 +7,7 @@ import torch
 
 from . import _checks as C
 from . import _launch, _lib
-from ._dispatch import use_eager_path
+from ._dispatch import _dispatch_stack_len, _is_compiling
 
 _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float32: _lib.DTYPE_F32}
 _U64 = 2**64
@@ -35,24 +34,60 @@ def plan(logits, temperature, row_offsets, require_cuda=True):
     return rows, vocab, device
 
 
+_T = torch.Tensor
+_BF16, _F32, _I32, _I64 = torch.bfloat16, torch.float32, torch.int32, torch.int64
+_Args = _lib.SampleArgs
+_empty_strided = torch.empty_strided
+_ONE = (1,)
+
+
+def _fast_plan(logits, temperature, row_offsets):
+    """The common case in one pass of cheap tests: (rows, vocab, row stride, dtype code, device index), or
+    None; then plan() (the authority, which names what is wrong) decides. Accepts nothing plan() rejects."""
+    if type(logits) is not _T:
+        return None
+    dtype = logits.dtype
+    ls = logits.shape
+    if (dtype is not _BF16 and dtype is not _F32) or len(ls) != 2:
+        return None
+    rows, vocab = ls
+    st = logits.stride()
+    if (not 1 <= vocab <= C.INT32_MAX or rows > C.INT32_MAX or st[1] != 1 or (rows > 1 and st[0] < vocab)
+            or not -math.inf < temperature < math.inf):
+        return None
+    cuda = logits.is_cuda
+    if not cuda and not (C.ACCEPT_CPU and logits.device.type == "cpu"):
+        return None
+    index = logits.get_device()
+    if row_offsets is not None and (type(row_offsets) is not _T or row_offsets.dtype is not _I64
+                                    or row_offsets.shape != (rows,) or not row_offsets.is_contiguous()
+                                    or row_offsets.get_device() != index or row_offsets.is_cuda is not cuda):
+        return None
+    return rows, vocab, st[0] if rows > 1 else vocab, _lib.DTYPE_BF16 if dtype is _BF16 else _lib.DTYPE_F32, index
+
+
 def _run(logits, temperature, seed, row_offsets):
-    rows, vocab, device = plan(logits, temperature, row_offsets)
-    out = torch.empty((rows,), dtype=torch.int32, device=device)
+    """temperature: a float; seed: an int in [-2**63, 2**63) (the operator's int64)."""
+    f = _fast_plan(logits, temperature, row_offsets)
+    if f is None:
+        rows, vocab, device = plan(logits, temperature, row_offsets)
+        f = (rows, vocab, logits.stride(0) if rows > 1 else vocab, _DTYPES[logits.dtype],
+             device.index if device.type == "cuda" else -1)
+    rows, vocab, row_stride, code, index = f
+    out = _empty_strided((rows,), _ONE, dtype=_I32, device=logits.device)
     if rows == 0:
         return out
-    index = device.index
-    with _launch.device_guard(index):
-        a = _lib.SampleArgs()
-        a.num_rows, a.vocab_size = rows, vocab
-        a.logits_dtype = _DTYPES[logits.dtype]
-        a.logits = logits.data_ptr()
-        a.row_stride = logits.stride(0) if rows > 1 else vocab
-        a.temperature = temperature
-        a.seed = seed % _U64  # the operator carries it as a signed int64
-        a.row_offsets = None if row_offsets is None else row_offsets.data_ptr()
-        a.out_tokens = out.data_ptr()
-        a.stream = _launch.current_stream(index)
-        _lib.check(_lib.api.sample_tokens(_launch.runtime(index), ctypes.byref(a)), "kdtree_sample_tokens")
+    a = _Args()
+    a.num_rows, a.vocab_size, a.logits_dtype, a.logits, a.row_stride = rows, vocab, code, logits.data_ptr(), row_stride
+    a.temperature = temperature
+    a.seed = seed % _U64  # the operator carries it as a signed int64
+    if row_offsets is not None:
+        a.row_offsets = row_offsets.data_ptr()
+    a.out_tokens = out.data_ptr()
+    a.stream = _launch.current_stream(index)
+    status = _launch.call(_lib.api.sample_tokens, index, a)
+    if status:
+        _lib.check(status, "kdtree_sample_tokens")
     return out
 
 
@@ -79,7 +114,6 @@ def sample_tokens(logits, *, temperature=0.0, seed=0, row_offsets=None):
     if not 0 <= seed < _U64:
         raise ValueError(f"seed: expected an integer in [0, 2**64), got {seed}")
     signed_seed = seed - _U64 if seed >= 2**63 else seed
-    args = (logits, float(temperature), signed_seed, row_offsets)
-    if use_eager_path(logits):
-        return _run(*args)
-    return torch.ops.kdtree.sample_tokens(*args)
+    if type(logits) is _T and not _is_compiling() and not _dispatch_stack_len():  # see _dispatch.py
+        return _run(logits, float(temperature), signed_seed, row_offsets)
+    return torch.ops.kdtree.sample_tokens(logits, float(temperature), signed_seed, row_offsets)

@@ -1,13 +1,12 @@
 """tree_accept: the accepted path through the draft tree, as torch.ops.kdtree.tree_accept."""
 
-import ctypes
 from typing import Optional, Tuple
 
 import torch
 
 from . import _checks as C
 from . import _launch, _lib
-from ._dispatch import use_eager_path
+from ._dispatch import _dispatch_stack_len, _is_compiling
 
 
 def plan(tokens, parents, node_counts, target_tokens, node_indptr, require_cuda=True):
@@ -44,27 +43,76 @@ def plan(tokens, parents, node_counts, target_tokens, node_indptr, require_cuda=
     return batch, w, device
 
 
+_T = torch.Tensor
+_I32 = torch.int32
+_WIDTH_SET = frozenset(C.TREE_WIDTHS)
+_Args = _lib.TreeAcceptArgs
+_empty_like = torch.empty_like
+
+
+def _fast_plan(tokens, parents, node_counts, target_tokens, node_indptr):
+    """The common case in one pass of cheap tests: (batch, W, total_nodes, device index), or None; then
+    plan() (the authority, which names what is wrong) decides. Accepts nothing that plan() rejects."""
+    if (type(tokens) is not _T or type(parents) is not _T or type(node_counts) is not _T
+            or type(target_tokens) is not _T):
+        return None
+    ts = tokens.shape
+    if (len(ts) != 2 or tokens.dtype is not _I32 or parents.dtype is not _I32 or node_counts.dtype is not _I32
+            or target_tokens.dtype is not _I32 or parents.shape != ts or not tokens.is_contiguous()
+            or not parents.is_contiguous() or not node_counts.is_contiguous() or not target_tokens.is_contiguous()):
+        return None
+    b, w = ts
+    if w not in _WIDTH_SET or node_counts.shape != (b,):
+        return None
+    if node_indptr is None:
+        if target_tokens.shape != ts:
+            return None
+        total = 0
+    else:
+        tt = target_tokens.shape
+        if (type(node_indptr) is not _T or node_indptr.dtype is not _I32 or node_indptr.shape != (b + 1,)
+                or not node_indptr.is_contiguous() or len(tt) != 1 or not b <= tt[0] <= b * w):
+            return None
+        total = tt[0]
+    cuda = tokens.is_cuda
+    if not cuda and not (C.ACCEPT_CPU and tokens.device.type == "cpu"):
+        return None
+    index = tokens.get_device()
+    if (parents.get_device() != index or node_counts.get_device() != index or target_tokens.get_device() != index
+            or parents.is_cuda is not cuda or node_counts.is_cuda is not cuda or target_tokens.is_cuda is not cuda
+            or (node_indptr is not None and (node_indptr.get_device() != index or node_indptr.is_cuda is not cuda))):
+        return None
+    return b, w, total, index
+
+
 def _run(tokens, parents, node_counts, target_tokens, node_indptr):
-    batch, w, device = plan(tokens, parents, node_counts, target_tokens, node_indptr)
-    path = torch.empty((batch, w), dtype=torch.int32, device=device)
-    lens = torch.empty((batch,), dtype=torch.int32, device=device)
-    bonus = torch.empty((batch,), dtype=torch.int32, device=device)
+    f = _fast_plan(tokens, parents, node_counts, target_tokens, node_indptr)
+    if f is None:  # plan() raises what is wrong; arguments it accepts but the quick test does not (e.g.
+        # tensor subclasses) take the general path
+        batch, w, device = plan(tokens, parents, node_counts, target_tokens, node_indptr)
+        index = device.index if device.type == "cuda" else -1
+        total = 0 if node_indptr is None else target_tokens.shape[0]
+        path = torch.empty((batch, w), dtype=_I32, device=device)
+        lens = torch.empty((batch,), dtype=_I32, device=device)
+        bonus = torch.empty((batch,), dtype=_I32, device=device)
+    else:
+        batch, w, total, index = f
+        # tokens and node_counts are contiguous int32 of the outputs' shapes, on their device
+        path, lens, bonus = _empty_like(tokens), _empty_like(node_counts), _empty_like(node_counts)
     if batch == 0:
         return path, lens, bonus
-    index = device.index
-    with _launch.device_guard(index):
-        a = _lib.TreeAcceptArgs()
-        a.batch_size, a.max_tree_nodes = batch, w
-        a.tokens, a.parents, a.node_counts = tokens.data_ptr(), parents.data_ptr(), node_counts.data_ptr()
-        a.target_tokens = target_tokens.data_ptr()
-        a.node_indptr = None if node_indptr is None else node_indptr.data_ptr()
-        # Packed targets: the kernel bounds its reads by the packed length (no host sync: a shape).
-        a.total_nodes = 0 if node_indptr is None else target_tokens.shape[0]
-        a.accepted_path, a.accept_lens, a.bonus_tokens = path.data_ptr(), lens.data_ptr(), bonus.data_ptr()
-        a.stream = _launch.current_stream(index)
-        # Packed targets: the kernel bounds its reads by total_nodes (node_indptr stays on the device).
-        a.total_nodes = target_tokens.shape[0] if node_indptr is not None else 0
-        _lib.check(_lib.api.tree_accept(_launch.runtime(index), ctypes.byref(a)), "kdtree_tree_accept")
+    a = _Args()
+    a.batch_size, a.max_tree_nodes = batch, w
+    a.tokens, a.parents, a.node_counts = tokens.data_ptr(), parents.data_ptr(), node_counts.data_ptr()
+    a.target_tokens = target_tokens.data_ptr()
+    if node_indptr is not None:
+        a.node_indptr = node_indptr.data_ptr()
+        a.total_nodes = total  # packed targets: the kernel bounds its reads by it (a shape: no host sync)
+    a.accepted_path, a.accept_lens, a.bonus_tokens = path.data_ptr(), lens.data_ptr(), bonus.data_ptr()
+    a.stream = _launch.current_stream(index)
+    status = _launch.call(_lib.api.tree_accept, index, a)
+    if status:
+        _lib.check(status, "kdtree_tree_accept")
     return path, lens, bonus
 
 
@@ -89,7 +137,6 @@ def tree_accept(tokens, parents, node_counts, target_tokens, *, node_indptr=None
     ids, root first, -1 padded; accept_lens [B] int32: accepted draft tokens = path length - 1;
     bonus_tokens [B] int32: the target token at the last accepted node).
     """
-    args = (tokens, parents, node_counts, target_tokens, node_indptr)
-    if use_eager_path(tokens):
-        return _run(*args)
-    return tuple(torch.ops.kdtree.tree_accept(*args))
+    if type(tokens) is _T and not _is_compiling() and not _dispatch_stack_len():  # see _dispatch.py
+        return _run(tokens, parents, node_counts, target_tokens, node_indptr)
+    return tuple(torch.ops.kdtree.tree_accept(tokens, parents, node_counts, target_tokens, node_indptr))

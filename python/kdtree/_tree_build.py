@@ -1,13 +1,12 @@
 """tree_build: the draft tree from a drafter's per-depth top-K (DDTree best-first), as torch.ops.kdtree.tree_build."""
 
-import ctypes
 from typing import NamedTuple, Tuple
 
 import torch
 
 from . import _checks as C
 from . import _launch, _lib
-from ._dispatch import use_eager_path
+from ._dispatch import _dispatch_stack_len, _is_compiling
 
 
 class TreeBuildResult(NamedTuple):
@@ -58,27 +57,76 @@ def _outputs(new, batch, w):
                            new((batch, w), dtype=torch.float32))
 
 
+_T = torch.Tensor
+_I32, _I64, _F32 = torch.int32, torch.int64, torch.float32
+_WIDTH_SET = frozenset(C.TREE_WIDTHS)
+_Args = _lib.TreeBuildArgs
+_empty_strided = torch.empty_strided
+
+
+def _fast_plan(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, w):
+    """The common case in one pass of cheap tests: (batch, depth, top_k, device index), or None; then plan()
+    (the authority, which names what is wrong) decides. Accepts nothing that plan() rejects."""
+    if (type(draft_tokens) is not _T or type(draft_logprobs) is not _T or type(root_tokens) is not _T
+            or type(prefix_lens) is not _T or type(w) is not int or type(budget) is not int):
+        return None
+    ds = draft_tokens.shape
+    if (len(ds) != 3 or draft_tokens.dtype is not _I32 or draft_logprobs.dtype is not _F32
+            or root_tokens.dtype is not _I32 or prefix_lens.dtype is not _I32 or draft_logprobs.shape != ds
+            or w not in _WIDTH_SET or not 1 <= budget < w):
+        return None
+    b, depth, top_k = ds
+    if (not 1 <= depth <= 16 or not 1 <= top_k <= 64 or root_tokens.shape != (b,) or prefix_lens.shape != (b,)
+            or not draft_tokens.is_contiguous() or not draft_logprobs.is_contiguous()
+            or not root_tokens.is_contiguous() or not prefix_lens.is_contiguous()):
+        return None
+    cuda = draft_tokens.is_cuda
+    if not cuda and not (C.ACCEPT_CPU and draft_tokens.device.type == "cpu"):
+        return None
+    index = draft_tokens.get_device()
+    if (draft_logprobs.get_device() != index or root_tokens.get_device() != index
+            or prefix_lens.get_device() != index or draft_logprobs.is_cuda is not cuda
+            or root_tokens.is_cuda is not cuda or prefix_lens.is_cuda is not cuda):
+        return None
+    return b, depth, top_k, index
+
+
 def _run(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, max_tree_nodes):
-    batch, depth, top_k, device = plan(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, max_tree_nodes)
-    r = _outputs(lambda shape, dtype: torch.empty(shape, dtype=dtype, device=device), batch, max_tree_nodes)
+    """Checks, allocates and launches; returns the TreeBuildResult."""
+    f = _fast_plan(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, max_tree_nodes)
+    if f is None:
+        batch, depth, top_k, device = plan(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget,
+                                           max_tree_nodes)
+        index = device.index if device.type == "cuda" else -1
+    else:
+        batch, depth, top_k, index = f
+        device = draft_tokens.device
+    w = max_tree_nodes
+    shape, stride, dev = (batch, w), (w, 1), device
+    r = TreeBuildResult(_empty_strided(shape, stride, dtype=_I32, device=dev),
+                        _empty_strided(shape, stride, dtype=_I32, device=dev),
+                        _empty_strided(shape, stride, dtype=_I32, device=dev),
+                        _empty_strided(shape, stride, dtype=_I32, device=dev),
+                        torch.empty((batch, w, C.mask_words(w)), dtype=_I64, device=dev),
+                        _empty_strided(shape, stride, dtype=_I32, device=dev),
+                        _empty_strided(shape, stride, dtype=_I32, device=dev),
+                        _empty_strided((batch,), (1,), dtype=_I32, device=dev),
+                        _empty_strided(shape, stride, dtype=_F32, device=dev))
     if batch == 0:
-        return tuple(r)
-    index = device.index
-    with _launch.device_guard(index):
-        a = _lib.TreeBuildArgs()
-        a.batch_size, a.depth, a.top_k, a.budget, a.max_tree_nodes = batch, depth, top_k, budget, max_tree_nodes
-        a.draft_tokens = draft_tokens.data_ptr()
-        a.draft_logprobs = draft_logprobs.data_ptr()
-        a.root_tokens = root_tokens.data_ptr()
-        a.prefix_lens = prefix_lens.data_ptr()
-        a.tokens, a.parents, a.depths, a.positions = (r.tokens.data_ptr(), r.parents.data_ptr(),
-                                                      r.depths.data_ptr(), r.positions.data_ptr())
-        a.tree_mask = r.tree_mask.data_ptr()
-        a.first_child, a.next_sibling = r.first_child.data_ptr(), r.next_sibling.data_ptr()
-        a.node_counts, a.scores = r.node_counts.data_ptr(), r.scores.data_ptr()
-        a.stream = _launch.current_stream(index)
-        _lib.check(_lib.api.tree_build(_launch.runtime(index), ctypes.byref(a)), "kdtree_tree_build")
-    return tuple(r)
+        return r
+    a = _Args(batch, depth, top_k, budget, w)
+    a.draft_tokens, a.draft_logprobs = draft_tokens.data_ptr(), draft_logprobs.data_ptr()
+    a.root_tokens, a.prefix_lens = root_tokens.data_ptr(), prefix_lens.data_ptr()
+    a.tokens, a.parents, a.depths, a.positions = (r.tokens.data_ptr(), r.parents.data_ptr(),
+                                                  r.depths.data_ptr(), r.positions.data_ptr())
+    a.tree_mask = r.tree_mask.data_ptr()
+    a.first_child, a.next_sibling = r.first_child.data_ptr(), r.next_sibling.data_ptr()
+    a.node_counts, a.scores = r.node_counts.data_ptr(), r.scores.data_ptr()
+    a.stream = _launch.current_stream(index)
+    status = _launch.call(_lib.api.tree_build, index, a)
+    if status:
+        _lib.check(status, "kdtree_tree_build")
+    return r
 
 
 _RESULT = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
@@ -89,7 +137,7 @@ _RESULT = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Te
 def tree_build_op(draft_tokens: torch.Tensor, draft_logprobs: torch.Tensor, root_tokens: torch.Tensor,
                   prefix_lens: torch.Tensor, budget: int, max_tree_nodes: int) -> _RESULT:
     """The operator: the nine TreeBuildResult fields as a tuple."""
-    return _run(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, max_tree_nodes)
+    return tuple(_run(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, max_tree_nodes))
 
 
 @tree_build_op.register_fake
@@ -107,6 +155,6 @@ def tree_build(draft_tokens, draft_logprobs, root_tokens, prefix_lens, *, budget
     of the root). budget in 1..W-1; max_tree_nodes W in {16, 32, 64, 128}. Returns a TreeBuildResult.
     """
     args = (draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, max_tree_nodes)
-    if use_eager_path(draft_tokens):
-        return TreeBuildResult(*_run(*args))
-    return TreeBuildResult(*torch.ops.kdtree.tree_build(*args))
+    if type(draft_tokens) is _T and not _is_compiling() and not _dispatch_stack_len():  # see _dispatch.py
+        return _run(*args)
+    return TreeBuildResult._make(torch.ops.kdtree.tree_build(*args))

@@ -9,7 +9,7 @@ import torch
 
 from . import _checks as C
 from . import _launch, _lib
-from ._dispatch import use_eager_path
+from ._dispatch import _dispatch_stack_len, _is_compiling
 
 _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}
 _DTYPE_KEYS = tuple(_DTYPES)
@@ -23,10 +23,6 @@ Plan = namedtuple("Plan", "mla head_dim_qk head_dim_v num_q_heads num_kv_heads p
 def plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale=None,
          max_kv_len=None, require_cuda=True):
     """Checks the arguments (shapes, dtypes, strides, devices; never data) and derives the kernel spec."""
-    p = _fast_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
-                   max_kv_len, require_cuda)
-    if p is not None:
-        return p
     return _checked_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes,
                          sm_scale, max_kv_len, require_cuda)
 
@@ -39,38 +35,38 @@ _GQA_SET = frozenset(C.GQA_HEAD_DIMS)
 _DEFAULT_SCALE = {d: 1.0 / math.sqrt(d) for d in C.GQA_HEAD_DIMS + (C.MLA_HEAD_DIM_QK,)}
 
 
-def _fast_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, w, sm_scale, max_kv_len,
-               require_cuda):
-    """The common case in one pass of cheap tests, or None; then _checked_plan (the authority, which
-    names what is wrong) decides. Accepts nothing that _checked_plan rejects."""
+def _fast_key(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, w, sm_scale, max_kv_len):
+    """The common case in one pass of cheap tests: the launch key (what _key(plan(...)) would be), or None;
+    then plan() (the authority, which names what is wrong) decides. Accepts nothing that plan() rejects.
+    Every fact the launch depends on is either tested here or part of the key."""
     if (type(q) is not _T or type(k_cache) is not _T or type(page_table) is not _T or type(kv_lens) is not _T
-            or type(node_indptr) is not _T or type(tree_mask) is not _T):
+            or type(node_indptr) is not _T or type(tree_mask) is not _T or type(w) is not int):
         return None
     dtype = q.dtype
     code = _DTYPES.get(dtype)
     qs = q.shape
-    if code is None or len(qs) != 3 or k_cache.dtype != dtype or not q.is_contiguous() or not k_cache.is_contiguous():
+    if code is None or len(qs) != 3 or k_cache.dtype is not dtype or not q.is_contiguous() or not k_cache.is_contiguous():
         return None
     n, hq, d = qs
     ks = k_cache.shape
     if v_cache is None:
         if d != 576 or not ((len(ks) == 4 and ks[2] == 1 and ks[3] == 576) or (len(ks) == 3 and ks[2] == 576)):
             return None
-        mla, hkv, dv = True, 1, 512
+        hkv = 1
     else:
-        if (type(v_cache) is not _T or d not in _GQA_SET or len(ks) != 4 or ks[3] != d or v_cache.dtype != dtype
+        if (type(v_cache) is not _T or d not in _GQA_SET or len(ks) != 4 or ks[3] != d or v_cache.dtype is not dtype
                 or v_cache.shape != ks or not v_cache.is_contiguous()):
             return None
-        mla, hkv, dv = False, ks[2], d
+        hkv = ks[2]
         if hkv < 1 or hq % hkv:
             return None
     page = ks[1]
     ps = page_table.shape
-    if page not in _PAGE_SET or w not in _WIDTH_SET or len(ps) != 2 or page_table.dtype != _INT32:
+    if page not in _PAGE_SET or w not in _WIDTH_SET or len(ps) != 2 or page_table.dtype is not _INT32:
         return None
     b, m = ps
-    if (b < 1 or not b <= n <= b * w or kv_lens.dtype != _INT32 or kv_lens.shape != (b,)
-            or node_indptr.dtype != _INT32 or node_indptr.shape != (b + 1,) or tree_mask.dtype != _INT64
+    if (b < 1 or not b <= n <= b * w or kv_lens.dtype is not _INT32 or kv_lens.shape != (b,)
+            or node_indptr.dtype is not _INT32 or node_indptr.shape != (b + 1,) or tree_mask.dtype is not _INT64
             or tree_mask.shape != (n, (w + 63) // 64) or not page_table.is_contiguous() or not kv_lens.is_contiguous()
             or not node_indptr.is_contiguous() or not tree_mask.is_contiguous()):
         return None
@@ -83,18 +79,25 @@ def _fast_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask,
         sm_scale = _DEFAULT_SCALE[d]
     elif not (type(sm_scale) in (float, int) and 0 < sm_scale < math.inf):
         return None
-    if require_cuda:
-        if not q.is_cuda:
-            return None
-        index = q.get_device()
-        if (k_cache.get_device() != index or page_table.get_device() != index or kv_lens.get_device() != index
-                or node_indptr.get_device() != index or tree_mask.get_device() != index
-                or (v_cache is not None and v_cache.get_device() != index)):
-            return None
-        device = C.cuda_device(index)
-    else:
-        device = q.device
-    return Plan(mla, d, dv, hq, hkv, page, w, code, b, n, max_kv_len, ks[0], m, float(sm_scale), device)
+    # One CUDA device (or, for the CPU tests and benchmark only, all CPU).
+    cuda = q.is_cuda
+    if not cuda and not (C.ACCEPT_CPU and q.device.type == "cpu"):
+        return None
+    index = q.get_device()
+    if (k_cache.get_device() != index or page_table.get_device() != index or kv_lens.get_device() != index
+            or node_indptr.get_device() != index or tree_mask.get_device() != index
+            or k_cache.is_cuda is not cuda or page_table.is_cuda is not cuda or kv_lens.is_cuda is not cuda
+            or node_indptr.is_cuda is not cuda or tree_mask.is_cuda is not cuda
+            or (v_cache is not None and (v_cache.get_device() != index or v_cache.is_cuda is not cuda))):
+        return None
+    return code, n, hq, d, hkv, page, w, b, m, ks[0], max_kv_len, sm_scale, index
+
+
+def _key(p):
+    """The launch key of a checked plan (the same tuple _fast_key computes)."""
+    index = p.device.index if p.device.type == "cuda" else -1
+    return (p.dtype, p.total_nodes, p.num_q_heads, p.head_dim_qk, p.num_kv_heads, p.page_size, p.max_tree_nodes,
+            p.batch_size, p.max_pages_per_req, p.num_pages, p.max_kv_len, p.sm_scale, index)
 
 
 def _checked_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
@@ -191,28 +194,76 @@ def workspace_size(p):
     return n
 
 
+# Launch key -> _Launch: everything a launch needs besides the tensors' addresses and the stream. The key
+# holds every size the argument struct carries, the dtype, sm_scale and the device, so an entry is never
+# used for arguments that would fill the struct differently. Bounded: cleared when full (a caller that
+# varies max_kv_len on every call still plans from scratch, as without the cache).
+_LAUNCH_CACHE_SIZE = 256
+_launches = {}
+
+
+class _Launch:
+    __slots__ = ("args", "out_shape", "out_stride", "lse_shape", "lse_stride", "nbytes", "device", "index")
+
+    def __init__(self, p, nbytes):
+        n, hq, dv = p.total_nodes, p.num_q_heads, p.head_dim_v
+        self.out_shape, self.out_stride = (n, hq, dv), (hq * dv, dv, 1)
+        self.lse_shape, self.lse_stride = (n, hq), (hq, 1)
+        self.nbytes, self.device, self.index = nbytes, p.device, _key(p)[-1]
+        # The struct's sizes once; each call copies it and fills in the addresses and the stream.
+        self.args = bytes(_lib.VerifyArgs(_spec(p), p.batch_size, p.total_nodes, p.max_kv_len, p.num_pages,
+                                          max_pages_per_req=p.max_pages_per_req, sm_scale=p.sm_scale,
+                                          workspace_size=nbytes))
+
+
+def _launch_for(p):
+    key = _key(p)
+    entry = _launches.get(key)
+    if entry is None:
+        with _launch.device_guard(p.device.index):  # creating the device's runtime binds its context
+            nbytes = workspace_size(p)
+        entry = _Launch(p, nbytes)
+        if len(_launches) >= _LAUNCH_CACHE_SIZE:
+            _launches.clear()
+        _launches[key] = entry
+    return entry
+
+
+_VerifyArgs = _lib.VerifyArgs
+_empty_strided = torch.empty_strided
+_F32 = torch.float32
+
+
 def _run(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale, max_kv_len,
          return_lse, lse_placeholder=True):
     """Checks, allocates and launches; returns (out, lse). Without return_lse, lse is an empty [0] tensor
     (the operator must return one) or, for the plain function (lse_placeholder=False), None."""
-    p = plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale, max_kv_len)
-    device, index = p.device, p.device.index
-    out = torch.empty((p.total_nodes, p.num_q_heads, p.head_dim_v), dtype=q.dtype, device=device)
+    key = _fast_key(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
+                    max_kv_len)
+    e = _launches.get(key)
+    if e is None:  # first call with these sizes, or arguments the quick test leaves to the full checks
+        e = _launch_for(plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes,
+                             sm_scale, max_kv_len))
+    device, index = e.device, e.index
+    out = _empty_strided(e.out_shape, e.out_stride, dtype=q.dtype, device=device)
     if return_lse:
-        lse = torch.empty((p.total_nodes, p.num_q_heads), dtype=torch.float32, device=device)
+        lse = _empty_strided(e.lse_shape, e.lse_stride, dtype=_F32, device=device)
     else:
-        lse = torch.empty((0,), dtype=torch.float32, device=device) if lse_placeholder else None
-    with _launch.device_guard(index):
-        stream = _launch.current_stream(index)
-        nbytes = workspace_size(p)
-        ws = _launch.workspace(device, stream, nbytes)
-        a = _lib.VerifyArgs(_spec(p), p.batch_size, p.total_nodes, p.max_kv_len, p.num_pages, q.data_ptr(),
-                            node_indptr.data_ptr(), k_cache.data_ptr(),
-                            None if v_cache is None else v_cache.data_ptr(), page_table.data_ptr(),
-                            p.max_pages_per_req, kv_lens.data_ptr(), tree_mask.data_ptr(), p.sm_scale,
-                            out.data_ptr(), lse.data_ptr() if return_lse else None,
-                            None if ws is None else ws.data_ptr(), nbytes, None, stream, 0)
-        _lib.check(_lib.api.verify_attention(_launch.runtime(index), ctypes.byref(a)), "kdtree_verify_attention")
+        lse = torch.empty((0,), dtype=_F32, device=device) if lse_placeholder else None
+    stream = _launch.current_stream(index)
+    a = _VerifyArgs.from_buffer_copy(e.args)
+    a.q, a.node_indptr, a.k_cache = q.data_ptr(), node_indptr.data_ptr(), k_cache.data_ptr()
+    if v_cache is not None:
+        a.v_cache = v_cache.data_ptr()
+    a.page_table, a.kv_lens, a.tree_mask = page_table.data_ptr(), kv_lens.data_ptr(), tree_mask.data_ptr()
+    a.out, a.stream = out.data_ptr(), stream
+    if return_lse:
+        a.lse = lse.data_ptr()
+    if e.nbytes:
+        a.workspace = _launch.workspace(device, stream, e.nbytes).data_ptr()
+    status = _launch.call(_lib.api.verify_attention, index, a)
+    if status:
+        _lib.check(status, "kdtree_verify_attention")
     return out, lse
 
 
@@ -250,10 +301,10 @@ def verify_attention(q, k_cache, page_table, kv_lens, node_indptr, tree_mask, *,
     Returns out [total_nodes, Hq, Dv] in q's dtype, and with return_lse=True also lse [total_nodes, Hq]
     float32 (natural log). Runs on torch's current stream of q's device; never synchronises.
     """
-    args = (q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
-            max_kv_len, return_lse)
-    if use_eager_path(q):
-        out, lse = _run(*args, lse_placeholder=False)
+    if type(q) is _T and not _is_compiling() and not _dispatch_stack_len():  # see _dispatch.py
+        out, lse = _run(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
+                        max_kv_len, return_lse, False)
     else:
-        out, lse = torch.ops.kdtree.verify_attention(*args)
+        out, lse = torch.ops.kdtree.verify_attention(q, k_cache, v_cache, page_table, kv_lens, node_indptr,
+                                                     tree_mask, max_tree_nodes, sm_scale, max_kv_len, return_lse)
     return (out, lse) if return_lse else out
