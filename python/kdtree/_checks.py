@@ -5,6 +5,8 @@ under torch.compile and never synchronise with the GPU. Every message names the 
 expected.
 """
 
+import operator
+
 import torch
 
 PAGE_SIZES = (1, 16, 32, 64, 128)
@@ -23,6 +25,14 @@ def _dtype_name(dt):
 # take CPU tensors for CUDA ones, so the launch path, fast checks included, runs with the C library and
 # torch's CUDA queries stubbed. Never set in use: the C library would get host pointers.
 ACCEPT_CPU = False
+
+
+
+def accept_cpu(*tensors):
+    """The quick tests' device test when the first tensor is not on CUDA: all (but None) on the CPU and
+    ACCEPT_CPU set."""
+    return ACCEPT_CPU and all(t is None or t.device.type == "cpu" for t in tensors)
+
 
 _Tensor = torch.Tensor
 _DEVICES = {}  # CUDA index -> torch.device, so the hot path does not build device objects
@@ -92,6 +102,16 @@ def one_of(name, value, allowed, what):
     if value not in allowed:
         raise ValueError(f"{name}: {value} is not a {what} kdtree generates (supported: "
                          f"{', '.join(str(a) for a in allowed)})")
+
+
+def integer(name, value):
+    """value as an int (Python or NumPy integers; not bool, float or tensors)."""
+    if isinstance(value, bool) or isinstance(value, torch.Tensor):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}") from None
 
 
 def int32_range(name, value, lo=0):

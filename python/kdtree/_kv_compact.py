@@ -18,6 +18,7 @@ import torch
 from . import _checks as C
 from . import _launch, _lib
 from ._dispatch import _dispatch_stack_len, _is_compiling
+from ._plan_cache import PlanCache
 
 _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}
 
@@ -32,10 +33,10 @@ def _same_layers(caches):
     first = caches[0]
     if type(first) is not _T:
         return False
-    shape, dtype, device = first.shape, first.dtype, first.get_device()
+    shape, dtype, device, cuda = first.shape, first.dtype, first.get_device(), first.is_cuda
     for t in caches:
         if (type(t) is not _T or t.shape != shape or t.dtype != dtype or t.get_device() != device
-                or not t.is_contiguous()):
+                or t.is_cuda is not cuda or not t.is_contiguous()):
             return False
     return True
 
@@ -209,7 +210,8 @@ def _fast_plan(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_pa
             or type(accepted_path) is not _T or type(accept_lens) is not _T or not k_caches):
         return None
     cuda = page_table.is_cuda
-    if not cuda and not (C.ACCEPT_CPU and page_table.device.type == "cpu"):
+    if not cuda and not C.accept_cpu(page_table, kv_lens, node_counts, accepted_path, accept_lens, *k_caches,
+                                     *(v_caches or ())):
         return None
     index = page_table.get_device()
     k = _fast_geometry(k_caches, stacked, cuda, index)
@@ -240,21 +242,35 @@ def _fast_plan(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_pa
     return layers, shape[0], shape[1], row_k, row_v, _DTYPES[dtype], b, m, aps[1], index
 
 
+_cache = PlanCache()  # (scalars, tensors) -> what plan() returns, with the device index for the device
+
+
 def _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked):
-    f = _fast_plan(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
-    if f is None:  # plan() raises what is wrong, or takes what the quick test leaves to it
-        f = plan(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
-        device = f[-1]
-        f = f[:-1] + (device.index if device.type == "cuda" else -1,)
+    if type(k_caches) is list and (v_caches is None or type(v_caches) is list):
+        tensors = (page_table, kv_lens, node_counts, accepted_path, accept_lens, *k_caches, *(v_caches or ()))
+        scalars = (stacked, len(k_caches), None if v_caches is None else len(v_caches))
+        f = _cache.find(scalars, tensors)
+    else:
+        f = tensors = None
+    if f is None:  # not seen lately: the quick test, else the full checks (which name what is wrong)
+        f = _fast_plan(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
+        if f is None:
+            f = plan(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
+            device = f[-1]
+            f = f[:-1] + (device.index if device.type == "cuda" else -1,)
+        if tensors is not None:
+            _cache.add(scalars, tensors, f)
     (num_layers, num_pages, page_size, row_k, row_v, dtype, batch, max_pages, w, index) = f
     if batch == 0:
         return
+    if _launch._get_device() != index:
+        with torch.cuda.device(index):  # kdtree runs with the current device
+            return _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
     stream = _launch.current_stream(index)
     k_table = _pointer_table("k_caches", k_caches, stacked, index, stream)
-    v_table = None if v_caches is None else _pointer_table("v_caches", v_caches, stacked, index, stream)
     a = _Args(num_layers, batch, w, page_size, num_pages, row_k, row_v, dtype, k_table)
-    if v_table is not None:
-        a.v_caches = v_table
+    if v_caches is not None:
+        a.v_caches = _pointer_table("v_caches", v_caches, stacked, index, stream)
     a.page_table, a.max_pages_per_req = page_table.data_ptr(), max_pages
     a.kv_lens, a.node_counts = kv_lens.data_ptr(), node_counts.data_ptr()
     a.accepted_path, a.accept_lens = accepted_path.data_ptr(), accept_lens.data_ptr()

@@ -8,6 +8,7 @@ import torch
 from . import _checks as C
 from . import _launch, _lib
 from ._dispatch import _dispatch_stack_len, _is_compiling
+from ._plan_cache import PlanCache
 
 _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float32: _lib.DTYPE_F32}
 _U64 = 2**64
@@ -37,7 +38,6 @@ def plan(logits, temperature, row_offsets, require_cuda=True):
 _T = torch.Tensor
 _BF16, _F32, _I32, _I64 = torch.bfloat16, torch.float32, torch.int32, torch.int64
 _Args = _lib.SampleArgs
-_empty_strided = torch.empty_strided
 _ONE = (1,)
 
 
@@ -56,7 +56,7 @@ def _fast_plan(logits, temperature, row_offsets):
             or not -math.inf < temperature < math.inf):
         return None
     cuda = logits.is_cuda
-    if not cuda and not (C.ACCEPT_CPU and logits.device.type == "cpu"):
+    if not cuda and not C.accept_cpu(logits, row_offsets if type(row_offsets) is _T else None):
         return None
     index = logits.get_device()
     if row_offsets is not None and (type(row_offsets) is not _T or row_offsets.dtype is not _I64
@@ -66,15 +66,30 @@ def _fast_plan(logits, temperature, row_offsets):
     return rows, vocab, st[0] if rows > 1 else vocab, _lib.DTYPE_BF16 if dtype is _BF16 else _lib.DTYPE_F32, index
 
 
+_cache = PlanCache()  # (scalars, tensors) -> (rows, vocab, row stride, dtype code, device index, allocator)
+
+
 def _run(logits, temperature, seed, row_offsets):
     """temperature: a float; seed: an int in [-2**63, 2**63) (the operator's int64)."""
-    f = _fast_plan(logits, temperature, row_offsets)
-    if f is None:
-        rows, vocab, device = plan(logits, temperature, row_offsets)
-        f = (rows, vocab, logits.stride(0) if rows > 1 else vocab, _DTYPES[logits.dtype],
-             device.index if device.type == "cuda" else -1)
-    rows, vocab, row_stride, code, index = f
-    out = _empty_strided((rows,), _ONE, dtype=_I32, device=logits.device)
+    if row_offsets is None:
+        tensors, scalars = (logits,), 1
+    else:
+        tensors, scalars = (logits, row_offsets), 2
+    f = _cache.find(scalars, tensors)
+    if f is None or not -math.inf < temperature < math.inf:  # not seen lately, or a temperature to reject:
+        # the quick test, else the full checks (which name what is wrong)
+        f = _fast_plan(logits, temperature, row_offsets)
+        if f is None:
+            rows, vocab, device = plan(logits, temperature, row_offsets)
+            f = (rows, vocab, logits.stride(0) if rows > 1 else vocab, _DTYPES[logits.dtype],
+                 device.index if device.type == "cuda" else -1)
+        f += (_launch.empty_fn(f[4]),)
+        _cache.add(scalars, tensors, f)
+    rows, vocab, row_stride, code, index, empty = f
+    if _launch._get_device() != index:
+        with torch.cuda.device(index):  # the output is allocated on, and kdtree runs with, the current device
+            return _run(logits, temperature, seed, row_offsets)
+    out = empty((rows,), _ONE, _I32)
     if rows == 0:
         return out
     a = _Args()

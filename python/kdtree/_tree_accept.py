@@ -7,6 +7,7 @@ import torch
 from . import _checks as C
 from . import _launch, _lib
 from ._dispatch import _dispatch_stack_len, _is_compiling
+from ._plan_cache import PlanCache
 
 
 def plan(tokens, parents, node_counts, target_tokens, node_indptr, require_cuda=True):
@@ -47,7 +48,7 @@ _T = torch.Tensor
 _I32 = torch.int32
 _WIDTH_SET = frozenset(C.TREE_WIDTHS)
 _Args = _lib.TreeAcceptArgs
-_empty_like = torch.empty_like
+_ONE = (1,)
 
 
 def _fast_plan(tokens, parents, node_counts, target_tokens, node_indptr):
@@ -75,7 +76,7 @@ def _fast_plan(tokens, parents, node_counts, target_tokens, node_indptr):
             return None
         total = tt[0]
     cuda = tokens.is_cuda
-    if not cuda and not (C.ACCEPT_CPU and tokens.device.type == "cpu"):
+    if not cuda and not C.accept_cpu(tokens, parents, node_counts, target_tokens, node_indptr):
         return None
     index = tokens.get_device()
     if (parents.get_device() != index or node_counts.get_device() != index or target_tokens.get_device() != index
@@ -85,20 +86,28 @@ def _fast_plan(tokens, parents, node_counts, target_tokens, node_indptr):
     return b, w, total, index
 
 
+_cache = PlanCache()  # (scalars, tensors) -> (batch, W, total_nodes, device index, allocator)
+
+
 def _run(tokens, parents, node_counts, target_tokens, node_indptr):
-    f = _fast_plan(tokens, parents, node_counts, target_tokens, node_indptr)
-    if f is None:  # plan() raises what is wrong; arguments it accepts but the quick test does not (e.g.
-        # tensor subclasses) take the general path
-        batch, w, device = plan(tokens, parents, node_counts, target_tokens, node_indptr)
-        index = device.index if device.type == "cuda" else -1
-        total = 0 if node_indptr is None else target_tokens.shape[0]
-        path = torch.empty((batch, w), dtype=_I32, device=device)
-        lens = torch.empty((batch,), dtype=_I32, device=device)
-        bonus = torch.empty((batch,), dtype=_I32, device=device)
+    if node_indptr is None:
+        tensors, scalars = (tokens, parents, node_counts, target_tokens), 4
     else:
-        batch, w, total, index = f
-        # tokens and node_counts are contiguous int32 of the outputs' shapes, on their device
-        path, lens, bonus = _empty_like(tokens), _empty_like(node_counts), _empty_like(node_counts)
+        tensors, scalars = (tokens, parents, node_counts, target_tokens, node_indptr), 5
+    f = _cache.find(scalars, tensors)
+    if f is None:  # not seen lately: the quick test, else the full checks (which name what is wrong)
+        f = _fast_plan(tokens, parents, node_counts, target_tokens, node_indptr)
+        if f is None:
+            batch, w, device = plan(tokens, parents, node_counts, target_tokens, node_indptr)
+            f = (batch, w, 0 if node_indptr is None else target_tokens.shape[0],
+                 device.index if device.type == "cuda" else -1)
+        f += (_launch.empty_fn(f[3]),)
+        _cache.add(scalars, tensors, f)
+    batch, w, total, index, empty = f
+    if _launch._get_device() != index:
+        with torch.cuda.device(index):  # outputs are allocated on, and kdtree runs with, the current device
+            return _run(tokens, parents, node_counts, target_tokens, node_indptr)
+    path, lens, bonus = empty((batch, w), (w, 1), _I32), empty((batch,), _ONE, _I32), empty((batch,), _ONE, _I32)
     if batch == 0:
         return path, lens, bonus
     a = _Args()

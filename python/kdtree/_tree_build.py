@@ -7,6 +7,7 @@ import torch
 from . import _checks as C
 from . import _launch, _lib
 from ._dispatch import _dispatch_stack_len, _is_compiling
+from ._plan_cache import PlanCache
 
 
 class TreeBuildResult(NamedTuple):
@@ -36,6 +37,8 @@ def plan(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, max_tre
     C.tensor("prefix_lens", prefix_lens, dtypes=(torch.int32,), ndim=1)
     C.shape("prefix_lens", prefix_lens, (batch,))
     C.contiguous("prefix_lens", prefix_lens)
+    max_tree_nodes = C.integer("max_tree_nodes", max_tree_nodes)
+    budget = C.integer("budget", budget)
     C.one_of("max_tree_nodes", max_tree_nodes, C.TREE_WIDTHS, "tree width")
     if not 1 <= depth <= 16:
         raise ValueError(f"draft_tokens: depth D = shape[1] = {depth} is outside [1, 16]")
@@ -61,7 +64,6 @@ _T = torch.Tensor
 _I32, _I64, _F32 = torch.int32, torch.int64, torch.float32
 _WIDTH_SET = frozenset(C.TREE_WIDTHS)
 _Args = _lib.TreeBuildArgs
-_empty_strided = torch.empty_strided
 
 
 def _fast_plan(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, w):
@@ -81,7 +83,7 @@ def _fast_plan(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, w
             or not root_tokens.is_contiguous() or not prefix_lens.is_contiguous()):
         return None
     cuda = draft_tokens.is_cuda
-    if not cuda and not (C.ACCEPT_CPU and draft_tokens.device.type == "cpu"):
+    if not cuda and not C.accept_cpu(draft_tokens, draft_logprobs, root_tokens, prefix_lens):
         return None
     index = draft_tokens.get_device()
     if (draft_logprobs.get_device() != index or root_tokens.get_device() != index
@@ -91,27 +93,33 @@ def _fast_plan(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, w
     return b, depth, top_k, index
 
 
+_cache = PlanCache()  # (scalars, tensors) -> (batch, depth, top_k, device index, allocator)
+
+
 def _run(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, max_tree_nodes):
     """Checks, allocates and launches; returns the TreeBuildResult."""
-    f = _fast_plan(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, max_tree_nodes)
-    if f is None:
-        batch, depth, top_k, device = plan(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget,
-                                           max_tree_nodes)
-        index = device.index if device.type == "cuda" else -1
-    else:
-        batch, depth, top_k, index = f
-        device = draft_tokens.device
+    tensors = (draft_tokens, draft_logprobs, root_tokens, prefix_lens)
+    scalars = (budget, type(budget), max_tree_nodes, type(max_tree_nodes))
+    f = _cache.find(scalars, tensors)
+    if f is None:  # not seen lately: the quick test, else the full checks (which name what is wrong)
+        f = _fast_plan(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, max_tree_nodes)
+        if f is None:
+            batch, depth, top_k, device = plan(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget,
+                                               max_tree_nodes)
+            f = (batch, depth, top_k, device.index if device.type == "cuda" else -1)
+        f += (_launch.empty_fn(f[3]),)
+        _cache.add(scalars, tensors, f)
+    batch, depth, top_k, index, empty = f
+    if _launch._get_device() != index:
+        with torch.cuda.device(index):  # outputs are allocated on, and kdtree runs with, the current device
+            return _run(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, max_tree_nodes)
     w = max_tree_nodes
-    shape, stride, dev = (batch, w), (w, 1), device
-    r = TreeBuildResult(_empty_strided(shape, stride, dtype=_I32, device=dev),
-                        _empty_strided(shape, stride, dtype=_I32, device=dev),
-                        _empty_strided(shape, stride, dtype=_I32, device=dev),
-                        _empty_strided(shape, stride, dtype=_I32, device=dev),
-                        torch.empty((batch, w, C.mask_words(w)), dtype=_I64, device=dev),
-                        _empty_strided(shape, stride, dtype=_I32, device=dev),
-                        _empty_strided(shape, stride, dtype=_I32, device=dev),
-                        _empty_strided((batch,), (1,), dtype=_I32, device=dev),
-                        _empty_strided(shape, stride, dtype=_F32, device=dev))
+    shape, stride = (batch, w), (w, 1)
+    words = C.mask_words(w)
+    r = TreeBuildResult(empty(shape, stride, _I32), empty(shape, stride, _I32), empty(shape, stride, _I32),
+                        empty(shape, stride, _I32), empty((batch, w, words), (w * words, words, 1), _I64),
+                        empty(shape, stride, _I32), empty(shape, stride, _I32), empty((batch,), (1,), _I32),
+                        empty(shape, stride, _F32))
     if batch == 0:
         return r
     a = _Args(batch, depth, top_k, budget, w)

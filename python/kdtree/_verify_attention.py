@@ -10,6 +10,7 @@ import torch
 from . import _checks as C
 from . import _launch, _lib
 from ._dispatch import _dispatch_stack_len, _is_compiling
+from ._plan_cache import PlanCache
 
 _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}
 _DTYPE_KEYS = tuple(_DTYPES)
@@ -81,7 +82,7 @@ def _fast_key(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, 
         return None
     # One CUDA device (or, for the CPU tests and benchmark only, all CPU).
     cuda = q.is_cuda
-    if not cuda and not (C.ACCEPT_CPU and q.device.type == "cpu"):
+    if not cuda and not C.accept_cpu(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask):
         return None
     index = q.get_device()
     if (k_cache.get_device() != index or page_table.get_device() != index or kv_lens.get_device() != index
@@ -135,6 +136,7 @@ def _checked_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_ma
             raise ValueError(f"q: {num_q_heads} query heads is not a multiple of k_cache's {num_kv_heads} KV heads")
     num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
     C.one_of("k_cache.shape[1] (page size)", page_size, C.PAGE_SIZES, "page size")
+    max_tree_nodes = C.integer("max_tree_nodes", max_tree_nodes)
     C.one_of("max_tree_nodes", max_tree_nodes, C.TREE_WIDTHS, "tree width")
     C.tensor("page_table", page_table, dtypes=_I32, ndim=2)
     C.contiguous("page_table", page_table)
@@ -156,6 +158,7 @@ def _checked_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_ma
                          f"1..max_tree_nodes = {max_tree_nodes} nodes")
     if max_kv_len is None:
         max_kv_len = max_pages_per_req * page_size
+    max_kv_len = C.integer("max_kv_len", max_kv_len)
     C.int32_range("max_kv_len", max_kv_len)
     if max_kv_len > max_pages_per_req * page_size:
         raise ValueError(f"max_kv_len: {max_kv_len} exceeds page_table's capacity of {max_pages_per_req} pages "
@@ -203,17 +206,23 @@ _launches = {}
 
 
 class _Launch:
-    __slots__ = ("args", "out_shape", "out_stride", "lse_shape", "lse_stride", "nbytes", "device", "index")
+    __slots__ = ("args", "dtype", "out_shape", "out_stride", "lse_shape", "lse_stride", "nbytes", "device", "index",
+                 "empty")
 
     def __init__(self, p, nbytes):
         n, hq, dv = p.total_nodes, p.num_q_heads, p.head_dim_v
+        self.dtype = _TORCH_DTYPES[p.dtype]
         self.out_shape, self.out_stride = (n, hq, dv), (hq * dv, dv, 1)
         self.lse_shape, self.lse_stride = (n, hq), (hq, 1)
         self.nbytes, self.device, self.index = nbytes, p.device, _key(p)[-1]
+        self.empty = _launch.empty_fn(self.index)
         # The struct's sizes once; each call copies it and fills in the addresses and the stream.
         self.args = bytes(_lib.VerifyArgs(_spec(p), p.batch_size, p.total_nodes, p.max_kv_len, p.num_pages,
                                           max_pages_per_req=p.max_pages_per_req, sm_scale=p.sm_scale,
                                           workspace_size=nbytes))
+
+
+_TORCH_DTYPES = {code: dt for dt, code in _DTYPES.items()}
 
 
 def _launch_for(p):
@@ -229,8 +238,8 @@ def _launch_for(p):
     return entry
 
 
+_cache = PlanCache()  # (scalars, tensors) -> _Launch
 _VerifyArgs = _lib.VerifyArgs
-_empty_strided = torch.empty_strided
 _F32 = torch.float32
 
 
@@ -238,29 +247,40 @@ def _run(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_t
          return_lse, lse_placeholder=True):
     """Checks, allocates and launches; returns (out, lse). Without return_lse, lse is an empty [0] tensor
     (the operator must return one) or, for the plain function (lse_placeholder=False), None."""
-    key = _fast_key(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
-                    max_kv_len)
-    e = _launches.get(key)
-    if e is None:  # first call with these sizes, or arguments the quick test leaves to the full checks
-        e = _launch_for(plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes,
-                             sm_scale, max_kv_len))
-    device, index = e.device, e.index
-    out = _empty_strided(e.out_shape, e.out_stride, dtype=q.dtype, device=device)
-    if return_lse:
-        lse = _empty_strided(e.lse_shape, e.lse_stride, dtype=_F32, device=device)
+    if v_cache is None:
+        tensors = (q, k_cache, page_table, kv_lens, node_indptr, tree_mask)
     else:
-        lse = torch.empty((0,), dtype=_F32, device=device) if lse_placeholder else None
-    stream = _launch.current_stream(index)
+        tensors = (q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask)
+    scalars = (max_tree_nodes, type(max_tree_nodes), sm_scale, max_kv_len, type(max_kv_len), len(tensors))
+    e = _cache.find(scalars, tensors)
+    if e is None:  # not seen lately: the quick test, else the full checks (which name what is wrong)
+        e = _launches.get(_fast_key(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask,
+                                    max_tree_nodes, sm_scale, max_kv_len))
+        if e is None:
+            e = _launch_for(plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes,
+                                 sm_scale, max_kv_len))
+        _cache.add(scalars, tensors, e)
+    index = e.index
+    if _launch._get_device() != index:
+        with torch.cuda.device(index):  # outputs are allocated on, and kdtree runs with, the current device
+            return _run(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
+                        max_kv_len, return_lse, lse_placeholder)
+    empty = e.empty
+    out = empty(e.out_shape, e.out_stride, e.dtype)
     a = _VerifyArgs.from_buffer_copy(e.args)
+    if return_lse:
+        lse = empty(e.lse_shape, e.lse_stride, _F32)
+        a.lse = lse.data_ptr()
+    else:
+        lse = empty((0,), (1,), _F32) if lse_placeholder else None
+    stream = _launch.current_stream(index)
     a.q, a.node_indptr, a.k_cache = q.data_ptr(), node_indptr.data_ptr(), k_cache.data_ptr()
     if v_cache is not None:
         a.v_cache = v_cache.data_ptr()
     a.page_table, a.kv_lens, a.tree_mask = page_table.data_ptr(), kv_lens.data_ptr(), tree_mask.data_ptr()
     a.out, a.stream = out.data_ptr(), stream
-    if return_lse:
-        a.lse = lse.data_ptr()
     if e.nbytes:
-        a.workspace = _launch.workspace(device, stream, e.nbytes).data_ptr()
+        a.workspace = _launch.workspace(e.device, stream, e.nbytes).data_ptr()
     status = _launch.call(_lib.api.verify_attention, index, a)
     if status:
         _lib.check(status, "kdtree_verify_attention")

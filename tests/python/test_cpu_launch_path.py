@@ -10,7 +10,10 @@ import torch
 
 import kdtree
 import shapes
-from kdtree import _checks, _kv_compact, _launch, _lib
+from kdtree import (_checks, _kv_compact, _launch, _lib, _plan_cache, _sample_tokens, _tree_accept, _tree_build,
+                    _verify_attention)
+
+OPS = (_verify_attention, _tree_build, _tree_accept, _sample_tokens, _kv_compact)
 
 STREAM = 0x5151
 RUNTIME = 0x1234
@@ -49,7 +52,8 @@ class NoEvent:
 def recorder(monkeypatch):
     rec = Recorder()
     monkeypatch.setattr(_lib, "api", rec)
-    monkeypatch.setattr(_checks, "same_device", lambda named: torch.device("cpu"))
+    monkeypatch.setattr(_checks, "ACCEPT_CPU", True)  # CPU tensors stand for the device's
+    monkeypatch.setattr(_launch, "_get_device", lambda: -1)  # the CPU tensors' get_device(): already current
     monkeypatch.setattr(_launch, "runtime", lambda index: RUNTIME)
     monkeypatch.setattr(_launch, "current_stream", lambda index: STREAM)
     monkeypatch.setattr(_launch, "device_guard", lambda index: contextlib.nullcontext())
@@ -57,6 +61,9 @@ def recorder(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
     monkeypatch.setattr(_launch, "_workspaces", {})
     monkeypatch.setattr(_kv_compact, "_tables", {})
+    monkeypatch.setattr(_verify_attention, "_launches", {})
+    for op in OPS:
+        monkeypatch.setattr(op, "_cache", _plan_cache.PlanCache())
     monkeypatch.setattr(torch.cuda, "Event", NoEvent)
     return rec
 
