@@ -15,6 +15,7 @@ CUDA queries (stream, current device, capture) by constants. "ctypes" is then th
 function - ctypes is what the package adds in Python (checks, allocation, struct filling).
 
 usage: python bench/python_overhead.py [--cpp build/bench_host_overhead] [--batches 50] [--json FILE] [--cpu-stub]
+                                      [--primitives]
 """
 
 import argparse
@@ -177,10 +178,31 @@ def cases(dev="cuda"):
     return out
 
 
+def primitives(dev, batches, sync):
+    """Host us of the torch calls the launch path makes (to attribute what is left of the overhead)."""
+    from kdtree import _plan_cache
+    t = torch.zeros(16, 16, 576, dtype=torch.bfloat16, device=dev)
+    six = (t, t, t, t, t, t)
+    out = {
+        "torch.empty_strided": lambda: torch.empty_strided((16, 16, 512), (8192, 512, 1), dtype=torch.bfloat16, device=dev),
+        "package allocator": lambda: _launch.empty_fn(0 if dev == "cuda" else -1)((16, 16, 512), (8192, 512, 1), torch.bfloat16),
+        "plan-cache find (6 tensors)": None,
+        "current device": _launch._get_device,
+        "current raw stream": lambda: _launch.current_stream(0),
+        "capturing": _launch.capturing,
+        "data_ptr": t.data_ptr,
+    }
+    cache = _plan_cache.PlanCache()
+    cache.add(1, six, "plan")
+    out["plan-cache find (6 tensors)"] = lambda: cache.find(1, six)
+    return {name: host_us(fn, batches, sync) for name, fn in out.items()}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpp", help="bench_host_overhead binary (the C ABI from C++)")
     ap.add_argument("--batches", type=int, default=50)
+    ap.add_argument("--primitives", action="store_true", help="also time the torch calls the launch path makes")
     ap.add_argument("--cpu-stub", action="store_true", help="time the Python part on CPU, the C calls stubbed")
     ap.add_argument("--json", default=os.path.join(os.environ["OUT"], "python_overhead.json") if os.environ.get("OUT") else None)
     args = ap.parse_args()
@@ -218,6 +240,11 @@ def main():
             return f"{r[key]:10.2f}" if key in r else f"{'-':>10}"
         print(f"{r['op']:<18}{f('function_us')}{f('operator_us')}{f('ctypes_us')}{f('c_abi_us')}"
               f"{f('function_overhead_us')}{f('operator_overhead_us')}{f('python_us')}")
+    if args.primitives:
+        prims = primitives(dev, args.batches, sync)
+        for name, us in prims.items():
+            print(f"  {name:<30}{us:8.2f} us")
+        rows.append({"primitives_us": prims})
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)
