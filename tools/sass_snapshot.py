@@ -26,7 +26,10 @@ import subprocess
 import sys
 import tempfile
 
-HEADER = 4 + 4 + 8 + 32 + 32
+# Entry format 2 (cache/disk_cache.cpp): magic "KDTC", format u32, payload size u64,
+# version-tag size u32, checksum[32], key hash[32], then the tag, then the payload.
+HEADER = 4 + 4 + 8 + 4 + 32 + 32
+FORMAT = 2
 
 
 def find_nvdisasm():
@@ -47,8 +50,12 @@ def read_entry(path):
     data = open(path, "rb").read()
     if len(data) < HEADER or data[:4] != b"KDTC":
         raise ValueError(f"{path}: not a kdtree cache entry")
+    (fmt,) = struct.unpack_from("<I", data, 4)
+    if fmt != FORMAT:
+        raise ValueError(f"{path}: entry format {fmt}, this reader knows {FORMAT}")
     (size,) = struct.unpack_from("<Q", data, 8)
-    payload = data[HEADER:]
+    (tag_size,) = struct.unpack_from("<I", data, 16)
+    payload = data[HEADER + tag_size:]
     if len(payload) != size or payload[:4] != b"KDMD":
         raise ValueError(f"{path}: malformed payload")
     (log_bytes,) = struct.unpack_from("<I", payload, 4)
