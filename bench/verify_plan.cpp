@@ -36,6 +36,11 @@ namespace {
 
 long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
+// The name a kernel's cubin and JSON line carry: its file stem, arch and tiles.
+std::string kernel_name(const std::string& stem, const std::string& arch, const kdtree::codegen::VerifyTiles& t) {
+  return fmt::format("{}-{}-{}_{}_{}_{}_{}", stem, arch, t.block_m, t.block_n, t.warps, t.stages, t.warp_rows);
+}
+
 void write_module(const kdtree::CompiledModule& m, const std::string& dir, const std::string& kernel) {
   std::ofstream(dir + "/" + kernel + ".cubin", std::ios::binary)
       .write(m.cubin.data(), static_cast<std::streamsize>(m.cubin.size()));
@@ -48,6 +53,7 @@ int run_grid(kdtree::Engine& rt, const std::string& cubin_dir, int jobs) {
   struct Item {
     kdtree::codegen::VerifySpec spec;
     kdtree::codegen::VerifyTiles tiles;
+    kdtree::codegen::KernelSource source;  // generated with `tiles`, so the cubin is the kernel named
     std::string kernel;
   };
   std::vector<Item> items;
@@ -62,10 +68,8 @@ int run_grid(kdtree::Engine& rt, const std::string& cubin_dir, int jobs) {
           it.spec.page_size = page;
           it.spec.dtype = dtype;
           it.tiles = kdtree::codegen::choose_verify_tiles(it.spec, arch);
-          const kdtree::codegen::VerifyTiles& t = it.tiles;
-          it.kernel =
-              fmt::format("{}-{}-{}_{}_{}_{}_{}", kdtree::codegen::generate_verify_attention(it.spec, arch).file_stem,
-                          arch.name(), t.block_m, t.block_n, t.warps, t.stages, t.warp_rows);
+          it.source = kdtree::codegen::generate_verify_attention(it.spec, arch, it.tiles);
+          it.kernel = kernel_name(it.source.file_stem, arch.name(), it.tiles);
           items.push_back(it);
         }
   if (!cubin_dir.empty()) {
@@ -74,8 +78,7 @@ int run_grid(kdtree::Engine& rt, const std::string& cubin_dir, int jobs) {
     auto worker = [&] {
       for (size_t i; (i = next++) < items.size();) {
         try {
-          write_module(*rt.compile(kdtree::codegen::generate_verify_attention(items[i].spec, arch)), cubin_dir,
-                       items[i].kernel);
+          write_module(*rt.compile(items[i].source), cubin_dir, items[i].kernel);
         } catch (const std::exception& e) {
           std::fprintf(stderr, "verify_plan: %s: %s\n", items[i].kernel.c_str(), e.what());
           failed = true;
@@ -155,15 +158,9 @@ int run(int argc, char** argv) {
     const kdtree::VerifyPlan plan =
         kdtree::plan_verify(source.launch, arch, spec, s.batch, total_nodes, kv_len, forced);
     const int group = s.q_heads / s.kv_heads;
-    // The grids runtime/verify_attention.cpp launches: x covers max_tree_nodes rows
-    // (CTAs past a request's rows exit at once); the combine is 128 threads.
-    const long long grid_x = ceil_div((long long)width * group, t.block_m);
+    // The CTAs along x that have rows (the rest of plan.grid_x exits at once).
     const long long active_x = ceil_div((long long)s.nodes * group, t.block_m);
-    const long long combine_rows = source.launch.combine_rows;
-    const long long combine_ctas = plan.num_splits > 1 ? ceil_div((long long)total_nodes * s.q_heads, combine_rows) : 0;
-    std::string kernel =
-        fmt::format("{}-{}-{}_{}_{}_{}_{}", source.file_stem, compiler ? compiler->arch().name() : arch.name(),
-                    t.block_m, t.block_n, t.warps, t.stages, t.warp_rows);
+    const std::string kernel = kernel_name(source.file_stem, compiler ? compiler->arch().name() : arch.name(), t);
     if (!cubin_dir.empty()) {
       write_module(*(compiler ? *compiler : *rt).compile(source), cubin_dir, kernel);
     }
@@ -171,12 +168,12 @@ int run(int argc, char** argv) {
         "{\"shape\":\"%s\",\"arch\":\"%s\",\"num_sms\":%d,\"max_smem_per_sm\":%d,\"batch\":%d,\"q_heads\":%d,"
         "\"kv_heads\":%d,\"nodes\":%d,\"kv_len\":%d,\"head_qk\":%d,\"head_v\":%d,\"page\":%d,\"width\":%d,"
         "\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,\"warp_rows\":%d,\"warps_n\":%d,\"smem\":%d,"
-        "\"splits\":%d,\"split_tokens\":%d,\"grid\":[%lld,%d,%d],\"active_x\":%lld,\"combine_ctas\":%lld,"
+        "\"splits\":%d,\"split_tokens\":%d,\"grid\":[%u,%u,%d],\"active_x\":%lld,\"combine_ctas\":%u,"
         "\"kernel\":\"%s\"}\n",
         s.name, arch.name().c_str(), arch.num_sms, arch.max_smem_per_sm, s.batch, s.q_heads, s.kv_heads, s.nodes,
         kv_len, s.head_qk, s.head_v, s.page, width, t.block_m, t.block_n, t.warps, t.stages, t.warp_rows, t.warps_n(),
-        source.launch.dynamic_smem, plan.num_splits, plan.split_tokens, grid_x, s.batch * s.kv_heads, plan.num_splits,
-        active_x, combine_ctas, kernel.c_str());
+        source.launch.dynamic_smem, plan.num_splits, plan.split_tokens, plan.grid_x, plan.grid_y, plan.num_splits, active_x,
+        plan.combine_ctas, kernel.c_str());
   }
   return 0;
 }

@@ -18,13 +18,17 @@ constexpr long long kMaxGridYZ = 65535;
 
 long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
-Module& verify_module(Engine& rt, const codegen::VerifySpec& spec) {
-  return rt.module(spec.fast_key(), [&] { return codegen::generate_verify_attention(spec, rt.arch()); });
+codegen::KernelSource generate(Engine& rt, const codegen::VerifySpec& spec) {
+  return codegen::generate_verify_attention(spec, rt.arch());
 }
 
-// The generated source's launch facts, without loading it (no device needed offline).
-codegen::LaunchFacts verify_launch(Engine& rt, const codegen::VerifySpec& spec) {
-  return rt.source(spec.fast_key(), [&] { return codegen::generate_verify_attention(spec, rt.arch()); })->launch;
+Module& verify_module(Engine& rt, const codegen::VerifySpec& spec) {
+  return rt.module(spec.fast_key(), [&] { return generate(rt, spec); });
+}
+
+// The generated source (and its launch facts), without loading it (no device needed offline).
+std::shared_ptr<const codegen::KernelSource> verify_source(Engine& rt, const codegen::VerifySpec& spec) {
+  return rt.source(spec.fast_key(), [&] { return generate(rt, spec); });
 }
 
 }  // namespace
@@ -88,6 +92,11 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   plan.num_splits = static_cast<int>(splits);
   plan.split_tokens = static_cast<int>(ceil_div(kv_tiles, splits) * launch.block_n);
   plan.workspace_bytes = verify_workspace_bytes(s, total_nodes, plan.num_splits);
+  plan.grid_x = static_cast<unsigned>(ceil_div((long long)s.max_tree_nodes * group, launch.block_m));
+  plan.grid_y = static_cast<unsigned>(batch_size * s.num_kv_heads);
+  if (plan.num_splits > 1) {
+    plan.combine_ctas = static_cast<unsigned>(ceil_div((long long)total_nodes * s.num_q_heads, launch.combine_rows));
+  }
   return plan;
 }
 
@@ -127,7 +136,7 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   const codegen::LaunchFacts& launch = module.launch();
   const VerifyPlan plan =
       plan_verify(launch, rt.arch(), a.spec, a.batch_size, a.total_nodes, a.max_kv_len, a.num_splits);
-  check_workspace(plan.workspace_bytes);
+  if (a.num_splits == 0) check_workspace(plan.workspace_bytes);  // a forced count was checked above
 
   kdtree_verify_params p{};
   p.q = a.q;
@@ -160,8 +169,8 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   CUstream stream = static_cast<CUstream>(a.stream);
 
   LaunchDims main;
-  main.grid_x = static_cast<unsigned>(ceil_div((long long)spec.max_tree_nodes * p.group, launch.block_m));
-  main.grid_y = static_cast<unsigned>(a.batch_size * a.spec.num_kv_heads);
+  main.grid_x = plan.grid_x;
+  main.grid_y = plan.grid_y;
   main.grid_z = static_cast<unsigned>(plan.num_splits);
   main.block_x = static_cast<unsigned>(launch.threads);
   main.dynamic_smem = static_cast<unsigned>(launch.dynamic_smem);
@@ -169,8 +178,7 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
             "launching kdtree_verify_attention");
   if (plan.num_splits > 1) {
     LaunchDims combine;
-    combine.grid_x =
-        static_cast<unsigned>(ceil_div((long long)a.total_nodes * a.spec.num_q_heads, launch.combine_rows));
+    combine.grid_x = plan.combine_ctas;
     combine.block_x = static_cast<unsigned>(launch.combine_threads);
     rt.launch(module.function("kdtree_verify_combine"), combine, args, stream, "launching kdtree_verify_combine");
   }
@@ -179,7 +187,8 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
 size_t verify_workspace_size(Engine& rt, const kdtree_verify_spec& s, int batch_size, int total_nodes, int max_kv_len) {
   const codegen::VerifySpec spec = codegen::validate_verify_spec(s);
   check_verify_sizes(s, spec.max_tree_nodes, batch_size, total_nodes, max_kv_len, 0);
-  return plan_verify(verify_launch(rt, spec), rt.arch(), s, batch_size, total_nodes, max_kv_len, 0).workspace_bytes;
+  return plan_verify(verify_source(rt, spec)->launch, rt.arch(), s, batch_size, total_nodes, max_kv_len, 0)
+      .workspace_bytes;
 }
 
 void warm_verify(Engine& rt, const kdtree_verify_spec& s) {
@@ -187,7 +196,7 @@ void warm_verify(Engine& rt, const kdtree_verify_spec& s) {
   if (rt.has_device()) {
     verify_module(rt, spec);
   } else {
-    rt.compile(*rt.source(spec.fast_key(), [&] { return codegen::generate_verify_attention(spec, rt.arch()); }));
+    rt.compile(*verify_source(rt, spec));
   }
 }
 

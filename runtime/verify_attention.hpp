@@ -13,6 +13,11 @@ struct VerifyPlan {
   int num_splits = 1;
   int split_tokens = 0;  // KV tokens per split (a multiple of the tile)
   size_t workspace_bytes = 0;
+  // The grids launched: the main kernel's x covers max_tree_nodes rows of a
+  // (request, KV head) (CTAs past a request's rows exit at once), y the requests x
+  // KV heads, z num_splits; the combine runs only with more than one split.
+  unsigned grid_x = 0, grid_y = 0;
+  unsigned combine_ctas = 0;
 };
 
 // The host-known sizes of a call (batch_size, total_nodes, max_kv_len, a forced
