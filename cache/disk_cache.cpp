@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/posix_io.hpp"
 
 namespace fs = std::filesystem;
 
@@ -49,8 +50,6 @@ constexpr const char* kTempMark = ".tmp.";
 constexpr std::size_t kMaxReadable = 150;
 // A temp file this old is abandoned even if its pid is now someone else's.
 constexpr auto kStaleTempAge = std::chrono::hours(1);
-
-std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -101,19 +100,6 @@ std::vector<char> make_prefix(const std::vector<char>& payload, const Digest& ke
   const Digest d = sum.finish();
   std::copy(d.begin(), d.end(), h.begin() + kChecksumAt);
   return h;
-}
-
-bool write_all(int fd, const char* p, std::size_t n) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= std::size_t(w);
-  }
-  return true;
 }
 
 // What is at a path that should hold a regular file, in words ("" = regular file).

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/posix_io.hpp"
 #include "codegen/render.hpp"
 
 namespace kdtree {
@@ -30,21 +31,12 @@ std::string write_failed_source(const codegen::KernelSource& source, const codeg
   std::string path = (dir / fmt::format("kdtree-failed-{}-{}-XXXXXX.cu", source.file_stem, arch.name())).string();
   const int fd = ::mkstemps(path.data(), 3);
   if (fd < 0) {
-    return fmt::format("(could not write the source to {}: {})", dir.string(),
-                       std::error_code(errno, std::generic_category()).message());
+    return fmt::format("(could not write the source to {}: {})", dir.string(), errno_text(errno));
   }
   const std::string text = codegen::flatten(source);
-  const char* p = text.data();
-  std::size_t left = text.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    p += n;
-    left -= std::size_t(n);
-  }
+  const bool written = write_all(fd, text.data(), text.size());
   const bool closed = ::close(fd) == 0;
-  if (left > 0 || !closed) {
+  if (!written || !closed) {
     ::unlink(path.c_str());
     return fmt::format("(could not write the source to {})", path);
   }

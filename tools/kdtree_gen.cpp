@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/posix_io.hpp"
 #include "cache/disk_cache.hpp"
 #include "codegen/arch.hpp"
 #include "codegen/grid.hpp"
@@ -57,8 +58,6 @@ struct UsageError : std::runtime_error {
 };
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
 
 constexpr const char* kNoCacheDir =
     "no cache directory: KDTREE_CACHE_DIR, XDG_CACHE_HOME and HOME are unset and the user has no home directory "
@@ -461,12 +460,12 @@ int run_info(const std::string& cache_dir, bool as_json) {
   std::error_code ec;
   const bool exists = !dir.empty() && fs::is_directory(dir, ec);
   Totals t;
-  std::uint64_t max_bytes = cache::DiskCache::max_bytes_from_env();
+  // What DiskCache(dir) itself reads.
+  const std::uint64_t max_bytes = cache::DiskCache::max_bytes_from_env();
   const std::chrono::milliseconds lock_timeout = cache::DiskCache::lock_timeout_from_env();
   if (exists) {
     cache::DiskCache cache(dir);
     t = totals(cache.list());
-    max_bytes = cache.max_bytes();
   }
   if (as_json) {
     std::vector<std::string> devs;
