@@ -45,6 +45,11 @@ def cuda_device(index):
     return d
 
 
+def device_index(d):
+    """The CUDA device index of torch.device `d`, -1 for any other device (CPU tests, meta): plan keys."""
+    return d.index if d.type == "cuda" else -1
+
+
 # These run on every call: they read each tensor's metadata once and build messages only on failure.
 def tensor(name, t, *, dtypes=None, ndim=None, ndims=None):
     if type(t) is not _Tensor and not isinstance(t, _Tensor):

@@ -16,6 +16,3 @@ except AttributeError:  # pragma: no cover - older torch
 
 _dispatch_stack_len = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 
-
-def use_eager_path(t):
-    return not _is_compiling() and type(t) is torch.Tensor and _dispatch_stack_len() == 0

@@ -257,7 +257,7 @@ def _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, ac
         if f is None:
             f = plan(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
             device = f[-1]
-            f = f[:-1] + (device.index if device.type == "cuda" else -1,)
+            f = f[:-1] + (C.device_index(device),)
         if tensors is not None:
             _cache.add(scalars, tensors, f)
     (num_layers, num_pages, page_size, row_k, row_v, dtype, batch, max_pages, w, index) = f

@@ -18,10 +18,7 @@ import torch
 from . import _runtime
 
 try:
-    _raw_stream = torch._C._cuda_getCurrentRawStream  # the CUstream as an int, without a Stream object
-
-    def current_stream(index):
-        return _raw_stream(index)
+    current_stream = torch._C._cuda_getCurrentRawStream  # the CUstream as an int, without a Stream object
 except AttributeError:  # pragma: no cover - older torch
     def current_stream(index):
         return torch.cuda.current_stream(index).cuda_stream
@@ -48,8 +45,7 @@ def device_guard(index):
     return torch.cuda.device(index)
 
 
-def runtime(index):
-    return _runtime.get(index)
+runtime = _runtime.get  # the device's runtime (module attribute: the CPU tests replace it)
 
 
 def call(fn, index, args):
@@ -108,7 +104,3 @@ def workspace(device, stream, nbytes):
         _workspaces[key] = ws
     return ws
 
-
-def clear_workspaces():
-    """Drops the cached eager workspaces (torch's allocator gets them back)."""
-    _workspaces.clear()

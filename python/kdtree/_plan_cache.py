@@ -57,8 +57,5 @@ class PlanCache:
             # A new tuple replaces the old one: a concurrent find() sees one or the other, both valid.
             self._entries = ((_make_guard(tensors), scalars, plan),) + self._entries[:SIZE - 1]
 
-    def clear(self):
-        self._entries = ()
-
     def __len__(self):
         return len(self._entries)

@@ -82,7 +82,7 @@ def _run(logits, temperature, seed, row_offsets):
         if f is None:
             rows, vocab, device = plan(logits, temperature, row_offsets)
             f = (rows, vocab, logits.stride(0) if rows > 1 else vocab, _DTYPES[logits.dtype],
-                 device.index if device.type == "cuda" else -1)
+                 C.device_index(device))
         f += (_launch.empty_fn(f[4]),)
         _cache.add(scalars, tensors, f)
     rows, vocab, row_stride, code, index, empty = f

@@ -100,7 +100,7 @@ def _run(tokens, parents, node_counts, target_tokens, node_indptr):
         if f is None:
             batch, w, device = plan(tokens, parents, node_counts, target_tokens, node_indptr)
             f = (batch, w, 0 if node_indptr is None else target_tokens.shape[0],
-                 device.index if device.type == "cuda" else -1)
+                 C.device_index(device))
         f += (_launch.empty_fn(f[3]),)
         _cache.add(scalars, tensors, f)
     batch, w, total, index, empty = f

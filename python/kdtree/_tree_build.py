@@ -106,7 +106,7 @@ def _run(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, max_tre
         if f is None:
             batch, depth, top_k, device = plan(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget,
                                                max_tree_nodes)
-            f = (batch, depth, top_k, device.index if device.type == "cuda" else -1)
+            f = (batch, depth, top_k, C.device_index(device))
         f += (_launch.empty_fn(f[3]),)
         _cache.add(scalars, tensors, f)
     batch, depth, top_k, index, empty = f

@@ -21,13 +21,6 @@ Plan = namedtuple("Plan", "mla head_dim_qk head_dim_v num_q_heads num_kv_heads p
                           "batch_size total_nodes max_kv_len num_pages max_pages_per_req sm_scale device")
 
 
-def plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale=None,
-         max_kv_len=None, require_cuda=True):
-    """Checks the arguments (shapes, dtypes, strides, devices; never data) and derives the kernel spec."""
-    return _checked_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes,
-                         sm_scale, max_kv_len, require_cuda)
-
-
 _T = torch.Tensor
 _INT32, _INT64 = torch.int32, torch.int64
 _PAGE_SET = frozenset(C.PAGE_SIZES)
@@ -96,13 +89,14 @@ def _fast_key(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, 
 
 def _key(p):
     """The launch key of a checked plan (the same tuple _fast_key computes)."""
-    index = p.device.index if p.device.type == "cuda" else -1
+    index = C.device_index(p.device)
     return (p.dtype, p.total_nodes, p.num_q_heads, p.head_dim_qk, p.num_kv_heads, p.page_size, p.max_tree_nodes,
             p.batch_size, p.max_pages_per_req, p.num_pages, p.max_kv_len, p.sm_scale, index)
 
 
-def _checked_plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
-                  max_kv_len, require_cuda):
+def plan(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale=None,
+         max_kv_len=None, require_cuda=True):
+    """Checks the arguments (shapes, dtypes, strides, devices; never data) and derives the kernel spec."""
     C.tensor("q", q, dtypes=_DTYPE_KEYS, ndim=3)
     C.contiguous("q", q)
     total_nodes, num_q_heads, head_dim_qk = q.shape
@@ -209,12 +203,12 @@ class _Launch:
     __slots__ = ("args", "dtype", "out_shape", "out_stride", "lse_shape", "lse_stride", "nbytes", "device", "index",
                  "empty")
 
-    def __init__(self, p, nbytes):
+    def __init__(self, p, nbytes, index):
         n, hq, dv = p.total_nodes, p.num_q_heads, p.head_dim_v
         self.dtype = _TORCH_DTYPES[p.dtype]
         self.out_shape, self.out_stride = (n, hq, dv), (hq * dv, dv, 1)
         self.lse_shape, self.lse_stride = (n, hq), (hq, 1)
-        self.nbytes, self.device, self.index = nbytes, p.device, _key(p)[-1]
+        self.nbytes, self.device, self.index = nbytes, p.device, index
         self.empty = _launch.empty_fn(self.index)
         # The struct's sizes once; each call copies it and fills in the addresses and the stream.
         self.args = bytes(_lib.VerifyArgs(_spec(p), p.batch_size, p.total_nodes, p.max_kv_len, p.num_pages,
@@ -231,7 +225,7 @@ def _launch_for(p):
     if entry is None:
         with _launch.device_guard(p.device.index):  # creating the device's runtime binds its context
             nbytes = workspace_size(p)
-        entry = _Launch(p, nbytes)
+        entry = _Launch(p, nbytes, key[-1])
         if len(_launches) >= _LAUNCH_CACHE_SIZE:
             _launches.clear()
         _launches[key] = entry
