@@ -10,17 +10,20 @@ namespace kdtree::codegen {
 namespace {
 
 // Every arch kdtree generates for, with its opt-in shared memory per block / per
-// SM (the CUDA programming guide's table of compute capabilities) and a typical
-// SM count (off-line planning only). sm_120 is the primary target (99 KB / block).
-// An arch outside this table is refused: its limits are unknown, so a tile
-// choice could exceed them, and NVRTC may not know it either.
+// SM (the CUDA programming guide's table of compute capabilities), a typical SM
+// count and its machine balance (off-line planning only: A100 312 TFLOP/s over
+// 2.04 TB/s, H200 647 over 4.27 (mma.sync), RTX PRO 6000 500 over 1.79, B200 2250
+// over 8). sm_120 is the primary target (99 KB / block). An arch outside this
+// table is refused: its limits are unknown, so a tile choice could exceed them,
+// and NVRTC may not know it either.
 struct KnownArch {
-  int sm, max_smem_per_block, max_smem_per_sm, num_sms;
+  int sm, max_smem_per_block, max_smem_per_sm, num_sms, flop_per_dram_byte;
 };
 constexpr KnownArch kKnownArches[] = {
-    {80, 166912, 167936, 108},  {86, 101376, 102400, 84},   {87, 166912, 167936, 108},  {89, 101376, 102400, 84},
-    {90, 232448, 233472, 132},  {100, 232448, 233472, 148}, {103, 232448, 233472, 148}, {110, 232448, 233472, 148},
-    {120, 101376, 102400, 188}, {121, 101376, 102400, 188},
+    {80, 166912, 167936, 108, 150},  {86, 101376, 102400, 84, 150},   {87, 166912, 167936, 108, 150},
+    {89, 101376, 102400, 84, 150},   {90, 232448, 233472, 132, 150},  {100, 232448, 233472, 148, 280},
+    {103, 232448, 233472, 148, 280}, {110, 232448, 233472, 148, 280}, {120, 101376, 102400, 188, 280},
+    {121, 101376, 102400, 188, 280},
 };
 
 }  // namespace
@@ -45,6 +48,7 @@ Arch arch_from_sm(int sm) {
     a.max_smem_per_block = k.max_smem_per_block;
     a.max_smem_per_sm = k.max_smem_per_sm;
     a.num_sms = k.num_sms;
+    a.flop_per_dram_byte = k.flop_per_dram_byte;
     return a;
   }
   const char* why = sm < 80 ? " (kdtree needs sm_80 or newer: mma.sync bf16, cp.async)" : "";

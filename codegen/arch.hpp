@@ -10,6 +10,9 @@ struct Arch {
   int max_smem_per_block = 101376;  // opt-in dynamic shared memory, bytes
   int max_smem_per_sm = 102400;
   int num_sms = 188;  // run-time planning only; not part of the key
+  // Dense bf16 tensor FLOP/s per DRAM byte/s (the machine balance; planning only:
+  // what writing a byte of split partials costs against a tile of math).
+  int flop_per_dram_byte = 280;
 
   std::string name() const { return "sm_" + std::to_string(sm); }
 };

@@ -69,14 +69,16 @@ std::string device_errors_header() {
       int(KDTREE_DEVICE_ERROR_TREE), int(KDTREE_DEVICE_ERROR_PATH));
 }
 
-void set_template_source(KernelSource& ks, const std::string& op, const Params& params) {
-  const std::string config_name = op + "_config.h";
+void set_template_source(KernelSource& ks, const std::string& name, const Params& params,
+                         const std::vector<std::string>& headers) {
+  const std::string config_name = name + "_config.h";
   const std::string config = template_text(config_name);
-  ks.source = config_prelude(config_name, config, params) + template_text(op + ".cu");
-  ks.headers = {{"common.cuh", template_text("common.cuh")},
-                {"kdtree/kdtree_device_errors.h", device_errors_header()},
-                {op + "_params.h", template_text(op + "_params.h")},
-                {config_name, config}};
+  ks.source = config_prelude(config_name, config, params) + template_text(name + ".cu");
+  ks.headers = {{"common.cuh", template_text("common.cuh")}, {"kdtree/kdtree_device_errors.h", device_errors_header()}};
+  for (const std::string& h : headers.empty() ? std::vector<std::string>{name + "_params.h"} : headers) {
+    ks.headers.emplace_back(h, template_text(h));
+  }
+  ks.headers.emplace_back(config_name, config);
 }
 
 namespace {

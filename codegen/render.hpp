@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "codegen/kernel_source.hpp"
 
@@ -25,9 +26,12 @@ std::string config_prelude(std::string_view config_name, std::string_view config
 // not embedded).
 std::string device_errors_header();
 
-// Sets ks.source (the config prelude, then templates/<op>.cu) and ks.headers
-// (common.cuh, kdtree/kdtree_device_errors.h, <op>_params.h, <op>_config.h).
-void set_template_source(KernelSource& ks, const std::string& op, const Params& params);
+// Sets ks.source (the config prelude, then templates/<name>.cu) and ks.headers
+// (common.cuh, kdtree/kdtree_device_errors.h, <name>_config.h and `headers`:
+// by default <name>_params.h; templates sharing device code name their shared
+// headers here).
+void set_template_source(KernelSource& ks, const std::string& name, const Params& params,
+                         const std::vector<std::string>& headers = {});
 
 // ks.source with each #include of a named header replaced by the header's text,
 // recursively and once per header: one self-contained file (`kdtree-gen emit`).

@@ -109,11 +109,21 @@ VerifySmemLayout verify_smem_layout(const VerifySpec& spec, const VerifyTiles& t
   const int k_tile = t.block_n * spec.head_dim_qk * 2;
   const int v_tile = spec.mla() ? 0 : t.block_n * spec.head_dim_v * 2;  // MLA: V is the K row's head
   VerifySmemLayout l;
+  if (t.qsplit) {
+    l.k = 0;
+    l.v = l.k + t.stages * k_tile;
+    l.red = l.v + t.stages * v_tile;
+    l.p = l.red + t.warps * t.warp_rows * t.block_n * 4;
+    l.stats = l.p + t.block_m * t.block_n * 2;
+    l.bytes = std::max(l.stats + 3 * t.block_m * 4, t.block_m * spec.head_dim_qk * 2);
+    return l;
+  }
   l.k = t.block_m * spec.head_dim_qk * 2;
   l.v = l.k + t.stages * k_tile;
   l.p = l.v + t.stages * v_tile;
   l.red = l.p + (warps_n > 1 ? t.block_m * t.block_n * 2 : 0);  // P only when a row spans warps
-  l.bytes = l.red + warps_n * t.block_m * 4;
+  l.stats = l.red + warps_n * t.block_m * 4;
+  l.bytes = l.stats;
   return l;
 }
 
@@ -127,7 +137,7 @@ int tiles_field(const std::string& text, const std::string& field, const char* n
   if (!ok || v < lo || v > hi) {
     fail(KDTREE_ERROR_INVALID_ARGUMENT,
          fmt::format("KDTREE_VERIFY_TILES='{}': {} '{}' must be an integer in {}..{} (format "
-                     "block_m,block_n,warps,stages[,warp_rows])",
+                     "block_m,block_n,warps,stages[,warp_rows[,kernel]])",
                      text, name, field, lo, hi));
   }
   return v;
@@ -147,15 +157,19 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
   auto bad = [&](const std::string& why) {
     fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("KDTREE_VERIFY_TILES='{}' for {}: {}", text, spec.label(), why));
   };
-  if (fields.size() != 4 && fields.size() != 5) {
-    bad(fmt::format("{} fields, expected block_m,block_n,warps,stages[,warp_rows]", fields.size()));
+  if (fields.size() < 4 || fields.size() > 6) {
+    bad(fmt::format("{} fields, expected block_m,block_n,warps,stages[,warp_rows[,kernel]]", fields.size()));
   }
   VerifyTiles t;
   t.block_m = tiles_field(text, fields[0], "block_m", 16, 256);
   t.block_n = tiles_field(text, fields[1], "block_n", 16, 256);
   t.warps = tiles_field(text, fields[2], "warps", 1, 32);
   t.stages = tiles_field(text, fields[3], "stages", 2, 8);
-  if (fields.size() == 5) t.warp_rows = tiles_field(text, fields[4], "warp_rows", 16, 32);
+  if (fields.size() >= 5) t.warp_rows = tiles_field(text, fields[4], "warp_rows", 16, 32);
+  if (fields.size() == 6) {
+    if (fields[5] != "flash" && fields[5] != "qsplit") bad(fmt::format("kernel '{}' must be flash or qsplit", fields[5]));
+    t.qsplit = fields[5] == "qsplit";
+  }
   if (t.warp_rows != 16 && t.warp_rows != 32) bad("warp_rows must be 16 or 32");
   if (t.block_m % t.warp_rows) bad(fmt::format("block_m must be a multiple of warp_rows ({})", t.warp_rows));
   if (t.warps % t.warps_m()) {
@@ -166,8 +180,13 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
   if (spec.head_dim_v % (64 * warps_n)) {
     bad(fmt::format("{} column warps do not divide head_dim_v {} into multiples of 64", warps_n, spec.head_dim_v));
   }
-  if (t.block_n % 16 || t.block_n % (8 * warps_n)) {
+  if (t.block_n % 16 || (!t.qsplit && t.block_n % (8 * warps_n))) {  // qsplit: every warp has all columns
     bad(fmt::format("block_n must be a multiple of 16 and of 8 x {} column warps", warps_n));
+  }
+  if (t.qsplit && (!spec.mla() || t.block_n != 16 || t.warp_rows != 8 * warps_n || warps_n < 2 ||
+                   spec.head_dim_qk % (16 * warps_n))) {
+    // The template's row reduction: 16-token tiles, 8 rows per reducing warp.
+    bad("the qsplit kernel is for MLA with block_n 16 and warp_rows = 8 x the column warps (e.g. 64,16,8,3,32)");
   }
   const int bytes = verify_smem_layout(spec, t).bytes;
   if (bytes > arch.max_smem_per_block) {
@@ -191,7 +210,9 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
     // MLA's 576-wide rows make Q and K tiles large: V columns are split over
     // column warps so the O accumulator (64 x 512 fp32 per CTA) fits in registers;
     // 32-row warps (2 x 4) read each V fragment for two m16 fragments.
-    candidates = {{64, 64, 8, 2, 32}, {64, 32, 8, 2, 32}, {32, 16, 4, 3, 16}, {32, 16, 4, 2, 16}};
+    // Where a 64-row Q tile and 32-token stages do not fit (99 KB parts), Q moves to
+    // registers (qsplit): still 64 rows and 2 x 4 warps, with 16-token stages.
+    candidates = {{64, 64, 8, 2, 32}, {64, 32, 8, 2, 32}, {64, 16, 8, 3, 32, true}, {32, 16, 4, 3, 16}};
   } else if (spec.head_dim_v <= 128) {
     // GQA: one column warp, P stays in registers. 32-row warps where the O slice
     // (32 x head_dim fp32) and S leave room without spills (gqa128: 32 KV tokens
@@ -229,6 +250,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
   // tiles. A second family (sm_90a wgmma) would be dispatched on it here.
   (void)arch;
   const VerifySmemLayout smem = verify_smem_layout(spec, tiles);
+  const char* kernel_template = tiles.qsplit ? "verify_attention_qsplit" : "verify_attention";
   // The combine kernel: a row is head_dim_v / 4 threads (four columns each, 16-byte
   // loads), at most kCombineThreads; a CTA takes as many rows as fit.
   constexpr int kCombineThreads = 128;
@@ -246,13 +268,17 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       {"WARPS_N", std::to_string(tiles.warps_n())},
       {"WARP_ROWS", std::to_string(tiles.warp_rows)},
       {"STAGES", std::to_string(tiles.stages)},
-      {"SMEM_K", std::to_string(smem.k)},
-      {"SMEM_V", std::to_string(smem.v)},
       {"SMEM_P", std::to_string(smem.p)},
       {"SMEM_RED", std::to_string(smem.red)},
       {"COMBINE_THREADS", std::to_string(kCombineThreads)},
       {"COMBINE_ROW_THREADS", std::to_string(combine_row_threads)},
   };
+  if (tiles.qsplit) {
+    params["SMEM_STATS"] = std::to_string(smem.stats);
+  } else {
+    params["SMEM_K"] = std::to_string(smem.k);
+    params["SMEM_V"] = std::to_string(smem.v);
+  }
   KernelSource src;
   src.op = "verify_attention";
   src.label = spec.label();
@@ -260,7 +286,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       "verify_attention-{}-W{}-p{}-{}",
       spec.mla() ? fmt::format("mla{}x{}", spec.head_dim_qk, spec.head_dim_v) : fmt::format("gqa{}", spec.head_dim_qk),
       spec.max_tree_nodes, spec.page_size, dtype_name(spec.dtype));
-  set_template_source(src, "verify_attention", params);
+  set_template_source(src, kernel_template, params, {"verify_attention_params.h", "verify_attention_common.cuh"});
   src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine"};
   src.launch.threads = tiles.warps * 32;
   src.launch.dynamic_smem = smem.bytes;

@@ -42,17 +42,26 @@ struct VerifyTiles {
   int warps = 4;
   int stages = 2;
   int warp_rows = 16;  // rows per warp (16 or 32): 32 halves the B-operand loads per mma
+  // The kernel structure: false = templates/verify_attention.cu (Q tile in shared
+  // memory, column warps split the KV columns of S); true =
+  // templates/verify_attention_qsplit.cu (MLA: Q in registers, column warps split its
+  // head dim; shared memory holds only KV stages and exchanges, for 99 KB parts).
+  bool qsplit = false;
 
   int warps_m() const { return block_m / warp_rows; }  // warp rows
   int warps_n() const { return warps / warps_m(); }    // column warps per warp row
 };
 
-// The dynamic shared memory of one CTA, in byte offsets: Q | K stages | V stages
-// (GQA) | P (column warps > 1) | the row exchange ([warps_n][block_m] floats).
-// The template places its buffers at these offsets; the launch asks for `bytes`.
+// The dynamic shared memory of one CTA, in byte offsets. The template places its
+// buffers at these offsets; the launch asks for `bytes`.
+// flash:  Q (at 0) | K stages | V stages (GQA) | P (column warps > 1) | the row
+//         exchange ([warps_n][block_m] floats).
+// qsplit: K stages (at 0; Q is staged there before the loop) | partial S
+//         ([warps][warp_rows][block_n] floats) | P | stats ([3][block_m] floats);
+//         at least Q's size.
 struct VerifySmemLayout {
-  int k = 0, v = 0, p = 0, red = 0;  // offsets (Q starts at 0)
-  int bytes = 0;                     // total
+  int k = 0, v = 0, p = 0, red = 0, stats = 0;  // offsets
+  int bytes = 0;                                // total
 };
 VerifySmemLayout verify_smem_layout(const VerifySpec& spec, const VerifyTiles& tiles);
 
@@ -60,7 +69,8 @@ VerifySmemLayout verify_smem_layout(const VerifySpec& spec, const VerifyTiles& t
 // preference) whose shared memory fits. Pure: no environment is read.
 VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch);
 
-// The tuning override KDTREE_VERIFY_TILES="block_m,block_n,warps,stages[,warp_rows]",
+// The tuning override KDTREE_VERIFY_TILES="block_m,block_n,warps,stages[,warp_rows[,kernel]]"
+// (kernel: flash or qsplit, default flash; qsplit is MLA's 64,16,8,S,32 only),
 // outside the generator's normal path. Every field must be an integer in range
 // (block_m 16..256, a multiple of warp_rows; block_n 16..256, a multiple of 16
 // and of 8 * the column warps; warps 1..32, a multiple of block_m / warp_rows;

@@ -69,18 +69,26 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   if (splits == 0) {
     // Model the time as waves x KV tiles per CTA: a CTA streams ceil(kv_tiles / s)
     // tiles plus about one tile's worth of fixed work (Q load, pipeline fill, and
-    // the combine when s > 1); CTAs run ctas_per_sm at a time on every SM. The
+    // the combine when s > 1); CTAs run ctas_per_sm at a time on every SM. With
+    // s > 1 the fp32 partials (s x rows x (head_dim_v + 1) floats) go through
+    // memory too: in tile times, bytes x the arch's FLOP per DRAM byte x the
+    // kernel's typical tensor efficiency (one half) / (SMs x a tile's FLOPs). The
     // cheapest s wins (the fewest on a tie), so small batches spread the KV over
-    // the whole GPU and large ones are not cut into a partial last wave.
+    // the whole GPU, large ones are not cut into a partial last wave, and
+    // bytes-bound batches do not trade KV reads for partials.
     const long long ctas =
         std::max<long long>(ceil_div((long long)total_nodes * group, launch.block_m), batch_size) * s.num_kv_heads;
     const int ctas_per_sm =
         std::max(1, std::min(arch.max_smem_per_sm / (launch.dynamic_smem + 1024), 65536 / (launch.threads * 240)));
     const long long slots = (long long)arch.num_sms * ctas_per_sm;
+    const double tile_flops = 2.0 * launch.block_m * launch.block_n * (s.head_dim_qk + s.head_dim_v);
+    const double tiles_per_partial_byte = 0.5 * arch.flop_per_dram_byte / (arch.num_sms * tile_flops);
+    const double row_partial_bytes = double(total_nodes) * s.num_q_heads * (s.head_dim_v + 1) * 4;
     double best = 0;
     for (long long cand = 1; cand <= std::min<long long>(64, kv_tiles); ++cand) {
       double waves = std::ceil(double(ctas * cand) / slots);
-      double cost = waves * (ceil_div(kv_tiles, cand) + (cand > 1 ? 1.5 : 1.0));
+      double cost = waves * (ceil_div(kv_tiles, cand) + (cand > 1 ? 1.5 : 1.0)) +
+                    (cand > 1 ? cand * row_partial_bytes * tiles_per_partial_byte : 0.0);
       if (cand == 1 || cost < best) {
         best = cost;
         splits = cand;

@@ -1,7 +1,7 @@
 // Compile-time configuration of templates/verify_attention.cu. The generator defines every
 // KD_* value in the prelude it puts before the kernel source (codegen/verify_attention.cpp),
 // and must define exactly these. The defaults (MLA 576/512, W=64, page 64, bf16,
-// sm_120's tiles 32,16,4,3) only let editors and
+// sm_90's tiles 64,64,8,2,32) only let editors and
 // `nvcc -fdevice-syntax-only -I templates -I include` read the template alone.
 
 #ifndef KD_HEAD_DIM_QK
@@ -23,34 +23,34 @@
 #define KD_IS_BF16 true  // else f16
 #endif
 #ifndef KD_BLOCK_M
-#define KD_BLOCK_M 32  // rows (node x head) per CTA
+#define KD_BLOCK_M 64  // rows (node x head) per CTA
 #endif
 #ifndef KD_BLOCK_N
-#define KD_BLOCK_N 16  // KV tokens per tile
+#define KD_BLOCK_N 64  // KV tokens per tile
 #endif
 #ifndef KD_WARPS_M
 #define KD_WARPS_M 2  // warp rows
 #endif
 #ifndef KD_WARPS_N
-#define KD_WARPS_N 2  // column warps per warp row
+#define KD_WARPS_N 4  // column warps per warp row
 #endif
 #ifndef KD_WARP_ROWS
-#define KD_WARP_ROWS 16  // rows per warp: 16 or 32
+#define KD_WARP_ROWS 32  // rows per warp: 16 or 32
 #endif
 #ifndef KD_STAGES
-#define KD_STAGES 3  // cp.async pipeline depth
+#define KD_STAGES 2  // cp.async pipeline depth
 #endif
 #ifndef KD_SMEM_K
-#define KD_SMEM_K 36864  // byte offset of the K stages
+#define KD_SMEM_K 73728  // byte offset of the K stages
 #endif
 #ifndef KD_SMEM_V
-#define KD_SMEM_V 92160  // of the V stages (GQA)
+#define KD_SMEM_V 221184  // of the V stages (GQA)
 #endif
 #ifndef KD_SMEM_P
-#define KD_SMEM_P 92160  // of P
+#define KD_SMEM_P 221184  // of P
 #endif
 #ifndef KD_SMEM_RED
-#define KD_SMEM_RED 93184  // of the row exchange
+#define KD_SMEM_RED 229376  // of the row exchange
 #endif
 #ifndef KD_COMBINE_THREADS
 #define KD_COMBINE_THREADS 128  // threads per combine CTA

@@ -6,6 +6,7 @@
 
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -33,23 +34,30 @@ const std::string kDeviceErrors = "kdtree/kdtree_device_errors.h";
 
 }  // namespace
 
-TEST_CASE("templates: every templates/<op>.cu compiles alone with its config defaults (NVRTC syntax check)") {
+TEST_CASE("templates: every templates/*.cu compiles alone with its config defaults (NVRTC syntax check)") {
   // No prelude: the template text as an editor sees it, its includes resolved from
   // templates/ and include/ (as -I templates -I include would).
   const std::string errors = read_file(std::string(KDTREE_SOURCE_DIR) + "/include/" + kDeviceErrors);
-  for (const std::string& op : operation_names()) {
-    INFO("templates/" << op << ".cu");
-    const std::string source = template_text(op + ".cu");
-    const std::vector<std::string> names = {"common.cuh", kDeviceErrors, op + "_params.h", op + "_config.h"};
-    std::vector<std::string> texts;
-    for (const std::string& n : names) texts.push_back(n == kDeviceErrors ? errors : template_text(n));
-    std::vector<const char*> name_ptrs, text_ptrs;
-    for (size_t i = 0; i < names.size(); ++i) {
-      name_ptrs.push_back(names[i].c_str());
-      text_ptrs.push_back(texts[i].c_str());
+  std::vector<std::string> names = {kDeviceErrors}, texts = {errors}, kernels;
+  for (const std::string& n : template_names()) {
+    if (n.size() > 3 && n.compare(n.size() - 3, 3, ".cu") == 0) {
+      kernels.push_back(n);
+    } else {
+      names.push_back(n);
+      texts.push_back(template_text(n));
     }
+  }
+  std::vector<const char*> name_ptrs, text_ptrs;
+  for (size_t i = 0; i < names.size(); ++i) {
+    name_ptrs.push_back(names[i].c_str());
+    text_ptrs.push_back(texts[i].c_str());
+  }
+  CHECK(kernels.size() > operation_names().size());  // every op's template, and verify_attention_qsplit.cu
+  for (const std::string& name : kernels) {
+    INFO("templates/" << name);
+    const std::string source = template_text(name);
     nvrtcProgram program = nullptr;
-    REQUIRE(nvrtcCreateProgram(&program, source.c_str(), (op + ".cu").c_str(), static_cast<int>(names.size()),
+    REQUIRE(nvrtcCreateProgram(&program, source.c_str(), name.c_str(), static_cast<int>(names.size()),
                                text_ptrs.data(), name_ptrs.data()) == NVRTC_SUCCESS);
     const char* options[] = {"--gpu-architecture=compute_120", "-std=c++17", "-fdevice-syntax-only"};
     const nvrtcResult result = nvrtcCompileProgram(program, 3, options);
@@ -78,25 +86,34 @@ TEST_CASE("templates: the device error header NVRTC receives is kdtree.h's") {
 }
 
 TEST_CASE("templates: the config defaults are a shape the generator produces") {
-  // verify_attention's defaults are MLA 576/512, W=64, page 64, bf16 with sm_120's
-  // tiles; each generator's prelude for its default point must define the same values.
-  for (const OpInfo& op : operations()) {
-    INFO(op.name);
-    OpPoint point;
-    if (std::string(op.name) == "sample_tokens") point.dtype = KDTREE_DTYPE_BF16;
-    const KernelSource ks = op.generate(point, arch_from_sm(120));
-    const std::string config = template_text(std::string(op.name) + "_config.h");
-    // Each "#define KD_X v" of the prelude appears in the header as "#define KD_X v  //".
-    size_t at = 0;
-    int defines = 0;
-    while ((at = ks.source.find("#define KD_", at)) != std::string::npos) {
-      const size_t end = ks.source.find('\n', at);
-      const std::string line = ks.source.substr(at, end - at);
-      INFO(line);
-      CHECK(config.find(line + "  //") != std::string::npos);
-      at = end;
-      ++defines;
+  // Each config header's defaults are one generated point's prelude: verify_attention
+  // (flash) is sm_90's MLA 576/512, W=64, page 64, bf16; verify_attention_qsplit
+  // sm_120's; the tree ops' any arch's default point.
+  std::set<std::string> checked;
+  for (int sm : {120, 90}) {
+    for (const OpInfo& op : operations()) {
+      OpPoint point;
+      if (std::string(op.name) == "sample_tokens") point.dtype = KDTREE_DTYPE_BF16;
+      const KernelSource ks = op.generate(point, arch_from_sm(sm));
+      const auto config = std::find_if(ks.headers.begin(), ks.headers.end(), [](const auto& h) {
+        return h.first.size() > 9 && h.first.compare(h.first.size() - 9, 9, "_config.h") == 0;
+      });
+      REQUIRE(config != ks.headers.end());
+      INFO(op.name << " sm_" << sm << ": " << config->first);
+      // Each "#define KD_X v" of the prelude appears in the header as "#define KD_X v  //".
+      size_t at = 0;
+      int defines = 0, found = 0;
+      while ((at = ks.source.find("#define KD_", at)) != std::string::npos) {
+        const size_t end = ks.source.find('\n', at);
+        found += config->second.find(ks.source.substr(at, end - at) + "  //") != std::string::npos;
+        at = end;
+        ++defines;
+      }
+      CHECK(defines > 0);
+      if (found == defines) checked.insert(config->first);
     }
-    CHECK(defines > 0);
+  }
+  for (const std::string& n : template_names()) {
+    if (n.size() > 9 && n.compare(n.size() - 9, 9, "_config.h") == 0) CHECK_MESSAGE(checked.count(n), n);
   }
 }

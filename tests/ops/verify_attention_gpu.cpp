@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -247,9 +248,8 @@ double reference_flops(const kdtree_verify_spec& s, int batch, int max_prefix) {
 // The grid for one head type: every (W, page, dtype), each with its own head
 // counts, batch, prefix range and value distribution, chosen to cycle through
 // the variations; each case runs with splits 1, 3 (lse on and off) and auto.
-void run_head_grid(int dqk, int dv, int head_index) {
+void run_head_grid(int dqk, int dv, int head_index, Session& s = Session::get()) {
   const auto t0 = Clock::now();
-  Session& s = Session::get();
   s.bind();
   const bool mla = dqk != dv;
   const int widths[] = {16, 32, 64, 128};
@@ -330,8 +330,10 @@ void run_head_grid(int dqk, int dv, int head_index) {
     check_launch(s.rt, c, ref, d, 0, i % 2 == 0);
     ++i;
   }
-  std::printf("verify_attention GPU parity [%s]: %zu configs x 4 launches in %.1f s (compile %.1f s)\n",
-              mla ? "mla576/512" : ("gqa" + std::to_string(dqk)).c_str(), points.size(), seconds_since(t0), compile_s);
+  const char* tiles = std::getenv("KDTREE_VERIFY_TILES");
+  std::printf("verify_attention GPU parity [%s%s%s]: %zu configs x 4 launches in %.1f s (compile %.1f s)\n",
+              mla ? "mla576/512" : ("gqa" + std::to_string(dqk)).c_str(), tiles && *tiles ? ",tiles=" : "",
+              tiles && *tiles ? tiles : "", points.size(), seconds_since(t0), compile_s);
 }
 
 // A valid case for the error tests: B = 2, request 0 the longer one.
@@ -362,11 +364,10 @@ TEST_CASE("verify_attention GPU parity: gqa64") { run_head_grid(64, 64, 1); }
 TEST_CASE("verify_attention GPU parity: gqa128") { run_head_grid(128, 128, 2); }
 TEST_CASE("verify_attention GPU parity: gqa256") { run_head_grid(256, 256, 3); }
 
-TEST_CASE("verify_attention GPU: a page id out of range flags PAGE_INDEX and NaNs that request") {
-  Session& s = Session::get();
+void check_page_index_errors(Session& s, const std::vector<kdtree_verify_spec>& specs) {
   s.bind();
   uint64_t seed = base_seed() * 1000 + 900;
-  for (const kdtree_verify_spec& spec : error_specs()) {
+  for (const kdtree_verify_spec& spec : specs) {
     VerifyCase c = error_case(spec, seed++);
     const auto ref = kdtree::ref::verify_attention(c.host_inputs());
     for (int bad : {c.num_pages, -1, c.num_pages + 1000}) {
@@ -386,11 +387,14 @@ TEST_CASE("verify_attention GPU: a page id out of range flags PAGE_INDEX and NaN
   }
 }
 
-TEST_CASE("verify_attention GPU: a node count over W flags NODE_COUNT and NaNs that request") {
-  Session& s = Session::get();
+TEST_CASE("verify_attention GPU: a page id out of range flags PAGE_INDEX and NaNs that request") {
+  check_page_index_errors(Session::get(), error_specs());
+}
+
+void check_node_count_errors(Session& s, const std::vector<kdtree_verify_spec>& specs) {
   s.bind();
   uint64_t seed = base_seed() * 1000 + 950;
-  for (const kdtree_verify_spec& spec : error_specs()) {
+  for (const kdtree_verify_spec& spec : specs) {
     const VerifyCase c = error_case(spec, seed++);
     const auto ref = kdtree::ref::verify_attention(c.host_inputs());
     const int W = spec.max_tree_nodes, hq = spec.num_q_heads;
@@ -435,6 +439,48 @@ TEST_CASE("verify_attention GPU: a node count over W flags NODE_COUNT and NaNs t
       check_request(short_kv, ref, r, 1);
     }
   }
+}
+
+TEST_CASE("verify_attention GPU: a node count over W flags NODE_COUNT and NaNs that request") {
+  check_node_count_errors(Session::get(), error_specs());
+}
+
+// sm_120's MLA kernel (templates/verify_attention_qsplit.cu: Q in registers) on
+// whatever GPU runs the tests, with KDTREE_VERIFY_TILES set for the test and a
+// runtime of its own (a runtime keeps one module per spec, whatever the tiles).
+struct QsplitSession {
+  static constexpr const char* kTiles = "64,16,8,3,32,qsplit";
+  std::string saved;
+  bool had = false;
+  std::unique_ptr<Session> session;
+  QsplitSession() {
+    if (const char* v = std::getenv("KDTREE_VERIFY_TILES")) {
+      had = true;
+      saved = v;
+    }
+    ::setenv("KDTREE_VERIFY_TILES", kTiles, 1);
+    session = std::make_unique<Session>();
+  }
+  ~QsplitSession() {
+    session.reset();
+    if (had) {
+      ::setenv("KDTREE_VERIFY_TILES", saved.c_str(), 1);
+    } else {
+      ::unsetenv("KDTREE_VERIFY_TILES");
+    }
+  }
+};
+
+TEST_CASE("verify_attention GPU parity: mla576/512 qsplit (sm_120's kernel, tiles 64,16,8,3,32)") {
+  QsplitSession q;
+  run_head_grid(576, 512, 4, *q.session);
+}
+
+TEST_CASE("verify_attention GPU: qsplit kernel flags and NaNs bad pages and node counts") {
+  QsplitSession q;
+  const std::vector<kdtree_verify_spec> mla = {error_specs()[0]};
+  check_page_index_errors(*q.session, mla);
+  check_node_count_errors(*q.session, mla);
 }
 
 TEST_CASE("verify_attention GPU: kv_len over max_kv_len flags KV_LEN and NaNs that request") {

@@ -16,7 +16,9 @@ and its pipe accepts it:
     complete mem_latency after its last byte, and DEPBAR waits for it;
   - other math: the scheduler's FMA, IMAD, ALU or XU (MUFU, conversions) pipe, busy
     32 / (its lanes per scheduler) cycles; LDG (page table, tree mask: L1-resident) l1_latency;
-  - BAR.SYNC: released when every warp of the CTA has arrived.
+  - BAR.SYNC: released when every warp of the CTA has arrived; a named barrier
+    with a thread count (BAR.SYNC Rid, 0x80) when the count's warps have: those
+    of the arriving warp's group of consecutive warps (the kernels' warp rows).
 The time per tile is the steady-state period once every warp has run a few tiles.
 """
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Step:
     global_bytes: int = 0
     depbar_n: int = 0
     live: bool = True  # False for @!PT instructions (issued, never executed)
+    bar_warps: int = 0  # BAR: warps a named barrier waits for (0: the whole CTA)
     pipe: str = ""     # the scheduler's math pipe it occupies ("fma", "imad", "alu", "xu"), if any
 
 
@@ -85,6 +88,9 @@ def compile_path(path: list[Instr]) -> list[Step]:
             s.port_bytes = access_bytes(ins)
         if kind == LDGSTS and live:
             s.global_bytes = access_bytes(ins)
+        if kind == BAR:
+            m = re.fullmatch(r"\s*\w+\s*,\s*0x([0-9a-f]+)\s*", ins.operands)
+            s.bar_warps = int(m.group(1), 16) // 32 if m else 0
         if kind == DEPBAR:
             m = re.search(r"0x([0-9a-f]+)", ins.operands)
             s.depbar_n = int(m.group(1), 16) if m else 0
@@ -120,8 +126,7 @@ def simulate(steps: list[Step], warps_per_cta: int, ctas: int, rates: dict, tile
     groups: list[list[float]] = [[] for _ in range(n_warps)]
     open_group = [0.0] * n_warps
     at_bar = [False] * n_warps
-    bar_count = [0] * ctas
-    bar_waiters: list[list[int]] = [[] for _ in range(ctas)]
+    bar_waiters: dict[tuple, list[int]] = {}  # (CTA, warp group, warps) -> warps arrived
     tile_end: list[list[float]] = [[] for _ in range(n_warps)]
     sched_of = [w % 4 for w in range(n_warps)]
     cta_of = [w // warps_per_cta for w in range(n_warps)]
@@ -220,16 +225,16 @@ def simulate(steps: list[Step], warps_per_cta: int, ctas: int, rates: dict, tile
                 ready[w] = now + st.stall
                 pc[w] += 1
                 if kind == BAR:
-                    c = cta_of[w]
+                    size = st.bar_warps or warps_per_cta
+                    key = (cta_of[w], (w % warps_per_cta) // size, size)
                     at_bar[w] = True
-                    bar_count[c] += 1
-                    bar_waiters[c].append(w)
-                    if bar_count[c] == warps_per_cta:
-                        for x in bar_waiters[c]:
+                    waiters = bar_waiters.setdefault(key, [])
+                    waiters.append(w)
+                    if len(waiters) == size:
+                        for x in waiters:
                             at_bar[x] = False
                             ready[x] = max(ready[x], now + bar_lat)
-                        bar_count[c] = 0
-                        bar_waiters[c] = []
+                        del bar_waiters[key]
                 if pc[w] == n:
                     pc[w] = 0
                     tile[w] += 1

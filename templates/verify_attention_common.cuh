@@ -1,0 +1,237 @@
+// What the verify_attention kernels share: the shape constants, request metadata
+// and its checks, the paged KV tile copy, shared-memory swizzles, and the split
+// combine kernel. Included by each verify_attention template after its config
+// header (the KD_* values below come from there), so the kernels read the same
+// requests, pages and partials the same way.
+#ifndef KDTREE_VERIFY_ATTENTION_COMMON_CUH
+#define KDTREE_VERIFY_ATTENTION_COMMON_CUH
+
+#include "common.cuh"
+#include "verify_attention_params.h"
+
+constexpr int HEAD_DIM = KD_HEAD_DIM_QK;
+constexpr int HEAD_DIM_V = KD_HEAD_DIM_V;
+constexpr int PAGE_SIZE = KD_PAGE_SIZE;
+constexpr int MAX_TREE_NODES = KD_MAX_TREE_NODES;
+constexpr bool IS_MLA = KD_IS_MLA;  // V = the first HEAD_DIM_V dims of the K row
+constexpr bool IS_BF16 = KD_IS_BF16;
+constexpr int BLOCK_M = KD_BLOCK_M;
+constexpr int BLOCK_N = KD_BLOCK_N;
+constexpr int WARPS_M = KD_WARPS_M;
+constexpr int WARPS_N = KD_WARPS_N;
+constexpr int WARP_ROWS = KD_WARP_ROWS;
+constexpr int STAGES = KD_STAGES;
+constexpr int MF = WARP_ROWS / 16;  // m16 fragments per warp
+
+constexpr int MASK_WORDS = (MAX_TREE_NODES + 63) / 64;
+constexpr float LAZY_MAX_LOG2 = 8.f;
+constexpr int THREADS = WARPS_M * WARPS_N * 32;
+constexpr int QK_CHUNKS = HEAD_DIM / 8;     // 16-byte chunks per Q/K row
+constexpr int V_CHUNKS = HEAD_DIM_V / 8;
+constexpr int K_TILE_ELEMS = BLOCK_N * HEAD_DIM;
+constexpr int V_TILE_ELEMS = IS_MLA ? 0 : BLOCK_N * HEAD_DIM_V;
+static_assert(BLOCK_M == WARPS_M * WARP_ROWS && WARP_ROWS % 16 == 0, "a warp row owns WARP_ROWS rows");
+static_assert(IS_MLA || HEAD_DIM_V == HEAD_DIM, "GQA: V rows as wide as K rows");
+static_assert(QK_CHUNKS % 8 == 0 && (IS_MLA || V_CHUNKS % 8 == 0), "rows swizzle in groups of 8 chunks");
+
+// Shared-memory rows (Q, K, V, P) are XOR-swizzled in 16-byte chunks so ldmatrix reads are free of bank conflicts.
+template <int CHUNKS>
+static __device__ __forceinline__ int swizzle(int row, int chunk) {
+  return row * CHUNKS + (CHUNKS >= 8 ? (chunk ^ (row & 7)) : chunk);
+}
+
+// Bit j of a row's mask words; the word is picked with compile-time indices so
+// the words stay in registers.
+static __device__ __forceinline__ bool mask_bit(const kd_u64 (&words)[MASK_WORDS], int j) {
+  kd_u64 w = words[0];
+#pragma unroll
+  for (int i = 1; i < MASK_WORDS; ++i) w = (j >> 6) == i ? words[i] : w;
+  return (w >> (j & 63)) & 1ull;
+}
+
+// ldmatrix addresses without per-load index math: a lane reads chunk 2 * kk + h
+// of row r, so the swizzled byte offset splits into a per-thread part, computed
+// once (row base and the four XOR patterns of kk % 4), and (kk / 4) * 128.
+template <int CHUNKS>
+struct LaneRow {
+  kd_u32 base;   // row * CHUNKS * 16
+  kd_u32 xo[4];  // byte offset of chunk 2 * i + h within an 8-chunk group
+  __device__ __forceinline__ LaneRow(int row, int h) {
+    base = row * CHUNKS * 16;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) xo[i] = (CHUNKS >= 8 ? ((2 * i + h) ^ (row & 7)) : (2 * i + h)) * 16;
+  }
+  // Offset of chunk 2 * (4 * k4 + i) + h; i must be a compile-time index.
+  __device__ __forceinline__ kd_u32 at(int k4, int i) const { return base + k4 * 128 + xo[i]; }
+};
+
+struct Request {
+  int node_base;  // first node of the request in the packed node arrays
+  int n_nodes;
+  int kv_len;
+  int prefix;     // kv_len - n_nodes: the tree starts here
+  bool valid;
+};
+
+// KDTREE_DEVICE_ERROR_* bits for a request's metadata (0 = well formed).
+static __device__ __forceinline__ int request_errors(const kdtree_verify_params& p, const Request& r) {
+  int flag = 0;
+  if (r.n_nodes < 1 || r.n_nodes > MAX_TREE_NODES || r.prefix < 0 || r.node_base < 0 ||
+      r.node_base + r.n_nodes > p.total_nodes) {
+    flag |= KDTREE_DEVICE_ERROR_NODE_COUNT;
+  }
+  if (r.kv_len > p.max_kv_len || (r.kv_len + PAGE_SIZE - 1) / PAGE_SIZE > p.max_pages_per_req) {
+    flag |= KDTREE_DEVICE_ERROR_KV_LEN;
+  }
+  return flag;
+}
+
+static __device__ __forceinline__ Request load_request(const kdtree_verify_params& p, int b) {
+  Request r;
+  r.node_base = p.node_indptr[b];
+  r.n_nodes = p.node_indptr[b + 1] - r.node_base;
+  r.kv_len = p.kv_lens[b];
+  r.prefix = r.kv_len - r.n_nodes;
+  r.valid = request_errors(p, r) == 0;
+  return r;
+}
+
+static __device__ void poison_request(const kdtree_verify_params& p, const Request& r, int kv_head) {
+  const int first = max(r.node_base, 0);
+  const int last = min(r.node_base + max(r.n_nodes, 0), p.total_nodes);
+  kd_u16* out = (kd_u16*)p.out;
+  const kd_u16 nan16 = IS_BF16 ? 0x7fc0 : 0x7e00;
+  for (long long i = threadIdx.x; i < (long long)(last - first) * p.group * HEAD_DIM_V; i += THREADS) {
+    long long row = i / HEAD_DIM_V;
+    long long orow = (long long)(first + row / p.group) * p.num_q_heads + kv_head * p.group + row % p.group;
+    out[orow * HEAD_DIM_V + i % HEAD_DIM_V] = nan16;
+    if (p.lse && i % HEAD_DIM_V == 0) p.lse[orow] = KD_NAN;
+  }
+}
+
+// Issues the cp.async copies of one KV tile (tokens t0 .. t0 + BLOCK_N) into a
+// stage (shared-memory byte addresses). A token row is copied by ROW_LANES lanes,
+// so the page-table lookup and the row address are computed once per row.
+// Tokens at or past t_end are zero-filled: masked scores give P = 0, and 0 * 0 stays 0.
+// Few lanes per row (a thread computes few row addresses), 16 where 8 would leave
+// threads without a row.
+constexpr int ROW_LANES = THREADS / 8 > BLOCK_N ? 16 : 8;
+constexpr int ROWS_PER_PASS = THREADS / ROW_LANES;
+static_assert(ROW_LANES % 8 == 0 && (IS_MLA || V_CHUNKS == QK_CHUNKS), "row copies keep the 8-chunk swizzle");
+
+// Per-CTA constants of the KV tile loads, so a token row costs one page-table
+// read, one multiply for its address and the cp.async instructions.
+struct KvSource {
+  const char* k_base;        // k_cache at this KV head (bytes)
+  const char* v_base;        // v_cache at this KV head (GQA)
+  unsigned long long k_slot_bytes;  // bytes between token slots of the K cache
+  unsigned long long v_slot_bytes;
+  const int* pages;          // this request's page-table row
+};
+
+static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& p, const KvSource& src, int t0,
+                                                    int t_end, kd_u32 sk, kd_u32 sv, bool& bad_page) {
+  const int lane_chunk = threadIdx.x % ROW_LANES;  // a multiple of 8 lanes per row: the XOR swizzle
+  for (int row = threadIdx.x / ROW_LANES; row < BLOCK_N; row += ROWS_PER_PASS) {  // touches lane_chunk's low bits only
+    const unsigned t = unsigned(t0 + row);
+    const bool in_range = t < unsigned(t_end);
+    const unsigned page = in_range ? unsigned(__ldg(src.pages + t / PAGE_SIZE)) : 0u;
+    const bool ok = in_range && page < unsigned(p.num_pages);  // a negative id fails too
+    bad_page |= in_range && !ok;
+    const unsigned long long slot = ok ? (unsigned long long)(page * PAGE_SIZE + t % PAGE_SIZE) : 0ull;
+    const int bytes = ok ? 16 : 0;
+    const int chunk0 = ((lane_chunk ^ row) & 7) | (lane_chunk & ~7);
+    const char* krow = src.k_base + slot * src.k_slot_bytes + lane_chunk * 16;
+    const kd_u32 kdst = sk + (row * QK_CHUNKS + chunk0) * 16;
+#pragma unroll
+    for (int k = 0; k < (QK_CHUNKS + ROW_LANES - 1) / ROW_LANES; ++k) {
+      if (lane_chunk + k * ROW_LANES < QK_CHUNKS) kd_cp_async16(kdst + k * ROW_LANES * 16, krow + k * ROW_LANES * 16, bytes);
+    }
+    if (!IS_MLA) {
+      const char* vrow = src.v_base + slot * src.v_slot_bytes + lane_chunk * 16;
+      const kd_u32 vdst = sv + (row * V_CHUNKS + chunk0) * 16;
+#pragma unroll
+      for (int k = 0; k < (V_CHUNKS + ROW_LANES - 1) / ROW_LANES; ++k) {
+        if (lane_chunk + k * ROW_LANES < V_CHUNKS) kd_cp_async16(vdst + k * ROW_LANES * 16, vrow + k * ROW_LANES * 16, bytes);
+      }
+    }
+  }
+}
+
+// Merges the split partials of each (node, head) row by their LSE. A row is
+// HEAD_DIM_V / 4 threads, each owning four columns (16-byte loads).
+// The generator launches COMBINE_THREADS threads and COMBINE_ROWS rows per CTA.
+constexpr int COMBINE_THREADS = KD_COMBINE_THREADS;
+constexpr int COMBINE_ROW_THREADS = KD_COMBINE_ROW_THREADS;
+constexpr int COMBINE_BATCH = 16;
+constexpr int COMBINE_ROWS = COMBINE_THREADS / COMBINE_ROW_THREADS;
+static_assert(HEAD_DIM_V % (4 * COMBINE_ROW_THREADS) == 0, "combine columns");
+
+extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_combine(const kdtree_verify_params p) {
+  const long long rows = (long long)p.total_nodes * p.num_q_heads;
+  const long long row = (long long)blockIdx.x * COMBINE_ROWS + threadIdx.x / COMBINE_ROW_THREADS;
+  const int col0 = (threadIdx.x % COMBINE_ROW_THREADS) * 4;
+  if (row >= rows) return;
+  const int node = (int)(row / p.num_q_heads);
+  // The request that owns this node: binary search of node_indptr.
+  int lo = 0, hi = p.batch_size - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (p.node_indptr[mid] <= node) lo = mid; else hi = mid - 1;
+  }
+  const Request req = load_request(p, lo);
+  if (!req.valid) return;  // the main kernel wrote its rows as NaN
+  const int splits = min(p.num_splits, (req.kv_len + p.split_tokens - 1) / p.split_tokens);
+  const float* lse = p.partial_lse + row;
+  const float* po = p.partial_o + row * HEAD_DIM_V;
+  // One pass with a running max: each batch issues all of its COMBINE_BATCH LSE and
+  // 16-byte partial loads before using any, so a thread waits on memory once per
+  // batch rather than once per split.
+  bool nan = false;
+  float m_use = 0.f, wsum = 0.f;
+  for (int c = col0; c < HEAD_DIM_V; c += COMBINE_ROW_THREADS * 4) {
+    float m = -KD_INF;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    wsum = 0.f;
+    for (int s0 = 0; s0 < splits; s0 += COMBINE_BATCH) {
+      float4 v[COMBINE_BATCH];
+      float w[COMBINE_BATCH];
+#pragma unroll
+      for (int i = 0; i < COMBINE_BATCH; ++i) {
+        const bool in = s0 + i < splits;
+        w[i] = in ? lse[(long long)(s0 + i) * rows] : -KD_INF;
+        v[i] = in ? *(const float4*)(po + (long long)(s0 + i) * rows * HEAD_DIM_V + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      float m_new = m;
+#pragma unroll
+      for (int i = 0; i < COMBINE_BATCH; ++i) {
+        nan |= w[i] != w[i];
+        m_new = fmaxf(m_new, w[i]);
+      }
+      m_use = m_new == -KD_INF ? 0.f : m_new;  // splits that saw nothing weigh 0
+      const float rescale = kd_exp2(m - m_use);
+      m = m_new;
+      wsum *= rescale;
+      acc.x *= rescale;
+      acc.y *= rescale;
+      acc.z *= rescale;
+      acc.w *= rescale;
+#pragma unroll
+      for (int i = 0; i < COMBINE_BATCH; ++i) {
+        const float wi = kd_exp2(w[i] - m_use);
+        wsum += wi;
+        acc.x += wi * v[i].x;
+        acc.y += wi * v[i].y;
+        acc.z += wi * v[i].z;
+        acc.w += wi * v[i].w;
+      }
+    }
+    const float inv = nan ? KD_NAN : (wsum > 0.f ? 1.f / wsum : KD_NAN);
+    kd_u32* out = (kd_u32*)((kd_u16*)p.out + row * HEAD_DIM_V + c);
+    out[0] = kd_pack2<IS_BF16>(acc.x * inv, acc.y * inv);
+    out[1] = kd_pack2<IS_BF16>(acc.z * inv, acc.w * inv);
+  }
+  if (p.lse && col0 == 0) p.lse[row] = nan ? KD_NAN : (m_use + kd_log2(wsum)) * 0.69314718055994531f;
+}
+
+#endif  // KDTREE_VERIFY_ATTENTION_COMMON_CUH

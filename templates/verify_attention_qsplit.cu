@@ -1,0 +1,370 @@
+// verify_attention_qsplit: MLA tree attention where shared memory cannot hold a
+// 64-row Q tile beside the KV stages (sm_120 and sm_86/89: 99 KB per block). The
+// contract, the split partials and kdtree_verify_combine are verify_attention.cu's.
+//
+// Q lives in registers. The CTA's BLOCK_M rows are WARPS_M warp rows of WARP_ROWS;
+// the WARPS_N column warps of a warp row split Q's head dim (576 / 4 = 144 dims,
+// 72 registers a thread) for S = Q K^T and the V columns (512 / 4 = 128) for
+// O += P V. Shared memory holds the KV stages, the partial S tiles, P and per-row
+// factors only. Per KV tile of BLOCK_N tokens:
+//   compute_qk_partial  each warp: S_w = Q[rows, dims_w] K[tile, dims_w]^T, fp32, to shared memory
+//   reduce_rows         each warp sums the WARPS_N partials of RED_ROWS of its warp
+//                       row's rows, masks them and runs the online softmax of those
+//                       rows alone: no row-max exchange between warps
+//   (P and alpha)       bf16 P and each row's O rescale factor to shared memory
+//   compute_pv          each warp: O[rows, cols_w] = alpha O + P V[tile, cols_w]
+// One CTA barrier per tile guards the KV stage; the two exchanges inside a tile are
+// named barriers of the warp row, so warp rows drift apart and overlap their phases.
+
+#include "verify_attention_qsplit_config.h"
+#include "verify_attention_common.cuh"
+
+// Byte offsets in dynamic shared memory: K stages at 0 (Q is staged there first),
+// partial S, P, per-row stats. The generator sizes the block for both uses.
+constexpr int SMEM_RED = KD_SMEM_RED;
+constexpr int SMEM_P = KD_SMEM_P;
+constexpr int SMEM_STATS = KD_SMEM_STATS;
+
+constexpr int DIMS_W = HEAD_DIM / WARPS_N;  // Q/K dims of a column warp
+constexpr int QK_STEPS_W = DIMS_W / 16;     // its k16 steps
+constexpr int DIM_CHUNKS_W = DIMS_W / 8;    // its 16-byte chunks of a row
+constexpr int S_TILES = BLOCK_N / 8;        // n8 tiles of a warp's partial S: every column of the tile
+constexpr int V_COLS = HEAD_DIM_V / WARPS_N;
+constexpr int O_TILES = V_COLS / 8;         // n8 tiles of O per warp
+constexpr int PV_PAIRS = O_TILES / 2;       // ldmatrix.x4.trans per k16 slice of V
+constexpr int RED_ROWS = WARP_ROWS / WARPS_N;  // rows a warp reduces and normalises
+constexpr int RED_LANES = 32 / RED_ROWS;       // lanes of such a row
+constexpr int RED_COLS = BLOCK_N / RED_LANES;  // columns of a lane
+constexpr int PART_WARP_FLOATS = WARP_ROWS * BLOCK_N;  // one warp's partial S tile
+constexpr int P_CHUNKS = BLOCK_N / 8;
+static_assert(IS_MLA, "Q in registers is the layout for MLA's 576-wide rows");
+static_assert(WARPS_N >= 2 && DIMS_W % 16 == 0, "column warps split Q's head dim in k16 steps");
+static_assert(V_COLS % 64 == 0, "a column warp's V slice keeps whole swizzle groups");
+// The partial-S and P swizzles below are for 16-token tiles of 8 rows per reducing warp.
+static_assert(BLOCK_N == 16 && RED_ROWS == 8 && RED_COLS == 4, "tile shape of the row reduction");
+
+// 16-byte chunk swizzles free of bank conflicts for both sides of each exchange:
+// partial S (64-byte rows of 4 chunks) is written as float2 by the mma fragment
+// layout and read as float4 by 4 lanes per row; P (32-byte rows of 2 chunks) is
+// written as 4 values by 4 lanes per row and read by ldmatrix.
+static __device__ __forceinline__ int part_chunk(int row, int chunk) { return chunk ^ (row & 2); }
+static __device__ __forceinline__ int p_chunk(int row, int chunk) { return chunk ^ ((row >> 2) & 1); }
+
+// A barrier of the WARPS_N * 32 threads of warp row wm (id 0 is __syncthreads).
+static __device__ __forceinline__ void warp_row_barrier(int wm) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(1 + wm), "n"(WARPS_N * 32) : "memory");
+}
+
+struct RowStats {  // of the row a lane reduces (the RED_LANES lanes of a row hold the same m)
+  float m;  // reference max, log2 domain (see LAZY_MAX_LOG2)
+  float l;  // this lane's share of the row sum
+};
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  float* spart = (float*)(smem_raw + SMEM_RED);         // [WARPS_M][WARPS_N][WARP_ROWS][BLOCK_N]
+  kd_u16* sp = (kd_u16*)(smem_raw + SMEM_P);            // [BLOCK_M][BLOCK_N]
+  float* salpha = (float*)(smem_raw + SMEM_STATS);      // [BLOCK_M] this tile's O rescale
+  float* srow_l = salpha + BLOCK_M;                     // [BLOCK_M] row sums, at the end
+  float* srow_m = srow_l + BLOCK_M;                     // [BLOCK_M] reference maxima, at the end
+  constexpr kd_u32 K_TILE_BYTES = K_TILE_ELEMS * 2;
+  const kd_u32 sk_addr = kd_smem_addr(smem_raw);
+
+  const int m_tile = blockIdx.x;
+  const int b = blockIdx.y / p.num_kv_heads;
+  const int kv_head = blockIdx.y % p.num_kv_heads;
+  const int split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm = warp / WARPS_N, wn = warp % WARPS_N;
+
+  const Request req = load_request(p, b);
+  if (!req.valid) {
+    if (m_tile == 0 && split == 0) {
+      if (p.error_flags && threadIdx.x == 0) atomicOr(p.error_flags, request_errors(p, req));
+      poison_request(p, req, kv_head);
+    }
+    return;
+  }
+  const int rows_total = req.n_nodes * p.group;
+  const int row0 = m_tile * BLOCK_M;
+  if (row0 >= rows_total) return;
+  const int t_begin = split * p.split_tokens;
+  const int t_end = min(req.kv_len, t_begin + p.split_tokens);
+  if (t_begin >= t_end) return;
+
+  // ---- Q to registers: the tile is staged through shared memory (where the KV
+  // stages go next), rows past the request's rows zero-filled.
+  kd_u32 qa[QK_STEPS_W][MF][4];
+  {
+    const kd_u16* q = (const kd_u16*)p.q;
+    for (int i = threadIdx.x; i < BLOCK_M * QK_CHUNKS; i += THREADS) {
+      int r = i / QK_CHUNKS, chunk = i % QK_CHUNKS;
+      int gr = row0 + r;
+      bool ok = gr < rows_total;
+      long long qrow = ok ? (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group +
+                                gr % p.group
+                          : 0;
+      kd_cp_async16(sk_addr + swizzle<QK_CHUNKS>(r, chunk) * 16, q + qrow * HEAD_DIM + chunk * 8, ok ? 16 : 0);
+    }
+    kd_cp_async_commit();
+    kd_cp_async_wait<0>();
+    __syncthreads();
+    const int r = wm * WARP_ROWS + (lane & 15);
+#pragma unroll
+    for (int ks = 0; ks < QK_STEPS_W; ++ks) {
+#pragma unroll
+      for (int mf = 0; mf < MF; ++mf) {
+        const int chunk = wn * DIM_CHUNKS_W + 2 * ks + (lane >> 4);
+        kd_ldmatrix_x4(qa[ks][mf], sk_addr + swizzle<QK_CHUNKS>(r + mf * 16, chunk) * 16);
+      }
+    }
+    __syncthreads();  // every warp has its Q before the KV stages overwrite it
+  }
+
+  bool bad_page = false;
+  KvSource kv_src;
+  kv_src.k_base = (const char*)p.k_cache + (long long)kv_head * HEAD_DIM * 2;
+  kv_src.v_base = kv_src.k_base;
+  kv_src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * 2;
+  kv_src.v_slot_bytes = kv_src.k_slot_bytes;
+  kv_src.pages = p.page_table + (long long)b * p.max_pages_per_req;
+  const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < n_tiles) load_kv_tile(p, kv_src, t_begin + s * BLOCK_N, t_end, sk_addr + s * K_TILE_BYTES, 0, bad_page);
+    kd_cp_async_commit();
+  }
+
+  float o[MF][O_TILES][4];
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+    for (int j = 0; j < O_TILES; ++j) o[mf][j][0] = o[mf][j][1] = o[mf][j][2] = o[mf][j][3] = 0.f;
+  }
+
+  // The row this lane reduces (CTA row red_row), its tree node (-1 past the
+  // request's rows) and its running stats.
+  const int red_row_w = wn * RED_ROWS + lane / RED_LANES;  // within the warp row
+  const int red_row = wm * WARP_ROWS + red_row_w;
+  const int red_col0 = (lane % RED_LANES) * RED_COLS;
+  const int red_node = row0 + red_row < rows_total ? req.node_base + (row0 + red_row) / p.group : -1;
+  RowStats st = {-KD_INF, 0.f};
+
+  // Per-lane parts of the shared-memory addresses.
+  const int k_row = (lane & 7) + ((lane >> 4) << 3);             // B of S: token row
+  const kd_u32 k_lane = k_row * QK_CHUNKS * 16;
+  const int k_chunk0 = wn * DIM_CHUNKS_W + ((lane >> 3) & 1);     // its first chunk
+  const int k_xor = k_row & 7;
+  float* part_mine = spart + (wm * WARPS_N + wn) * PART_WARP_FLOATS;
+  const float* part_row = spart + wm * WARPS_N * PART_WARP_FLOATS + red_row_w * BLOCK_N +
+                          part_chunk(red_row_w, red_col0 / 4) * 4;
+  const int p_row = wm * WARP_ROWS + (lane & 15);                 // A of O
+  const kd_u32 p_lane = kd_smem_addr(sp) + p_row * P_CHUNKS * 16 + p_chunk(p_row, lane >> 4) * 16;
+  const LaneRow<QK_CHUNKS> v_lane((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);  // B of O
+  const kd_u32 v_col_bytes = (wn * V_COLS / 8) * 16;  // a multiple of 128: the swizzle group is kept
+
+  for (int it = 0; it < n_tiles; ++it) {
+    kd_cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    {
+      int next = it + STAGES - 1;
+      if (next < n_tiles) {
+        load_kv_tile(p, kv_src, t_begin + next * BLOCK_N, t_end, sk_addr + (next % STAGES) * K_TILE_BYTES, 0,
+                     bad_page);
+      }
+      kd_cp_async_commit();
+    }
+    const kd_u32 tk_addr = sk_addr + (it % STAGES) * K_TILE_BYTES;
+    const int t0 = t_begin + it * BLOCK_N;
+
+    // ---- compute_qk_partial: all BLOCK_N columns over this warp's dims; the K
+    // fragment of step ks + 1 is loaded before step ks's mma.
+    {
+      float s[MF][S_TILES][4];
+#pragma unroll
+      for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+        for (int j = 0; j < S_TILES; ++j) s[mf][j][0] = s[mf][j][1] = s[mf][j][2] = s[mf][j][3] = 0.f;
+      }
+      kd_u32 kb[2][S_TILES / 2][4];
+      auto load_k = [&](kd_u32(&f)[S_TILES / 2][4], int ks) {
+        const kd_u32 a = tk_addr + k_lane + ((k_chunk0 + 2 * ks) ^ k_xor) * 16;
+#pragma unroll
+        for (int jp = 0; jp < S_TILES / 2; ++jp) kd_ldmatrix_x4(f[jp], a + jp * 16 * QK_CHUNKS * 16);
+      };
+      load_k(kb[0], 0);
+#pragma unroll
+      for (int ks = 0; ks < QK_STEPS_W; ++ks) {
+        if (ks + 1 < QK_STEPS_W) load_k(kb[(ks + 1) & 1], ks + 1);
+#pragma unroll
+        for (int jp = 0; jp < S_TILES / 2; ++jp) {
+#pragma unroll
+          for (int mf = 0; mf < MF; ++mf) {
+            kd_mma16816<IS_BF16>(s[mf][2 * jp], qa[ks][mf], kb[ks & 1][jp][0], kb[ks & 1][jp][1]);
+            kd_mma16816<IS_BF16>(s[mf][2 * jp + 1], qa[ks][mf], kb[ks & 1][jp][2], kb[ks & 1][jp][3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = mf * 16 + lane / 4 + h * 8;
+#pragma unroll
+          for (int j = 0; j < S_TILES; ++j) {
+            const int col = j * 8 + (lane & 3) * 2;
+            *(float2*)(part_mine + r * BLOCK_N + part_chunk(r, col / 4) * 4 + col % 4) =
+                make_float2(s[mf][j][2 * h], s[mf][j][2 * h + 1]);
+          }
+        }
+      }
+    }
+    warp_row_barrier(wm);
+
+    // ---- reduce_rows: the lane's RED_COLS scores of its row, masked (prefix
+    // visible; tree tokens by the mask bits; past t_end hidden), then the online
+    // softmax of the row (exp2 domain, scale folded into the exponent's FFMA).
+    {
+      float v[RED_COLS];
+      {
+        float4 acc = *(const float4*)part_row;
+#pragma unroll
+        for (int w = 1; w < WARPS_N; ++w) {
+          const float4 x = *(const float4*)(part_row + w * PART_WARP_FLOATS);
+          acc.x += x.x;
+          acc.y += x.y;
+          acc.z += x.z;
+          acc.w += x.w;
+        }
+        v[0] = acc.x;
+        v[1] = acc.y;
+        v[2] = acc.z;
+        v[3] = acc.w;
+      }
+      if (t0 + BLOCK_N > req.prefix || t0 + BLOCK_N > t_end) {
+        kd_u64 words[MASK_WORDS];
+#pragma unroll
+        for (int w = 0; w < MASK_WORDS; ++w)
+          words[w] = red_node >= 0 ? __ldg(p.tree_mask + (long long)red_node * MASK_WORDS + w) : 0ull;
+#pragma unroll
+        for (int c = 0; c < RED_COLS; ++c) {
+          const int t = t0 + red_col0 + c;
+          const int tree = t - req.prefix;
+          const bool visible = t < t_end && (tree < 0 || mask_bit(words, tree));
+          v[c] = visible ? v[c] : -KD_INF;
+        }
+      }
+      float mx = v[0];
+#pragma unroll
+      for (int c = 1; c < RED_COLS; ++c) mx = fmaxf(mx, v[c]);
+#pragma unroll
+      for (int d = 1; d < RED_LANES; d *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+      const float mx2 = mx * p.scale_log2;  // log2 domain
+      const float m_new = mx2 > st.m + LAZY_MAX_LOG2 ? mx2 : st.m;
+      const float m_use = m_new == -KD_INF ? 0.f : m_new;  // a fully masked row stays at zero
+      const float alpha = kd_exp2(st.m - m_use);
+      st.m = m_new;
+      st.l *= alpha;
+#pragma unroll
+      for (int c = 0; c < RED_COLS; ++c) {
+        v[c] = kd_exp2(fmaf(v[c], p.scale_log2, -m_use));
+        st.l += v[c];
+      }
+      *(uint2*)(sp + red_row * BLOCK_N + p_chunk(red_row, red_col0 / 8) * 8 + red_col0 % 8) =
+          make_uint2(kd_pack2<IS_BF16>(v[0], v[1]), kd_pack2<IS_BF16>(v[2], v[3]));
+      if (lane % RED_LANES == 0) salpha[red_row] = alpha;
+    }
+    warp_row_barrier(wm);
+
+    // ---- compute_pv: rescale O where a row's reference max moved (rarely, once
+    // the maxima settle), then O += P V over this warp's V columns.
+    {
+      float alpha[MF][2];
+      bool rescale = false;
+#pragma unroll
+      for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          alpha[mf][h] = salpha[wm * WARP_ROWS + mf * 16 + lane / 4 + h * 8];
+          rescale |= alpha[mf][h] != 1.f;
+        }
+      }
+      if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+          for (int j = 0; j < O_TILES; ++j) {
+            o[mf][j][0] *= alpha[mf][0];
+            o[mf][j][1] *= alpha[mf][0];
+            o[mf][j][2] *= alpha[mf][1];
+            o[mf][j][3] *= alpha[mf][1];
+          }
+        }
+      }
+      kd_u32 pa[MF][4];
+#pragma unroll
+      for (int mf = 0; mf < MF; ++mf) kd_ldmatrix_x4(pa[mf], p_lane + mf * 16 * P_CHUNKS * 16);
+      const kd_u32 tv_addr = tk_addr + v_col_bytes;  // MLA: V is the K row's first HEAD_DIM_V dims
+      kd_u32 vb[2][4];
+      kd_ldmatrix_x4_trans(vb[0], tv_addr + v_lane.at(0, 0));
+#pragma unroll
+      for (int jp = 0; jp < PV_PAIRS; ++jp) {
+        if (jp + 1 < PV_PAIRS) kd_ldmatrix_x4_trans(vb[(jp + 1) & 1], tv_addr + v_lane.at((jp + 1) / 4, (jp + 1) % 4));
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) {
+          kd_mma16816<IS_BF16>(o[mf][2 * jp], pa[mf], vb[jp & 1][0], vb[jp & 1][1]);
+          kd_mma16816<IS_BF16>(o[mf][2 * jp + 1], pa[mf], vb[jp & 1][2], vb[jp & 1][3]);
+        }
+      }
+    }
+  }
+  kd_cp_async_wait<0>();
+
+  // ---- row sums over the row's lanes, published with the reference maxima.
+#pragma unroll
+  for (int d = 1; d < RED_LANES; d *= 2) st.l += __shfl_xor_sync(0xffffffffu, st.l, d);
+  if (lane % RED_LANES == 0) {
+    srow_l[red_row] = st.l;
+    srow_m[red_row] = st.m;
+  }
+  // A bad page or request poisons its rows with NaN (the flag says why).
+  const bool poisoned = __syncthreads_or(bad_page);
+  if (bad_page && p.error_flags) atomicOr(p.error_flags, KDTREE_DEVICE_ERROR_PAGE_INDEX);
+
+  // ---- writing rows: as verify_attention.cu (16-bit out and natural-log LSE, or
+  // the fp32 partials and log2-domain LSE of a split).
+  const bool partial = p.num_splits > 1;
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wm * WARP_ROWS + mf * 16 + lane / 4 + h * 8;
+      const int gr = row0 + r;
+      if (gr >= rows_total) continue;
+      long long orow = (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group + gr % p.group;
+      const float l = srow_l[r];
+      float inv = l > 0.f ? 1.f / l : 0.f;
+      if (poisoned) inv = KD_NAN;
+      float lse2 = l > 0.f ? srow_m[r] + kd_log2(l) : -KD_INF;
+      if (poisoned) lse2 = KD_NAN;
+      if (partial) {
+        float* po = p.partial_o + ((long long)split * p.total_nodes * p.num_q_heads + orow) * HEAD_DIM_V;
+#pragma unroll
+        for (int j = 0; j < O_TILES; ++j) {
+          int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
+          *(float2*)(po + col) = make_float2(o[mf][j][2 * h] * inv, o[mf][j][2 * h + 1] * inv);
+        }
+        if (wn == 0 && (lane & 3) == 0) p.partial_lse[(long long)split * p.total_nodes * p.num_q_heads + orow] = lse2;
+      } else {
+        if (l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
+        kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V;
+#pragma unroll
+        for (int j = 0; j < O_TILES; ++j) {
+          int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
+          *(kd_u32*)(out + col) = kd_pack2<IS_BF16>(o[mf][j][2 * h] * inv, o[mf][j][2 * h + 1] * inv);
+        }
+        if (p.lse && wn == 0 && (lane & 3) == 0) p.lse[orow] = lse2 * 0.69314718055994531f;
+      }
+    }
+  }
+}
