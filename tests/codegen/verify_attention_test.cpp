@@ -89,6 +89,26 @@ TEST_CASE("tiles fit each arch's shared memory") {
   CHECK(g120.stages == 2);
   CHECK(2 * (verify_smem_layout(gqa64, g120).bytes + 1024) <= arch_from_sm(120).max_smem_per_sm);
   CHECK(choose_verify_tiles(gqa64, arch_from_sm(90)).stages == 3);
+  // MLA on the 99 KB parts: Q in registers (qsplit) keeps 64 rows in 2 x 4 warps.
+  VerifySpec mla;
+  for (int sm : {86, 89, 120}) {
+    const VerifyTiles m = choose_verify_tiles(mla, arch_from_sm(sm));
+    INFO("sm_" << sm);
+    CHECK(m.qsplit);
+    CHECK(m.block_m == 64);
+    CHECK(m.warps == 8);
+    CHECK(generate_verify_attention(mla, arch_from_sm(sm)).source.find("Q lives in registers") != std::string::npos);
+  }
+  CHECK_FALSE(choose_verify_tiles(mla, arch_from_sm(90)).qsplit);
+  CHECK_FALSE(choose_verify_tiles(mla, arch_from_sm(80)).qsplit);
+  // Its layout: K stages, partial S, P, row stats in order; Q is staged over them first.
+  const VerifyTiles q120 = choose_verify_tiles(mla, arch_from_sm(120));
+  const VerifySmemLayout l = verify_smem_layout(mla, q120);
+  CHECK(l.red == q120.stages * q120.block_n * 576 * 2);
+  CHECK(l.p == l.red + q120.warps * q120.warp_rows * q120.block_n * 4);
+  CHECK(l.stats == l.p + q120.block_m * q120.block_n * 2);
+  CHECK(l.bytes >= l.stats + 3 * q120.block_m * 4);
+  CHECK(l.bytes >= q120.block_m * 576 * 2);
   // sm_120 is held to 99 KB per block.
   CHECK(arch_from_sm(120).max_smem_per_block == 99 * 1024);
   CHECK_THROWS_AS(arch_from_sm(75), kdtree::Error);
@@ -156,6 +176,12 @@ TEST_CASE("KDTREE_VERIFY_TILES: every field is checked, nothing trailing, an ove
   const Arch sm90 = arch_from_sm(90), sm120 = arch_from_sm(120);
   CHECK(tiles_error("32,16,4,3", mla, sm90).empty());
   CHECK(tiles_error("64,64,8,2,32", mla, sm90).empty());
+  CHECK(tiles_error("64,64,8,2,32,flash", mla, sm90).empty());
+  CHECK(tiles_error("64,16,8,3,32,qsplit", mla, sm90).empty());
+  CHECK(tiles_error("64,16,8,4,32,qsplit", mla, sm120).empty());
+  VerifySpec gqa128;
+  gqa128.head_dim_qk = gqa128.head_dim_v = 128;
+  CHECK(tiles_error("64,16,8,3,32,qsplit", gqa128, sm90).find("qsplit") != std::string::npos);  // MLA only
   struct Bad {
     const char* text;
     const char* names;  // what the message must name
@@ -164,7 +190,9 @@ TEST_CASE("KDTREE_VERIFY_TILES: every field is checked, nothing trailing, an ove
   for (const Bad& bad :
        {Bad{"64,0,8,2,32", "block_n"}, Bad{"64,-16,8,2", "block_n"}, Bad{"0,64,8,2", "block_m"},
         Bad{"-64,64,8,2,32", "block_m"}, Bad{"64,64,0,2,32", "warps"}, Bad{"64,64,8,1,32", "stages"},
-        Bad{"64,64,8,2,24", "warp_rows"}, Bad{"64,64,8,2,32x", "warp_rows"}, Bad{"64,64,8,2,32,1", "fields"},
+        Bad{"64,64,8,2,24", "warp_rows"}, Bad{"64,64,8,2,32x", "warp_rows"}, Bad{"64,64,8,2,32,1", "kernel"},
+        Bad{"64,64,8,2,32,flash,1", "fields"}, Bad{"64,32,8,2,32,qsplit", "qsplit"}, Bad{"64,16,4,3,16,qsplit", "qsplit"},
+        Bad{"64,16,8,3,32,Qsplit", "kernel"},
         Bad{"64,64", "fields"}, Bad{"64,64,8,2,", "warp_rows"}, Bad{" 64,64,8,2", "block_m"},
         Bad{"64,64,8,2 ", "stages"}, Bad{"64,72,8,2,32", "block_n"}, Bad{"48,64,8,2,32", "block_m"},
         Bad{"64,64,6,2,32", "warps"}, Bad{"64,64,8,2,99999999999", "warp_rows"}}) {
