@@ -38,7 +38,8 @@ long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
 // The name a kernel's cubin and JSON line carry: its file stem, arch and tiles.
 std::string kernel_name(const std::string& stem, const std::string& arch, const kdtree::codegen::VerifyTiles& t) {
-  return fmt::format("{}-{}-{}_{}_{}_{}_{}", stem, arch, t.block_m, t.block_n, t.warps, t.stages, t.warp_rows);
+  return fmt::format("{}-{}-{}_{}_{}_{}_{}{}", stem, arch, t.block_m, t.block_n, t.warps, t.stages, t.warp_rows,
+                     t.qsplit ? "_qsplit" : "");
 }
 
 void write_module(const kdtree::CompiledModule& m, const std::string& dir, const std::string& kernel) {
@@ -95,11 +96,11 @@ int run_grid(kdtree::Engine& rt, const std::string& cubin_dir, int jobs) {
     const kdtree::codegen::VerifyTiles& t = it.tiles;
     std::printf(
         "{\"arch\":\"%s\",\"head_qk\":%d,\"head_v\":%d,\"width\":%d,\"page\":%d,\"dtype\":\"%s\","
-        "\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,\"warp_rows\":%d,\"smem\":%d,"
+        "\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,\"warp_rows\":%d,\"qsplit\":%s,\"smem\":%d,"
         "\"kernel\":\"%s\"}\n",
         arch.name().c_str(), it.spec.head_dim_qk, it.spec.head_dim_v, it.spec.max_tree_nodes, it.spec.page_size,
         kdtree::codegen::dtype_name(it.spec.dtype), t.block_m, t.block_n, t.warps, t.stages, t.warp_rows,
-        kdtree::codegen::verify_smem_layout(it.spec, t).bytes, it.kernel.c_str());
+        t.qsplit ? "true" : "false", kdtree::codegen::verify_smem_layout(it.spec, t).bytes, it.kernel.c_str());
   }
   return 0;
 }
@@ -167,12 +168,13 @@ int run(int argc, char** argv) {
     std::printf(
         "{\"shape\":\"%s\",\"arch\":\"%s\",\"num_sms\":%d,\"max_smem_per_sm\":%d,\"batch\":%d,\"q_heads\":%d,"
         "\"kv_heads\":%d,\"nodes\":%d,\"kv_len\":%d,\"head_qk\":%d,\"head_v\":%d,\"page\":%d,\"width\":%d,"
-        "\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,\"warp_rows\":%d,\"warps_n\":%d,\"smem\":%d,"
+        "\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,\"warp_rows\":%d,\"warps_n\":%d,\"qsplit\":%s,"
+        "\"smem\":%d,"
         "\"splits\":%d,\"split_tokens\":%d,\"grid\":[%u,%u,%d],\"active_x\":%lld,\"combine_ctas\":%u,"
         "\"kernel\":\"%s\"}\n",
         s.name, arch.name().c_str(), arch.num_sms, arch.max_smem_per_sm, s.batch, s.q_heads, s.kv_heads, s.nodes,
         kv_len, s.head_qk, s.head_v, s.page, width, t.block_m, t.block_n, t.warps, t.stages, t.warp_rows, t.warps_n(),
-        source.launch.dynamic_smem, plan.num_splits, plan.split_tokens, plan.grid_x, plan.grid_y, plan.num_splits, active_x,
+        t.qsplit ? "true" : "false", source.launch.dynamic_smem, plan.num_splits, plan.split_tokens, plan.grid_x, plan.grid_y, plan.num_splits, active_x,
         plan.combine_ctas, kernel.c_str());
   }
   return 0;

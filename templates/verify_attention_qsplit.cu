@@ -14,7 +14,13 @@
 //   (P and alpha)       bf16 P and each row's O rescale factor to shared memory
 //   compute_pv          each warp: O[rows, cols_w] = alpha O + P V[tile, cols_w]
 // One CTA barrier per tile guards the KV stage; the two exchanges inside a tile are
-// named barriers of the warp row, so warp rows drift apart and overlap their phases.
+// named barriers of the warp row.
+//
+// SKEW: the two warp rows run the phases in a different order. Row 0 runs QK,
+// reduce, PV of tile t; row 1 runs PV of tile t - 1, then QK and reduce of tile t.
+// Each scheduler holds one warp of each row, so while one row reduces (no tensor
+// work) the other row's mma keep the tensor pipe busy. Row 1 reads stage t - 1
+// after the tile barrier, so the copies run STAGES - 2 tiles ahead, not STAGES - 1.
 
 #include "verify_attention_qsplit_config.h"
 #include "verify_attention_common.cuh"
@@ -37,6 +43,8 @@ constexpr int RED_LANES = 32 / RED_ROWS;       // lanes of such a row
 constexpr int RED_COLS = BLOCK_N / RED_LANES;  // columns of a lane
 constexpr int PART_WARP_FLOATS = WARP_ROWS * BLOCK_N;  // one warp's partial S tile
 constexpr int P_CHUNKS = BLOCK_N / 8;
+constexpr int PREFETCH = STAGES - 2;  // KV tiles in flight ahead of the one computed (SKEW)
+static_assert(WARPS_M == 2 && PREFETCH >= 1, "SKEW: an early and a late warp row; a stage for each");
 static_assert(IS_MLA, "Q in registers is the layout for MLA's 576-wide rows");
 static_assert(WARPS_N >= 2 && DIMS_W % 16 == 0, "column warps split Q's head dim in k16 steps");
 static_assert(V_COLS % 64 == 0, "a column warp's V slice keeps whole swizzle groups");
@@ -59,6 +67,49 @@ struct RowStats {  // of the row a lane reduces (the RED_LANES lanes of a row ho
   float m;  // reference max, log2 domain (see LAZY_MAX_LOG2)
   float l;  // this lane's share of the row sum
 };
+
+// ---- compute_pv: rescale O where a row's reference max moved (rarely, once the
+// maxima settle), then O += P V over this warp's V columns. tv_addr: the tile's
+// V (MLA: the K rows' first HEAD_DIM_V dims) at this warp's first column.
+static __device__ __forceinline__ void compute_pv(float (&o)[MF][O_TILES][4], const float* salpha, kd_u32 p_lane,
+                                                  kd_u32 tv_addr, const LaneRow<QK_CHUNKS>& v_lane, int wm, int lane) {
+  float alpha[MF][2];
+  bool rescale = false;
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      alpha[mf][h] = salpha[wm * WARP_ROWS + mf * 16 + lane / 4 + h * 8];
+      rescale |= alpha[mf][h] != 1.f;
+    }
+  }
+  if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+      for (int j = 0; j < O_TILES; ++j) {
+        o[mf][j][0] *= alpha[mf][0];
+        o[mf][j][1] *= alpha[mf][0];
+        o[mf][j][2] *= alpha[mf][1];
+        o[mf][j][3] *= alpha[mf][1];
+      }
+    }
+  }
+  kd_u32 pa[MF][4];
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf) kd_ldmatrix_x4(pa[mf], p_lane + mf * 16 * P_CHUNKS * 16);
+  kd_u32 vb[2][4];
+  kd_ldmatrix_x4_trans(vb[0], tv_addr + v_lane.at(0, 0));
+#pragma unroll
+  for (int jp = 0; jp < PV_PAIRS; ++jp) {
+    if (jp + 1 < PV_PAIRS) kd_ldmatrix_x4_trans(vb[(jp + 1) & 1], tv_addr + v_lane.at((jp + 1) / 4, (jp + 1) % 4));
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf) {
+      kd_mma16816<IS_BF16>(o[mf][2 * jp], pa[mf], vb[jp & 1][0], vb[jp & 1][1]);
+      kd_mma16816<IS_BF16>(o[mf][2 * jp + 1], pa[mf], vb[jp & 1][2], vb[jp & 1][3]);
+    }
+  }
+}
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -130,7 +181,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   kv_src.pages = p.page_table + (long long)b * p.max_pages_per_req;
   const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
+  for (int s = 0; s < PREFETCH; ++s) {
     if (s < n_tiles) load_kv_tile(p, kv_src, t_begin + s * BLOCK_N, t_end, sk_addr + s * K_TILE_BYTES, 0, bad_page);
     kd_cp_async_commit();
   }
@@ -164,10 +215,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   const kd_u32 v_col_bytes = (wn * V_COLS / 8) * 16;  // a multiple of 128: the swizzle group is kept
 
   for (int it = 0; it < n_tiles; ++it) {
-    kd_cp_async_wait<STAGES - 2>();
-    __syncthreads();
+    kd_cp_async_wait<PREFETCH - 1>();
+    __syncthreads();  // tile it is in shared memory; stage (it + PREFETCH) % STAGES was last read in it - 2
     {
-      int next = it + STAGES - 1;
+      int next = it + PREFETCH;
       if (next < n_tiles) {
         load_kv_tile(p, kv_src, t_begin + next * BLOCK_N, t_end, sk_addr + (next % STAGES) * K_TILE_BYTES, 0,
                      bad_page);
@@ -176,6 +227,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     }
     const kd_u32 tk_addr = sk_addr + (it % STAGES) * K_TILE_BYTES;
     const int t0 = t_begin + it * BLOCK_N;
+    // The late warp row's PV of the previous tile (see SKEW above).
+    if (wm == 1 && it > 0) {
+      compute_pv(o, salpha, p_lane, sk_addr + ((it - 1) % STAGES) * K_TILE_BYTES + v_col_bytes, v_lane, wm, lane);
+    }
 
     // ---- compute_qk_partial: all BLOCK_N columns over this warp's dims; the K
     // fragment of step ks + 1 is loaded before step ks's mma.
@@ -276,48 +331,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     }
     warp_row_barrier(wm);
 
-    // ---- compute_pv: rescale O where a row's reference max moved (rarely, once
-    // the maxima settle), then O += P V over this warp's V columns.
-    {
-      float alpha[MF][2];
-      bool rescale = false;
-#pragma unroll
-      for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          alpha[mf][h] = salpha[wm * WARP_ROWS + mf * 16 + lane / 4 + h * 8];
-          rescale |= alpha[mf][h] != 1.f;
-        }
-      }
-      if (__any_sync(0xffffffffu, rescale)) {
-#pragma unroll
-        for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-          for (int j = 0; j < O_TILES; ++j) {
-            o[mf][j][0] *= alpha[mf][0];
-            o[mf][j][1] *= alpha[mf][0];
-            o[mf][j][2] *= alpha[mf][1];
-            o[mf][j][3] *= alpha[mf][1];
-          }
-        }
-      }
-      kd_u32 pa[MF][4];
-#pragma unroll
-      for (int mf = 0; mf < MF; ++mf) kd_ldmatrix_x4(pa[mf], p_lane + mf * 16 * P_CHUNKS * 16);
-      const kd_u32 tv_addr = tk_addr + v_col_bytes;  // MLA: V is the K row's first HEAD_DIM_V dims
-      kd_u32 vb[2][4];
-      kd_ldmatrix_x4_trans(vb[0], tv_addr + v_lane.at(0, 0));
-#pragma unroll
-      for (int jp = 0; jp < PV_PAIRS; ++jp) {
-        if (jp + 1 < PV_PAIRS) kd_ldmatrix_x4_trans(vb[(jp + 1) & 1], tv_addr + v_lane.at((jp + 1) / 4, (jp + 1) % 4));
-#pragma unroll
-        for (int mf = 0; mf < MF; ++mf) {
-          kd_mma16816<IS_BF16>(o[mf][2 * jp], pa[mf], vb[jp & 1][0], vb[jp & 1][1]);
-          kd_mma16816<IS_BF16>(o[mf][2 * jp + 1], pa[mf], vb[jp & 1][2], vb[jp & 1][3]);
-        }
-      }
-    }
+    if (wm == 0) compute_pv(o, salpha, p_lane, tk_addr + v_col_bytes, v_lane, wm, lane);
   }
+  // The late warp row's PV of the last tile.
+  if (wm == 1) compute_pv(o, salpha, p_lane, sk_addr + ((n_tiles - 1) % STAGES) * K_TILE_BYTES + v_col_bytes, v_lane, wm, lane);
   kd_cp_async_wait<0>();
 
   // ---- row sums over the row's lanes, published with the reference maxima.

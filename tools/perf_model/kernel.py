@@ -18,9 +18,10 @@ class Kernel:
     spill_instrs: int           # LDL/STL in the SASS
     spill_bytes: int            # ptxas: spill stores + loads (bytes), -1 when no log
     counts: dict                # per warp and KV tile, by class
-    steps: list                 # sim.Step per instruction of the steady path
+    steps: list                 # sim.Step per instruction of the steady path (of warp role 0)
     outside_stall_cycles: int   # sum of stall counts outside the loop (prologue + epilogue, one pass)
     port_bytes_per_warp: int    # shared-memory port bytes per warp and tile
+    role_steps: list = dataclasses.field(default_factory=list)  # steps per warp role (warp rows in turn)
 
 
 def resource_usage(cubin: str) -> int:
@@ -40,10 +41,23 @@ def ptxas_spills(log_text: str) -> int:
     return int(m.group(1)) + int(m.group(2)) if m else -1
 
 
-def analyse(cubin: str, copies_per_thread: int, log_text: str | None = None) -> Kernel:
+def analyse(cubin: str, copies_per_thread: int, log_text: str | None = None, roles: int = 1) -> Kernel:
+    """roles > 1: warp row r runs the loop's role regions (sass.hmma_regions) in
+    reverse order of rows, i.e. the last row the first region (the qsplit kernel:
+    row 1 runs the PV at the top of the loop, row 0 the one at the bottom)."""
     instrs, labels = sass.parse_function(sass.disassemble(cubin))
     head, back = sass.main_loop(instrs, labels)
-    path = sass.steady_path(instrs, labels, head, back, copies_per_thread)
+    if roles > 1:
+        n = len(sass.hmma_regions(instrs, labels, head, back))
+        if n != roles:
+            raise ValueError(f"{cubin}: {n} warp-role HMMA regions in the loop, expected {roles}")
+        paths = [sass.steady_path(instrs, labels, head, back, copies_per_thread, {roles - 1 - r}) for r in range(roles)]
+        hmma = {sum(1 for i in p if i.base == "HMMA") for p in paths}
+        if len(hmma) != 1:
+            raise ValueError(f"{cubin}: the warp roles' paths issue different HMMA counts {sorted(hmma)}")
+    else:
+        paths = [sass.steady_path(instrs, labels, head, back, copies_per_thread)]
+    path = paths[0]
     outside = sum(max(1, i.stall) for i in instrs[:head] + instrs[back + 1:])
     return Kernel(
         name=cubin.rsplit("/", 1)[-1].removesuffix(".cubin"),
@@ -54,4 +68,5 @@ def analyse(cubin: str, copies_per_thread: int, log_text: str | None = None) -> 
         steps=sim.compile_path(path),
         outside_stall_cycles=outside,
         port_bytes_per_warp=sum(sass.access_bytes(i) for i in path if i.pred != "@!PT"),
+        role_steps=[sim.compile_path(p) for p in paths],
     )

@@ -33,13 +33,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def copies_per_thread(plan: dict) -> int:
-    """16-byte cp.async copies per thread and KV tile (templates/verify_attention.cu:
-    8 lanes per token row, rows strided by threads / 8)."""
+    """16-byte cp.async copies per thread and KV tile (templates/verify_attention_common.cuh:
+    ROW_LANES lanes per token row, 8, or 16 when a pass of 8-lane rows is taller than the
+    tile; rows strided by threads / ROW_LANES)."""
     threads = plan["warps"] * 32
-    rows_per_pass = threads // 8
+    row_lanes = 16 if threads // 8 > plan["block_n"] else 8
+    rows_per_pass = threads // row_lanes
     passes = -(-plan["block_n"] // rows_per_pass)
     chunks = plan["head_qk"] // 8 + (0 if plan["head_qk"] == 576 else plan["head_v"] // 8)
-    return passes * (-(-chunks // 8))
+    return passes * (-(-chunks // row_lanes))
+
+
+def warp_roles(plan: dict) -> int:
+    """Warp rows that run different steady paths: the qsplit kernel's two skewed rows."""
+    return 2 if plan.get("qsplit") else 1
 
 
 def load(arch: str, tiles: str | None, plan_tool: str, cache_dir: str | None, shape: str | None,
@@ -69,7 +76,8 @@ def load(arch: str, tiles: str | None, plan_tool: str, cache_dir: str | None, sh
             if name not in kernels:
                 with open(os.path.join(out, name + ".log")) as f:
                     log_text = f.read()
-                kernels[name] = kernel_mod.analyse(os.path.join(out, name + ".cubin"), copies_per_thread(plan), log_text)
+                kernels[name] = kernel_mod.analyse(os.path.join(out, name + ".cubin"), copies_per_thread(plan), log_text,
+                                                   warp_roles(plan))
             result.append((plan, kernels[name]))
         return result
 
@@ -93,7 +101,7 @@ def grid_kernels(args, arch: str) -> list[tuple[dict, kernel_mod.Kernel]]:
             with open(os.path.join(out, plan["kernel"] + ".log")) as f:
                 log_text = f.read()
             result.append((plan, kernel_mod.analyse(os.path.join(out, plan["kernel"] + ".cubin"),
-                                                    copies_per_thread(plan), log_text)))
+                                                    copies_per_thread(plan), log_text, warp_roles(plan))))
         return result
 
 

@@ -108,15 +108,22 @@ def spills(instrs: list[Instr]) -> int:
 
 
 def main_loop(instrs: list[Instr], labels: dict[str, int]) -> tuple[int, int]:
-    """(head, back-edge) indices of the KV-tile loop: the outermost backward branch
-    whose body holds HMMA instructions."""
+    """(head, back-edge) indices of the KV-tile loop: the outermost conditional
+    backward branch whose body holds HMMA instructions (an unconditional one may
+    be the jump back from an out-of-line block, e.g. a divergent vote's slow path),
+    else the outermost unconditional one."""
     best = None
-    for i, ins in enumerate(instrs):
-        if ins.base == "BRA" and ins.target in labels and labels[ins.target] <= i:
-            head = labels[ins.target]
-            if any(x.base == "HMMA" for x in instrs[head:i]):
-                if best is None or i - head > best[1] - best[0]:
-                    best = (head, i)
+    for conditional in (True, False):
+        for i, ins in enumerate(instrs):
+            if ins.base == "BRA" and ins.target in labels and labels[ins.target] <= i:
+                if (ins.pred not in ("", "@PT")) != conditional:
+                    continue
+                head = labels[ins.target]
+                if any(x.base == "HMMA" for x in instrs[head:i]):
+                    if best is None or i - head > best[1] - best[0]:
+                        best = (head, i)
+        if best is not None:
+            break
     if best is None:
         raise ValueError("no loop with HMMA instructions (is this kdtree_verify_attention?)")
     return best
@@ -125,9 +132,30 @@ def main_loop(instrs: list[Instr], labels: dict[str, int]) -> tuple[int, int]:
 _MEMORY = ("LDS", "STS", "LDSM", "SHFL", "LDG", "STG", "LDGSTS", "BAR", "ATOMS", "ATOMG", "RED")
 
 
+def hmma_regions(instrs: list[Instr], labels: dict[str, int], head: int, back: int) -> list[int]:
+    """Indices of the forward conditional branches in the loop body that skip a
+    region holding HMMA: warp-role code, such as the qsplit kernel's PV that the
+    late warp row runs first and the early one last."""
+    out = []
+    end = head  # regions nested in one found are part of it
+    for i in range(head, back):
+        ins = instrs[i]
+        if i < end:
+            continue
+        if ins.base == "BRA" and ins.target in labels and ins.pred not in ("", "@PT") and labels[ins.target] > i:
+            if any(x.base == "HMMA" for x in instrs[i + 1:labels[ins.target]]):
+                out.append(i)
+                end = labels[ins.target]
+    return out
+
+
 def steady_path(instrs: list[Instr], labels: dict[str, int], head: int, back: int,
-                copies_per_thread: int) -> list[Instr]:
+                copies_per_thread: int, run_hmma_regions: set[int] | None = None) -> list[Instr]:
     """The instructions one warp issues in a steady-state KV tile, in order.
+
+    run_hmma_regions: for a kernel whose warp rows run different phases, the
+    positions (in hmma_regions order) of the HMMA regions this warp's role runs;
+    the others are skipped. None runs every region.
 
     Forward branches whose regions hold the KV copy (LDGSTS) are followed both
     ways and the path with this thread's share of the tile's copies
@@ -152,6 +180,7 @@ def steady_path(instrs: list[Instr], labels: dict[str, int], head: int, back: in
             body = copies(labels[instrs[b].target], b + 1)
             inner[b] = max(1, -(-(copies_per_thread - max(outside, 0)) // body)) if body else 1
 
+    role_branch = {b: k for k, b in enumerate(hmma_regions(instrs, labels, head, back))}
     paths: list[list[Instr]] = []
 
     def walk(i: int, path: list[Instr], taken: dict[int, int]) -> None:
@@ -163,6 +192,9 @@ def steady_path(instrs: list[Instr], labels: dict[str, int], head: int, back: in
             if i == back:
                 paths.append(path)
                 return
+            if ins.op.startswith("BRA.DIV"):  # taken only by a diverged warp (a vote's slow path)
+                i += 1
+                continue
             if ins.base == "BRA" and ins.target in labels:
                 dest = labels[ins.target]
                 conditional = ins.pred not in ("", "@PT")
@@ -178,7 +210,9 @@ def steady_path(instrs: list[Instr], labels: dict[str, int], head: int, back: in
                     i = dest
                     continue
                 region = instrs[i + 1:dest]
-                if any(x.base == "LDGSTS" for x in region):
+                if run_hmma_regions is not None and i in role_branch:
+                    i = i + 1 if role_branch[i] in run_hmma_regions else dest
+                elif any(x.base == "LDGSTS" for x in region):
                     walk(dest, list(path), dict(taken))
                     i += 1
                 elif any(x.base in _MEMORY for x in region):

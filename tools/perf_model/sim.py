@@ -108,8 +108,14 @@ class SmResult:
     stalls: dict             # warp-cycles not issued, by reason, per issued instruction
 
 
-def simulate(steps: list[Step], warps_per_cta: int, ctas: int, rates: dict, tiles: int = 6, warm: int = 2) -> SmResult:
+def simulate(steps: list, warps_per_cta: int, ctas: int, rates: dict, tiles: int = 6, warm: int = 2) -> SmResult:
+    """steps: one warp's steady path (list of Step), or one path per warp role
+    (list of lists): consecutive groups of warps_per_cta / roles warps of a CTA
+    (its warp rows) take the roles in turn."""
+    role_paths = steps if steps and isinstance(steps[0], list) else [steps]
     n_warps = warps_per_cta * ctas
+    per_role = max(1, warps_per_cta // len(role_paths))
+    path_of = [role_paths[min(len(role_paths) - 1, (w % warps_per_cta) // per_role)] for w in range(n_warps)]
     hmma_occ = 4096.0 / (rates["tensor_flop_per_clk_sm"] / 4)
     port_rate = rates["smem_bytes_per_clk_sm"]
     l2_rate = rates["l2_bytes_per_s"] / rates["num_sms"] / rates["clock_hz"]
@@ -118,7 +124,6 @@ def simulate(steps: list[Step], warps_per_cta: int, ctas: int, rates: dict, tile
     bar_lat = rates["barrier_latency"]
     mio_queue = rates["mio_queue_cycles"]
 
-    n = len(steps)
     pc = [0] * n_warps
     tile = [0] * n_warps
     ready = [0.0] * n_warps
@@ -163,7 +168,7 @@ def simulate(steps: list[Step], warps_per_cta: int, ctas: int, rates: dict, tile
                 if tile[w] >= tiles:
                     continue
                 reason = ""
-                st = steps[pc[w]]
+                st = path_of[w][pc[w]]
                 if at_bar[w]:
                     reason = "barrier"
                 elif ready[w] > now:
@@ -186,7 +191,7 @@ def simulate(steps: list[Step], warps_per_cta: int, ctas: int, rates: dict, tile
                     stalls[reason] = stalls.get(reason, 0) + 1
             if chosen >= 0:
                 w = chosen
-                st = steps[pc[w]]
+                st = path_of[w][pc[w]]
                 kind = st.kind
                 issued += 1
                 last_issued[s] = w
@@ -235,7 +240,7 @@ def simulate(steps: list[Step], warps_per_cta: int, ctas: int, rates: dict, tile
                             at_bar[x] = False
                             ready[x] = max(ready[x], now + bar_lat)
                         del bar_waiters[key]
-                if pc[w] == n:
+                if pc[w] == len(path_of[w]):
                     pc[w] = 0
                     tile[w] += 1
                     tile_end[w].append(now)
