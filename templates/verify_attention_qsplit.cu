@@ -63,6 +63,22 @@ static __device__ __forceinline__ void warp_row_barrier(int wm) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(1 + wm), "n"(WARPS_N * 32) : "memory");
 }
 
+// The KV hand-off between the warp rows (SKEW): a row arrives on the other row's
+// barrier once its copies of a tile are complete, and waits on its own before
+// reading the tile, so neither row waits for the other's softmax at a tile boundary.
+template <int V>
+struct Role {
+  static constexpr int value = V;
+};
+constexpr int BAR_TO_EARLY = 3;  // row 1 arrives, row 0 waits
+constexpr int BAR_TO_LATE = 4;   // row 0 arrives, row 1 waits
+static __device__ __forceinline__ void kv_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
+}
+static __device__ __forceinline__ void kv_wait(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
+}
+
 struct RowStats {  // of the row a lane reduces (the RED_LANES lanes of a row hold the same m)
   float m;  // reference max, log2 domain (see LAZY_MAX_LOG2)
   float l;  // this lane's share of the row sum
@@ -109,6 +125,193 @@ static __device__ __forceinline__ void compute_pv(float (&o)[MF][O_TILES][4], co
       kd_mma16816<IS_BF16>(o[mf][2 * jp + 1], pa[mf], vb[jp & 1][2], vb[jp & 1][3]);
     }
   }
+}
+
+// Per-thread constants of the tile loop: this lane's shared-memory addresses and
+// the row it reduces (its CTA row, first column and tree node, -1 past the rows).
+struct TileLanes {
+  int wm, lane;
+  kd_u32 sk_addr;                 // the K stages
+  kd_u32 k_lane;                  // B of S: the token row's byte offset,
+  int k_chunk0, k_xor;            // its first chunk and swizzle
+  float* part_mine;               // this warp's partial S tile
+  const float* part_row;          // the reduced row's chunk in warp 0's partial tile
+  kd_u16* sp;                     // P
+  float* salpha;                  // per-row O rescale of the tile
+  int red_row, red_col0, red_node;
+  kd_u32 p_lane;                  // A of O
+  LaneRow<QK_CHUNKS> v_lane;      // B of O
+  kd_u32 v_col_bytes;             // this warp's first V column (a multiple of 128: swizzle groups kept)
+
+  __device__ __forceinline__ TileLanes(int wm_, int wn, int lane_, kd_u32 sk, float* spart, kd_u16* sp_, float* salpha_,
+                                       int row0, int rows_total, const Request& req, int group)
+      : wm(wm_), lane(lane_), sk_addr(sk), sp(sp_), salpha(salpha_),
+        v_lane((lane_ & 7) + ((lane_ >> 3) & 1) * 8, lane_ >> 4) {
+    const int red_row_w = wn * RED_ROWS + lane / RED_LANES;  // within the warp row
+    red_row = wm * WARP_ROWS + red_row_w;
+    red_col0 = (lane % RED_LANES) * RED_COLS;
+    red_node = row0 + red_row < rows_total ? req.node_base + (row0 + red_row) / group : -1;
+    const int k_row = (lane & 7) + ((lane >> 4) << 3);
+    k_lane = k_row * QK_CHUNKS * 16;
+    k_chunk0 = wn * DIM_CHUNKS_W + ((lane >> 3) & 1);
+    k_xor = k_row & 7;
+    part_mine = spart + (wm * WARPS_N + wn) * PART_WARP_FLOATS;
+    part_row = spart + wm * WARPS_N * PART_WARP_FLOATS + red_row_w * BLOCK_N + part_chunk(red_row_w, red_col0 / 4) * 4;
+    const int p_row = wm * WARP_ROWS + (lane & 15);
+    p_lane = kd_smem_addr(sp) + p_row * P_CHUNKS * 16 + p_chunk(p_row, lane >> 4) * 16;
+    v_col_bytes = (wn * V_COLS / 8) * 16;
+  }
+};
+
+// The KV tile loop of warp row ROLE (= wm): the rows run the phases in different
+// orders (SKEW), each instantiation as straight-line code.
+template <int ROLE>
+static __device__ __forceinline__ void tile_loop(const kdtree_verify_params& p, const Request& req, const TileLanes& L,
+                                                 const KvSource& kv_src, int t_begin, int t_end, int n_tiles,
+                                                 const kd_u32 (&qa)[QK_STEPS_W][MF][4], float (&o)[MF][O_TILES][4],
+                                                 RowStats& st, bool& bad_page) {
+  constexpr kd_u32 K_TILE_BYTES = K_TILE_ELEMS * 2;
+  if (ROLE == 1) {  // row 1's copies of tile 0 are in
+    kd_cp_async_wait<PREFETCH - 1>();
+    kv_arrive(BAR_TO_EARLY);
+  }
+  for (int it = 0; it < n_tiles; ++it) {
+    // Tile it is in shared memory (both rows' copies), and stage (it + PREFETCH) %
+    // STAGES, read by both rows in tile it - 2 (row 1's PV of it - 2 ran before its
+    // QK of it - 1, which preceded its arrival), may be overwritten.
+    if (ROLE == 0) {
+      kd_cp_async_wait<PREFETCH - 1>();
+      kv_wait(BAR_TO_EARLY);
+      kv_arrive(BAR_TO_LATE);
+    } else {
+      kv_wait(BAR_TO_LATE);
+    }
+    // Tile it + PREFETCH's copies (one commit group per thread and tile): row 1
+    // issues its share here, row 0 after its QK, while row 1's mma run.
+    auto issue_copies = [&] {
+      const int next = it + PREFETCH;
+      if (next < n_tiles) {
+        load_kv_tile(p, kv_src, t_begin + next * BLOCK_N, t_end, L.sk_addr + (next % STAGES) * K_TILE_BYTES, 0,
+                     bad_page);
+      }
+      kd_cp_async_commit();
+    };
+    if (ROLE == 1) issue_copies();
+    const kd_u32 tk_addr = L.sk_addr + (it % STAGES) * K_TILE_BYTES;
+    const int t0 = t_begin + it * BLOCK_N;
+    // The late warp row's PV of the previous tile (see SKEW above).
+    if (ROLE == 1 && it > 0) {
+      compute_pv(o, L.salpha, L.p_lane, L.sk_addr + ((it - 1) % STAGES) * K_TILE_BYTES + L.v_col_bytes, L.v_lane, L.wm, L.lane);
+    }
+
+    // ---- compute_qk_partial: all BLOCK_N columns over this warp's dims; the K
+    // fragment of step ks + 1 is loaded before step ks's mma.
+    {
+      float s[MF][S_TILES][4];
+#pragma unroll
+      for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+        for (int j = 0; j < S_TILES; ++j) s[mf][j][0] = s[mf][j][1] = s[mf][j][2] = s[mf][j][3] = 0.f;
+      }
+      kd_u32 kb[2][S_TILES / 2][4];
+      auto load_k = [&](kd_u32(&f)[S_TILES / 2][4], int ks) {
+        const kd_u32 a = tk_addr + L.k_lane + ((L.k_chunk0 + 2 * ks) ^ L.k_xor) * 16;
+#pragma unroll
+        for (int jp = 0; jp < S_TILES / 2; ++jp) kd_ldmatrix_x4(f[jp], a + jp * 16 * QK_CHUNKS * 16);
+      };
+      load_k(kb[0], 0);
+#pragma unroll
+      for (int ks = 0; ks < QK_STEPS_W; ++ks) {
+        if (ks + 1 < QK_STEPS_W) load_k(kb[(ks + 1) & 1], ks + 1);
+#pragma unroll
+        for (int jp = 0; jp < S_TILES / 2; ++jp) {
+#pragma unroll
+          for (int mf = 0; mf < MF; ++mf) {
+            kd_mma16816<IS_BF16>(s[mf][2 * jp], qa[ks][mf], kb[ks & 1][jp][0], kb[ks & 1][jp][1]);
+            kd_mma16816<IS_BF16>(s[mf][2 * jp + 1], qa[ks][mf], kb[ks & 1][jp][2], kb[ks & 1][jp][3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = mf * 16 + L.lane / 4 + h * 8;
+#pragma unroll
+          for (int j = 0; j < S_TILES; ++j) {
+            const int col = j * 8 + (L.lane & 3) * 2;
+            *(float2*)(L.part_mine + r * BLOCK_N + part_chunk(r, col / 4) * 4 + col % 4) =
+                make_float2(s[mf][j][2 * h], s[mf][j][2 * h + 1]);
+          }
+        }
+      }
+    }
+    if (ROLE == 0) issue_copies();
+    if (ROLE == 1 && it + 1 < n_tiles) {  // row 1's copies of tile it + 1 are in
+      kd_cp_async_wait<PREFETCH - 1>();
+      kv_arrive(BAR_TO_EARLY);
+    }
+    warp_row_barrier(L.wm);
+
+    // ---- reduce_rows: the L.lane's RED_COLS scores of its row, masked (prefix
+    // visible; tree tokens by the mask bits; past t_end hidden), then the online
+    // softmax of the row (exp2 domain, scale folded into the exponent's FFMA).
+    {
+      float v[RED_COLS];
+      {
+        float4 acc = *(const float4*)L.part_row;
+#pragma unroll
+        for (int w = 1; w < WARPS_N; ++w) {
+          const float4 x = *(const float4*)(L.part_row + w * PART_WARP_FLOATS);
+          acc.x += x.x;
+          acc.y += x.y;
+          acc.z += x.z;
+          acc.w += x.w;
+        }
+        v[0] = acc.x;
+        v[1] = acc.y;
+        v[2] = acc.z;
+        v[3] = acc.w;
+      }
+      if (t0 + BLOCK_N > req.prefix || t0 + BLOCK_N > t_end) {
+        kd_u64 words[MASK_WORDS];
+#pragma unroll
+        for (int w = 0; w < MASK_WORDS; ++w)
+          words[w] = L.red_node >= 0 ? __ldg(p.tree_mask + (long long)L.red_node * MASK_WORDS + w) : 0ull;
+#pragma unroll
+        for (int c = 0; c < RED_COLS; ++c) {
+          const int t = t0 + L.red_col0 + c;
+          const int tree = t - req.prefix;
+          const bool visible = t < t_end && (tree < 0 || mask_bit(words, tree));
+          v[c] = visible ? v[c] : -KD_INF;
+        }
+      }
+      float mx = v[0];
+#pragma unroll
+      for (int c = 1; c < RED_COLS; ++c) mx = fmaxf(mx, v[c]);
+#pragma unroll
+      for (int d = 1; d < RED_LANES; d *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+      const float mx2 = mx * p.scale_log2;  // log2 domain
+      const float m_new = mx2 > st.m + LAZY_MAX_LOG2 ? mx2 : st.m;
+      const float m_use = m_new == -KD_INF ? 0.f : m_new;  // a fully masked row stays at zero
+      const float alpha = kd_exp2(st.m - m_use);
+      st.m = m_new;
+      st.l *= alpha;
+#pragma unroll
+      for (int c = 0; c < RED_COLS; ++c) {
+        v[c] = kd_exp2(fmaf(v[c], p.scale_log2, -m_use));
+        st.l += v[c];
+      }
+      *(uint2*)(L.sp + L.red_row * BLOCK_N + p_chunk(L.red_row, L.red_col0 / 8) * 8 + L.red_col0 % 8) =
+          make_uint2(kd_pack2<IS_BF16>(v[0], v[1]), kd_pack2<IS_BF16>(v[2], v[3]));
+      if (L.lane % RED_LANES == 0) L.salpha[L.red_row] = alpha;
+    }
+    warp_row_barrier(L.wm);
+
+    if (ROLE == 0) compute_pv(o, L.salpha, L.p_lane, tk_addr + L.v_col_bytes, L.v_lane, L.wm, L.lane);
+  }
+  // The late warp row's PV of the last tile.
+  if (ROLE == 1) compute_pv(o, L.salpha, L.p_lane, L.sk_addr + ((n_tiles - 1) % STAGES) * K_TILE_BYTES + L.v_col_bytes, L.v_lane, L.wm, L.lane);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p) {
@@ -193,156 +396,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     for (int j = 0; j < O_TILES; ++j) o[mf][j][0] = o[mf][j][1] = o[mf][j][2] = o[mf][j][3] = 0.f;
   }
 
-  // The row this lane reduces (CTA row red_row), its tree node (-1 past the
-  // request's rows) and its running stats.
-  const int red_row_w = wn * RED_ROWS + lane / RED_LANES;  // within the warp row
-  const int red_row = wm * WARP_ROWS + red_row_w;
-  const int red_col0 = (lane % RED_LANES) * RED_COLS;
-  const int red_node = row0 + red_row < rows_total ? req.node_base + (row0 + red_row) / p.group : -1;
-  RowStats st = {-KD_INF, 0.f};
-
-  // Per-lane parts of the shared-memory addresses.
-  const int k_row = (lane & 7) + ((lane >> 4) << 3);             // B of S: token row
-  const kd_u32 k_lane = k_row * QK_CHUNKS * 16;
-  const int k_chunk0 = wn * DIM_CHUNKS_W + ((lane >> 3) & 1);     // its first chunk
-  const int k_xor = k_row & 7;
-  float* part_mine = spart + (wm * WARPS_N + wn) * PART_WARP_FLOATS;
-  const float* part_row = spart + wm * WARPS_N * PART_WARP_FLOATS + red_row_w * BLOCK_N +
-                          part_chunk(red_row_w, red_col0 / 4) * 4;
-  const int p_row = wm * WARP_ROWS + (lane & 15);                 // A of O
-  const kd_u32 p_lane = kd_smem_addr(sp) + p_row * P_CHUNKS * 16 + p_chunk(p_row, lane >> 4) * 16;
-  const LaneRow<QK_CHUNKS> v_lane((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);  // B of O
-  const kd_u32 v_col_bytes = (wn * V_COLS / 8) * 16;  // a multiple of 128: the swizzle group is kept
-
-  for (int it = 0; it < n_tiles; ++it) {
-    kd_cp_async_wait<PREFETCH - 1>();
-    __syncthreads();  // tile it is in shared memory; stage (it + PREFETCH) % STAGES was last read in it - 2
-    {
-      int next = it + PREFETCH;
-      if (next < n_tiles) {
-        load_kv_tile(p, kv_src, t_begin + next * BLOCK_N, t_end, sk_addr + (next % STAGES) * K_TILE_BYTES, 0,
-                     bad_page);
-      }
-      kd_cp_async_commit();
-    }
-    const kd_u32 tk_addr = sk_addr + (it % STAGES) * K_TILE_BYTES;
-    const int t0 = t_begin + it * BLOCK_N;
-    // The late warp row's PV of the previous tile (see SKEW above).
-    if (wm == 1 && it > 0) {
-      compute_pv(o, salpha, p_lane, sk_addr + ((it - 1) % STAGES) * K_TILE_BYTES + v_col_bytes, v_lane, wm, lane);
-    }
-
-    // ---- compute_qk_partial: all BLOCK_N columns over this warp's dims; the K
-    // fragment of step ks + 1 is loaded before step ks's mma.
-    {
-      float s[MF][S_TILES][4];
-#pragma unroll
-      for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-        for (int j = 0; j < S_TILES; ++j) s[mf][j][0] = s[mf][j][1] = s[mf][j][2] = s[mf][j][3] = 0.f;
-      }
-      kd_u32 kb[2][S_TILES / 2][4];
-      auto load_k = [&](kd_u32(&f)[S_TILES / 2][4], int ks) {
-        const kd_u32 a = tk_addr + k_lane + ((k_chunk0 + 2 * ks) ^ k_xor) * 16;
-#pragma unroll
-        for (int jp = 0; jp < S_TILES / 2; ++jp) kd_ldmatrix_x4(f[jp], a + jp * 16 * QK_CHUNKS * 16);
-      };
-      load_k(kb[0], 0);
-#pragma unroll
-      for (int ks = 0; ks < QK_STEPS_W; ++ks) {
-        if (ks + 1 < QK_STEPS_W) load_k(kb[(ks + 1) & 1], ks + 1);
-#pragma unroll
-        for (int jp = 0; jp < S_TILES / 2; ++jp) {
-#pragma unroll
-          for (int mf = 0; mf < MF; ++mf) {
-            kd_mma16816<IS_BF16>(s[mf][2 * jp], qa[ks][mf], kb[ks & 1][jp][0], kb[ks & 1][jp][1]);
-            kd_mma16816<IS_BF16>(s[mf][2 * jp + 1], qa[ks][mf], kb[ks & 1][jp][2], kb[ks & 1][jp][3]);
-          }
-        }
-      }
-#pragma unroll
-      for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = mf * 16 + lane / 4 + h * 8;
-#pragma unroll
-          for (int j = 0; j < S_TILES; ++j) {
-            const int col = j * 8 + (lane & 3) * 2;
-            *(float2*)(part_mine + r * BLOCK_N + part_chunk(r, col / 4) * 4 + col % 4) =
-                make_float2(s[mf][j][2 * h], s[mf][j][2 * h + 1]);
-          }
-        }
-      }
-    }
-    warp_row_barrier(wm);
-
-    // ---- reduce_rows: the lane's RED_COLS scores of its row, masked (prefix
-    // visible; tree tokens by the mask bits; past t_end hidden), then the online
-    // softmax of the row (exp2 domain, scale folded into the exponent's FFMA).
-    {
-      float v[RED_COLS];
-      {
-        float4 acc = *(const float4*)part_row;
-#pragma unroll
-        for (int w = 1; w < WARPS_N; ++w) {
-          const float4 x = *(const float4*)(part_row + w * PART_WARP_FLOATS);
-          acc.x += x.x;
-          acc.y += x.y;
-          acc.z += x.z;
-          acc.w += x.w;
-        }
-        v[0] = acc.x;
-        v[1] = acc.y;
-        v[2] = acc.z;
-        v[3] = acc.w;
-      }
-      if (t0 + BLOCK_N > req.prefix || t0 + BLOCK_N > t_end) {
-        kd_u64 words[MASK_WORDS];
-#pragma unroll
-        for (int w = 0; w < MASK_WORDS; ++w)
-          words[w] = red_node >= 0 ? __ldg(p.tree_mask + (long long)red_node * MASK_WORDS + w) : 0ull;
-#pragma unroll
-        for (int c = 0; c < RED_COLS; ++c) {
-          const int t = t0 + red_col0 + c;
-          const int tree = t - req.prefix;
-          const bool visible = t < t_end && (tree < 0 || mask_bit(words, tree));
-          v[c] = visible ? v[c] : -KD_INF;
-        }
-      }
-      float mx = v[0];
-#pragma unroll
-      for (int c = 1; c < RED_COLS; ++c) mx = fmaxf(mx, v[c]);
-#pragma unroll
-      for (int d = 1; d < RED_LANES; d *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
-      const float mx2 = mx * p.scale_log2;  // log2 domain
-      const float m_new = mx2 > st.m + LAZY_MAX_LOG2 ? mx2 : st.m;
-      const float m_use = m_new == -KD_INF ? 0.f : m_new;  // a fully masked row stays at zero
-      const float alpha = kd_exp2(st.m - m_use);
-      st.m = m_new;
-      st.l *= alpha;
-#pragma unroll
-      for (int c = 0; c < RED_COLS; ++c) {
-        v[c] = kd_exp2(fmaf(v[c], p.scale_log2, -m_use));
-        st.l += v[c];
-      }
-      *(uint2*)(sp + red_row * BLOCK_N + p_chunk(red_row, red_col0 / 8) * 8 + red_col0 % 8) =
-          make_uint2(kd_pack2<IS_BF16>(v[0], v[1]), kd_pack2<IS_BF16>(v[2], v[3]));
-      if (lane % RED_LANES == 0) salpha[red_row] = alpha;
-    }
-    warp_row_barrier(wm);
-
-    if (wm == 0) compute_pv(o, salpha, p_lane, tk_addr + v_col_bytes, v_lane, wm, lane);
+  RowStats st = {-KD_INF, 0.f};  // of the row this lane reduces
+  const TileLanes lanes(wm, wn, lane, sk_addr, spart, sp, salpha, row0, rows_total, req, p.group);
+  if (wm == 0) {
+    tile_loop<0>(p, req, lanes, kv_src, t_begin, t_end, n_tiles, qa, o, st, bad_page);
+  } else {
+    tile_loop<1>(p, req, lanes, kv_src, t_begin, t_end, n_tiles, qa, o, st, bad_page);
   }
-  // The late warp row's PV of the last tile.
-  if (wm == 1) compute_pv(o, salpha, p_lane, sk_addr + ((n_tiles - 1) % STAGES) * K_TILE_BYTES + v_col_bytes, v_lane, wm, lane);
   kd_cp_async_wait<0>();
 
   // ---- row sums over the row's lanes, published with the reference maxima.
 #pragma unroll
   for (int d = 1; d < RED_LANES; d *= 2) st.l += __shfl_xor_sync(0xffffffffu, st.l, d);
   if (lane % RED_LANES == 0) {
-    srow_l[red_row] = st.l;
-    srow_m[red_row] = st.m;
+    srow_l[lanes.red_row] = st.l;
+    srow_m[lanes.red_row] = st.m;
   }
   // A bad page or request poisons its rows with NaN (the flag says why).
   const bool poisoned = __syncthreads_or(bad_page);

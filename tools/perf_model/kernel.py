@@ -42,23 +42,29 @@ def ptxas_spills(log_text: str) -> int:
 
 
 def analyse(cubin: str, copies_per_thread: int, log_text: str | None = None, roles: int = 1) -> Kernel:
-    """roles > 1: warp row r runs the loop's role regions (sass.hmma_regions) in
-    reverse order of rows, i.e. the last row the first region (the qsplit kernel:
-    row 1 runs the PV at the top of the loop, row 0 the one at the bottom)."""
+    """roles > 1: the kernel has one tile loop per warp row (the qsplit kernel's
+    tile_loop<ROLE>); role 0's is the one where row 0 arrives on the barrier that
+    row 1 waits on (BAR.ARV 0x4: BAR_TO_LATE in templates/verify_attention_qsplit.cu)."""
     instrs, labels = sass.parse_function(sass.disassemble(cubin))
-    head, back = sass.main_loop(instrs, labels)
     if roles > 1:
-        n = len(sass.hmma_regions(instrs, labels, head, back))
-        if n != roles:
-            raise ValueError(f"{cubin}: {n} warp-role HMMA regions in the loop, expected {roles}")
-        paths = [sass.steady_path(instrs, labels, head, back, copies_per_thread, {roles - 1 - r}) for r in range(roles)]
-        hmma = {sum(1 for i in p if i.base == "HMMA") for p in paths}
-        if len(hmma) != 1:
-            raise ValueError(f"{cubin}: the warp roles' paths issue different HMMA counts {sorted(hmma)}")
+        loops = sass.main_loops(instrs, labels)
+        if len(loops) != roles:
+            raise ValueError(f"{cubin}: {len(loops)} tile loops, expected one per warp role ({roles})")
+        first = [lp for lp in loops if any(i.base == "BAR" and i.op.startswith("BAR.ARV") and
+                                          i.operands.replace(" ", "").startswith("0x4,") for i in instrs[lp[0]:lp[1]])]
+        if len(first) != 1:
+            raise ValueError(f"{cubin}: cannot tell warp row 0's tile loop (BAR.ARV 0x4)")
+        loops = first + [lp for lp in loops if lp != first[0]]
     else:
-        paths = [sass.steady_path(instrs, labels, head, back, copies_per_thread)]
+        loops = [sass.main_loop(instrs, labels)]
+    paths = [sass.steady_path(instrs, labels, head, back, copies_per_thread) for head, back in loops]
+    if len({sum(1 for i in p if i.base == "HMMA") for p in paths}) != 1:
+        raise ValueError(f"{cubin}: the warp roles' tile loops issue different HMMA counts")
+    inside = set()
+    for head, back in loops:
+        inside.update(range(head, back + 1))
     path = paths[0]
-    outside = sum(max(1, i.stall) for i in instrs[:head] + instrs[back + 1:])
+    outside = sum(max(1, ins.stall) for k, ins in enumerate(instrs) if k not in inside)
     return Kernel(
         name=cubin.rsplit("/", 1)[-1].removesuffix(".cubin"),
         registers=resource_usage(cubin),

@@ -52,6 +52,11 @@ class Instr:
     def base(self) -> str:
         return self.op.split(".")[0]
 
+    @property
+    def conditional(self) -> bool:
+        """A predicated instruction, or a BRA.U on a uniform predicate operand (UP0, !UP1)."""
+        return self.pred not in ("", "@PT") or re.match(r"\s*!?UP[0-6]\s*,", self.operands) is not None
+
 
 _LINE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*/\* 0x([0-9a-f]{16}) \*/\s*$")
 _HI = re.compile(r"^\s+/\* 0x([0-9a-f]{16}) \*/\s*$")
@@ -107,55 +112,39 @@ def spills(instrs: list[Instr]) -> int:
     return sum(1 for ins in instrs if ins.base in ("LDL", "STL"))
 
 
+def main_loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
+    """(head, back-edge) of every outermost loop whose body holds HMMA, in program
+    order: one per warp role where the kernel instantiates its tile loop per warp
+    row (the qsplit kernel's tile_loop<ROLE>). A backward branch whose span holds
+    an EXIT is not a loop: it is the jump back from a block placed after the
+    function's end (e.g. a divergent vote's slow path)."""
+    loops: list[tuple[int, int]] = []
+    for i, ins in enumerate(instrs):
+        if ins.base == "BRA" and ins.target in labels and labels[ins.target] <= i:
+            head = labels[ins.target]
+            body = instrs[head:i]
+            if any(x.base == "HMMA" for x in body) and not any(x.base == "EXIT" for x in body):
+                loops = [lp for lp in loops if not (head <= lp[0] and lp[1] <= i)]  # drop loops nested in it
+                if not any(lp[0] <= head and i <= lp[1] for lp in loops):
+                    loops.append((head, i))
+    return sorted(loops)
+
+
 def main_loop(instrs: list[Instr], labels: dict[str, int]) -> tuple[int, int]:
-    """(head, back-edge) indices of the KV-tile loop: the outermost conditional
-    backward branch whose body holds HMMA instructions (an unconditional one may
-    be the jump back from an out-of-line block, e.g. a divergent vote's slow path),
-    else the outermost unconditional one."""
-    best = None
-    for conditional in (True, False):
-        for i, ins in enumerate(instrs):
-            if ins.base == "BRA" and ins.target in labels and labels[ins.target] <= i:
-                if (ins.pred not in ("", "@PT")) != conditional:
-                    continue
-                head = labels[ins.target]
-                if any(x.base == "HMMA" for x in instrs[head:i]):
-                    if best is None or i - head > best[1] - best[0]:
-                        best = (head, i)
-        if best is not None:
-            break
-    if best is None:
+    """(head, back-edge) of the KV-tile loop of a kernel with one: the outermost
+    loop whose body holds HMMA instructions."""
+    loops = main_loops(instrs, labels)
+    if not loops:
         raise ValueError("no loop with HMMA instructions (is this kdtree_verify_attention?)")
-    return best
+    return max(loops, key=lambda lp: lp[1] - lp[0])
 
 
 _MEMORY = ("LDS", "STS", "LDSM", "SHFL", "LDG", "STG", "LDGSTS", "BAR", "ATOMS", "ATOMG", "RED")
 
 
-def hmma_regions(instrs: list[Instr], labels: dict[str, int], head: int, back: int) -> list[int]:
-    """Indices of the forward conditional branches in the loop body that skip a
-    region holding HMMA: warp-role code, such as the qsplit kernel's PV that the
-    late warp row runs first and the early one last."""
-    out = []
-    end = head  # regions nested in one found are part of it
-    for i in range(head, back):
-        ins = instrs[i]
-        if i < end:
-            continue
-        if ins.base == "BRA" and ins.target in labels and ins.pred not in ("", "@PT") and labels[ins.target] > i:
-            if any(x.base == "HMMA" for x in instrs[i + 1:labels[ins.target]]):
-                out.append(i)
-                end = labels[ins.target]
-    return out
-
-
 def steady_path(instrs: list[Instr], labels: dict[str, int], head: int, back: int,
-                copies_per_thread: int, run_hmma_regions: set[int] | None = None) -> list[Instr]:
+                copies_per_thread: int) -> list[Instr]:
     """The instructions one warp issues in a steady-state KV tile, in order.
-
-    run_hmma_regions: for a kernel whose warp rows run different phases, the
-    positions (in hmma_regions order) of the HMMA regions this warp's role runs;
-    the others are skipped. None runs every region.
 
     Forward branches whose regions hold the KV copy (LDGSTS) are followed both
     ways and the path with this thread's share of the tile's copies
@@ -180,7 +169,6 @@ def steady_path(instrs: list[Instr], labels: dict[str, int], head: int, back: in
             body = copies(labels[instrs[b].target], b + 1)
             inner[b] = max(1, -(-(copies_per_thread - max(outside, 0)) // body)) if body else 1
 
-    role_branch = {b: k for k, b in enumerate(hmma_regions(instrs, labels, head, back))}
     paths: list[list[Instr]] = []
 
     def walk(i: int, path: list[Instr], taken: dict[int, int]) -> None:
@@ -197,7 +185,10 @@ def steady_path(instrs: list[Instr], labels: dict[str, int], head: int, back: in
                 continue
             if ins.base == "BRA" and ins.target in labels:
                 dest = labels[ins.target]
-                conditional = ins.pred not in ("", "@PT")
+                conditional = ins.conditional
+                if conditional and dest > back:  # the loop's exit: not taken in a steady tile
+                    i += 1
+                    continue
                 if dest <= i:  # inner loop back-edge
                     taken[i] = taken.get(i, 0) + 1
                     if taken[i] < inner.get(i, 1):
@@ -210,9 +201,7 @@ def steady_path(instrs: list[Instr], labels: dict[str, int], head: int, back: in
                     i = dest
                     continue
                 region = instrs[i + 1:dest]
-                if run_hmma_regions is not None and i in role_branch:
-                    i = i + 1 if role_branch[i] in run_hmma_regions else dest
-                elif any(x.base == "LDGSTS" for x in region):
+                if any(x.base == "LDGSTS" for x in region):
                     walk(dest, list(path), dict(taken))
                     i += 1
                 elif any(x.base in _MEMORY for x in region):

@@ -17,8 +17,10 @@ and its pipe accepts it:
   - other math: the scheduler's FMA, IMAD, ALU or XU (MUFU, conversions) pipe, busy
     32 / (its lanes per scheduler) cycles; LDG (page table, tree mask: L1-resident) l1_latency;
   - BAR.SYNC: released when every warp of the CTA has arrived; a named barrier
-    with a thread count (BAR.SYNC Rid, 0x80) when the count's warps have: those
-    of the arriving warp's group of consecutive warps (the kernels' warp rows).
+    with a thread count when the count's warps have arrived on it: with an
+    immediate id (BAR.SYNC 0x3, 0x100) any of the CTA's warps, with an id in a
+    register (BAR.SYNC R2, 0x80) those of the arriving warp's group of
+    consecutive warps (the kernels' warp rows). BAR.ARV arrives without waiting.
 The time per tile is the steady-state period once every warp has run a few tiles.
 """
 from __future__ import annotations
@@ -44,6 +46,8 @@ class Step:
     depbar_n: int = 0
     live: bool = True  # False for @!PT instructions (issued, never executed)
     bar_warps: int = 0  # BAR: warps a named barrier waits for (0: the whole CTA)
+    bar_id: int = -1    # BAR: an immediate barrier id (-1: in a register, or the CTA barrier)
+    bar_arrive: bool = False  # BAR.ARV: arrive without waiting
     pipe: str = ""     # the scheduler's math pipe it occupies ("fma", "imad", "alu", "xu"), if any
 
 
@@ -89,8 +93,11 @@ def compile_path(path: list[Instr]) -> list[Step]:
         if kind == LDGSTS and live:
             s.global_bytes = access_bytes(ins)
         if kind == BAR:
-            m = re.fullmatch(r"\s*\w+\s*,\s*0x([0-9a-f]+)\s*", ins.operands)
-            s.bar_warps = int(m.group(1), 16) // 32 if m else 0
+            m = re.fullmatch(r"\s*(\w+)\s*,\s*0x([0-9a-f]+)\s*", ins.operands)
+            s.bar_warps = int(m.group(2), 16) // 32 if m else 0
+            if m and m.group(1).startswith("0x"):
+                s.bar_id = int(m.group(1), 16)
+            s.bar_arrive = ins.op.startswith("BAR.ARV")
         if kind == DEPBAR:
             m = re.search(r"0x([0-9a-f]+)", ins.operands)
             s.depbar_n = int(m.group(1), 16) if m else 0
@@ -131,7 +138,7 @@ def simulate(steps: list, warps_per_cta: int, ctas: int, rates: dict, tiles: int
     groups: list[list[float]] = [[] for _ in range(n_warps)]
     open_group = [0.0] * n_warps
     at_bar = [False] * n_warps
-    bar_waiters: dict[tuple, list[int]] = {}  # (CTA, warp group, warps) -> warps arrived
+    bar_arrived: dict[tuple, list[int]] = {}  # barrier -> warps arrived (waiting or not) in this generation
     tile_end: list[list[float]] = [[] for _ in range(n_warps)]
     sched_of = [w % 4 for w in range(n_warps)]
     cta_of = [w // warps_per_cta for w in range(n_warps)]
@@ -152,10 +159,36 @@ def simulate(steps: list, warps_per_cta: int, ctas: int, rates: dict, tiles: int
     counting = False
     t_warm = t_end = None
     limit = 200000 * tiles
+    seeded: set = set()
     while done < n_warps:
         now += 1
         if now > limit:
             raise RuntimeError("simulation did not converge")
+        # Every warp waits on a barrier: the kernel's prologue makes the first
+        # arrival of a hand-off between warp rows (a barrier some path arrives on
+        # with BAR.ARV), e.g. row 1's copies of tile 0; make it once per barrier.
+        if all(at_bar[w] or tile[w] >= tiles for w in range(n_warps)):
+            blocked = {key for key in bar_arrived if key[1] == "id" and any(at_bar[x] for x in bar_arrived[key])}
+            blocked |= {(cta_of[w], "id", path_of[w][pc[w] - 1].bar_id) for w in range(n_warps)
+                        if at_bar[w] and path_of[w][pc[w] - 1].bar_id >= 0}
+            fresh = sorted(key for key in blocked if key not in seeded)[:1]  # one at a time: it may unblock the rest
+            if not fresh:
+                raise RuntimeError("simulation deadlocked on barriers")
+            for key in fresh:
+                seeded.add(key)
+                arrivers = [w for w in range(n_warps) if cta_of[w] == key[0] and
+                            any(st.bar_arrive and st.bar_id == key[2] for st in path_of[w])]
+                if not arrivers:
+                    raise RuntimeError(f"simulation deadlocked on barrier {key[2]}: nothing arrives on it")
+                arrived = bar_arrived.setdefault(key, [])
+                arrived.extend(arrivers)
+                size = next(st.bar_warps for st in path_of[arrivers[0]] if st.bar_id == key[2]) or warps_per_cta
+                if len(arrived) >= size:
+                    for x in arrived:
+                        if at_bar[x]:
+                            at_bar[x] = False
+                            ready[x] = max(ready[x], now + bar_lat)
+                    del bar_arrived[key]
         # The scheduler that least recently got the shared-memory port goes first.
         for s in sorted(range(4), key=port_grant.__getitem__):
             cands = warps_of[s]
@@ -231,15 +264,19 @@ def simulate(steps: list, warps_per_cta: int, ctas: int, rates: dict, tiles: int
                 pc[w] += 1
                 if kind == BAR:
                     size = st.bar_warps or warps_per_cta
-                    key = (cta_of[w], (w % warps_per_cta) // size, size)
-                    at_bar[w] = True
-                    waiters = bar_waiters.setdefault(key, [])
-                    waiters.append(w)
-                    if len(waiters) == size:
-                        for x in waiters:
-                            at_bar[x] = False
-                            ready[x] = max(ready[x], now + bar_lat)
-                        del bar_waiters[key]
+                    if st.bar_id >= 0:
+                        key = (cta_of[w], "id", st.bar_id)
+                    else:
+                        key = (cta_of[w], "group", (w % warps_per_cta) // size, size)
+                    arrived = bar_arrived.setdefault(key, [])
+                    arrived.append(w)
+                    at_bar[w] = not st.bar_arrive
+                    if len(arrived) == size:
+                        for x in arrived:
+                            if at_bar[x]:
+                                at_bar[x] = False
+                                ready[x] = max(ready[x], now + bar_lat)
+                        del bar_arrived[key]
                 if pc[w] == len(path_of[w]):
                     pc[w] = 0
                     tile[w] += 1
