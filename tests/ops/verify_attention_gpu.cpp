@@ -449,7 +449,7 @@ TEST_CASE("verify_attention GPU: a node count over W flags NODE_COUNT and NaNs t
 // whatever GPU runs the tests, with KDTREE_VERIFY_TILES set for the test and a
 // runtime of its own (a runtime keeps one module per spec, whatever the tiles).
 struct QsplitSession {
-  static constexpr const char* kTiles = "64,16,8,3,32,qsplit";
+  static constexpr const char* kTiles = "64,16,8,4,32,qsplit";
   std::string saved;
   bool had = false;
   std::unique_ptr<Session> session;
@@ -471,7 +471,7 @@ struct QsplitSession {
   }
 };
 
-TEST_CASE("verify_attention GPU parity: mla576/512 qsplit (sm_120's kernel, tiles 64,16,8,3,32)") {
+TEST_CASE("verify_attention GPU parity: mla576/512 qsplit (sm_120's kernel, tiles 64,16,8,4,32)") {
   QsplitSession q;
   run_head_grid(576, 512, 4, *q.session);
 }
