@@ -1,7 +1,6 @@
 #include "cache/disk_cache.hpp"
 
 #include <fcntl.h>
-#include <pwd.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -20,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/passwd_home.hpp"
 #include "base/posix_io.hpp"
 
 namespace fs = std::filesystem;
@@ -529,7 +529,13 @@ fs::path DiskCache::default_dir() {
   if (std::string d = env("XDG_CACHE_HOME"); !d.empty()) return fs::path(d) / "kdtree";
   std::string home = env("HOME");
   if (home.empty()) {
-    if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir) home = pw->pw_dir;
+    std::string error;
+    home = passwd_home(::getuid(), &error);
+    if (!error.empty()) {
+      const std::string msg = "kdtree: warning: cannot look up the home directory of uid " +
+                              std::to_string(::getuid()) + ": " + error + "\n";
+      std::fputs(msg.c_str(), stderr);
+    }
   }
   if (home.empty()) return {};  // nowhere to put it: memory only (the constructor warns)
   return fs::path(home) / ".cache" / "kdtree";

@@ -87,7 +87,8 @@ class DiskCache {
   ~DiskCache();
 
   // KDTREE_CACHE_DIR, else $XDG_CACHE_HOME/kdtree, else $HOME/.cache/kdtree, else
-  // the passwd home's .cache/kdtree; empty when there is none of these.
+  // the passwd home's .cache/kdtree; empty when there is none of these (a
+  // passwd lookup that fails, rather than finding no user, warns on stderr).
   static std::filesystem::path default_dir();
   // KDTREE_CACHE_LOCK_TIMEOUT: seconds, a decimal number 0..86400 (e.g. 0.5);
   // unset or empty: kDefaultLockTimeout.
