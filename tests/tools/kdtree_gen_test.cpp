@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "codegen/verify_attention.hpp"
 #include "tests/support/kdtree_gen_run.hpp"
 
 namespace fs = std::filesystem;
@@ -218,6 +219,25 @@ TEST_CASE("kdtree-gen: usage errors name the flag in one format[emit, warm, info
     CHECK_FALSE(contains(r.err, "(1)"));
   }
   CHECK_FALSE(fs::exists(missing));  // --heads did not swallow --cache-dir into a run
+}
+
+TEST_CASE("kdtree-gen: --page takes exactly codegen's page sizes[each size and its neighbours]") {
+  TempDir tmp;
+  const std::string use = "(use " + kdtree::codegen::supported_page_sizes_text() + ")";
+  for (const int size : kdtree::codegen::supported_page_sizes()) {
+    for (const int page : {size - 1, size, size + 1}) {
+      if (page != size && kdtree::codegen::is_supported_page_size(page)) continue;  // another size's turn
+      INFO("page ", page);
+      const ToolRun r = run_kdtree_gen(tmp.path, "emit --op kv_compact --width 16 --page " + std::to_string(page));
+      if (page == size) {
+        CHECK(r.status == 0);
+        CHECK(contains(r.out, "extern \"C\""));
+      } else {
+        CHECK(r.status == 2);
+        CHECK(contains(r.err, "kdtree-gen: --page: " + std::to_string(page) + " is not supported " + use));
+      }
+    }
+  }
 }
 
 TEST_CASE("kdtree-gen: a write error on stdout exits 2[emit > /dev/full, info > /dev/full]") {
