@@ -600,7 +600,8 @@ std::shared_ptr<DiskCache::Slot> DiskCache::slot(const std::string& key_hex) {
 
 std::vector<char> DiskCache::get_or_build(const std::string& readable, const std::string& key_material,
                                           const std::function<std::vector<char>()>& build, Outcome* outcome,
-                                          const std::string& version) {
+                                          const std::string& version, std::string* not_stored) {
+  if (not_stored) not_stored->clear();
   require(!readable.empty() && readable.size() <= kMaxReadable && readable[0] != '.' &&
               readable.find_first_of(std::string("/\\\0", 3)) == std::string::npos,
           "cache: readable name '" + readable + "' is not a safe file name (1.." + std::to_string(kMaxReadable) +
@@ -615,7 +616,9 @@ std::vector<char> DiskCache::get_or_build(const std::string& readable, const std
     return s->payload;
   }
   Outcome how = Outcome::built;
-  s->payload = load_or_build(readable, key, build, &how, version);
+  std::string why_not_stored;
+  s->payload = load_or_build(readable, key, build, &how, version, &why_not_stored);
+  if (not_stored) *not_stored = std::move(why_not_stored);
   s->ready = true;
   if (outcome) *outcome = how;
   return s->payload;
@@ -623,7 +626,7 @@ std::vector<char> DiskCache::get_or_build(const std::string& readable, const std
 
 std::vector<char> DiskCache::load_or_build(const std::string& readable, const Digest& key,
                                            const std::function<std::vector<char>()>& build, Outcome* outcome,
-                                           const std::string& version) {
+                                           const std::string& version, std::string* not_stored) {
   *outcome = Outcome::built;
   if (dir_.empty()) return build();
   const std::string name = readable + "-" + to_hex(key).substr(0, 16) + kEntryExt;
@@ -635,8 +638,8 @@ std::vector<char> DiskCache::load_or_build(const std::string& readable, const Di
     return std::move(e.payload);
   };
   auto entry_warning = [&](const std::string& why) {
-    const std::string msg = "kdtree: warning: cannot store cache entry " + path.string() + " (" + why +
-                            "); this kernel is kept in memory only\n";
+    *not_stored = "cannot store cache entry " + path.string() + " (" + why + ")";
+    const std::string msg = "kdtree: warning: " + *not_stored + "; this kernel is kept in memory only\n";
     std::fputs(msg.c_str(), stderr);
   };
   // A degraded cache still reads valid entries (e.g. a pre-warmed read-only dir).

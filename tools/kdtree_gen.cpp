@@ -259,6 +259,11 @@ int run_warm(const WarmOptions& o) {
       try {
         auto module = rt->compile(item.make());
         if (module->outcome != cache::Outcome::built) result = Result::reused;
+        // Compiled, but warm's job is to store it: a blocked entry path is a failure.
+        if (!module->not_stored.empty()) {
+          result = Result::failed;
+          error = "compiled, but " + module->not_stored;
+        }
       } catch (const std::exception& e) {
         result = Result::failed;
         error = e.what();

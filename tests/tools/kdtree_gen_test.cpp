@@ -177,6 +177,49 @@ TEST_CASE("kdtree-gen: warm - reuse - info and cache list/verify/clear") {
   for (const auto& e : fs::directory_iterator(cache)) CHECK(e.path().extension() != ".kdc");
 }
 
+TEST_CASE("kdtree-gen: warm fails when a directory blocks an entry[a non-empty directory at the entry path]") {
+  TempDir tmp;
+  const fs::path cache = tmp.path / "cache";
+  const std::string label = "verify_attention[gqa64,W=16,page=16,bf16]";
+  const std::string warm = "warm --arch sm_90 --heads gqa64 --widths 16 --pages 16 --dtypes bf16 --no-tree-ops -j 1" +
+                           std::string(" --cache-dir '") + cache.string() + "'";
+  ToolRun r = run_kdtree_gen(tmp.path, warm);
+  INFO(r.out, r.err);
+  REQUIRE(r.status == 0);
+  fs::path entry;
+  for (const auto& e : fs::directory_iterator(cache)) {
+    if (e.path().extension() == ".kdc") entry = e.path();
+  }
+  REQUIRE(!entry.empty());
+  // Someone's directory, with a file in it, where the entry goes: it cannot be replaced.
+  fs::remove(entry);
+  fs::create_directory(entry);
+  std::ofstream(entry / "someone's file") << "x";
+
+  r = run_kdtree_gen(tmp.path, warm);
+  CHECK(r.status == 1);
+  const std::string failed = "kdtree-gen: " + label + " failed: ";
+  const auto at = r.err.find(failed);
+  REQUIRE(at != std::string::npos);
+  const std::string line = r.err.substr(at, r.err.find('\n', at) - at);
+  CHECK(contains(line, entry.string()));
+  CHECK(contains(line, "a directory is in the way"));
+  CHECK(contains(r.out, "FAILED   " + label));
+  CHECK(contains(r.out, "warm: 1 kernels for sm_90: 0 compiled, 0 reused, 1 failed"));
+
+  r = run_kdtree_gen(tmp.path, warm + " --json");
+  CHECK(r.status == 1);
+  CHECK(contains(r.out, "\"failed\": [{\"kernel\": \"" + label + "\", \"error\": \""));
+  CHECK(contains(r.out, entry.string()));
+  CHECK(shell("python3 -m json.tool '" + (tmp.path / "stdout").string() + "' >/dev/null") == 0);
+  CHECK(fs::exists(entry / "someone's file"));  // left alone
+
+  fs::remove_all(entry);  // the path was the only problem
+  r = run_kdtree_gen(tmp.path, warm);
+  CHECK(r.status == 0);
+  CHECK(contains(r.out, "1 compiled, 0 reused, 0 failed"));
+}
+
 TEST_CASE("kdtree-gen: usage errors name the flag in one format[emit, warm, info, cache]") {
   REQUIRE(fs::exists(kdtree_gen_path()));
   TempDir tmp;
