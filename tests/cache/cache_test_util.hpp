@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -133,16 +134,24 @@ class OpenCounter {
  public:
   explicit OpenCounter(const fs::path& dir) {
     fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    REQUIRE_MESSAGE(fd_ >= 0, "inotify_init1 failed");
+    if (fd_ < 0) {
+      unavailable_ = "inotify_init1: " + std::string(std::strerror(errno));
+      return;
+    }
     REQUIRE(::inotify_add_watch(fd_, dir.c_str(), IN_OPEN | IN_CLOSE) >= 0);
   }
-  ~OpenCounter() { ::close(fd_); }
+  // Why opens cannot be counted here (e.g. no inotify instance left); "" when they can.
+  const std::string& unavailable() const { return unavailable_; }
+  ~OpenCounter() {
+    if (fd_ >= 0) ::close(fd_);
+  }
   OpenCounter(const OpenCounter&) = delete;
   OpenCounter& operator=(const OpenCounter&) = delete;
 
   // The opens since the last call, by file name.
   std::map<std::string, int> take() {
     std::map<std::string, int> opens;
+    REQUIRE(fd_ >= 0);
     alignas(inotify_event) char buf[64 * 1024];
     for (ssize_t n; (n = ::read(fd_, buf, sizeof buf)) > 0;) {
       for (ssize_t at = 0; at < n;) {
@@ -157,6 +166,7 @@ class OpenCounter {
 
  private:
   int fd_ = -1;
+  std::string unavailable_;
 };
 
 // Sets (or unsets, for nullopt) an environment variable for one scope.

@@ -139,6 +139,10 @@ TEST_CASE("disk cache: prune and list read each entry once[3 entries, 1 old]") {
   const std::string old = entry_path(tmp.path, "old_op").filename().string();
   DiskCache cache(tmp.path);
   OpenCounter opens(tmp.path);
+  if (!opens.unavailable().empty()) {
+    MESSAGE("cannot count opens (", opens.unavailable(), "): skipped");
+    return;
+  }
 
   REQUIRE(cache.list().size() == 3);
   auto counted = opens.take();
