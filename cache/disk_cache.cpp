@@ -1,7 +1,6 @@
 #include "cache/disk_cache.hpp"
 
 #include <fcntl.h>
-#include <pwd.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -20,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/passwd_home.hpp"
 #include "base/posix_io.hpp"
 
 namespace fs = std::filesystem;
@@ -75,12 +75,16 @@ std::uint64_t get_le(const char* p, int bytes) {
   return v;
 }
 
-// SHA-256 of every byte of the entry except the checksum field.
-Digest entry_checksum(const char* header, const char* rest, std::size_t rest_size) {
+// SHA-256 of every byte of the entry except the checksum field: the header
+// (kHeaderSize bytes), the tag and the payload. The one hashing path of both
+// the writer and the reader.
+Digest entry_checksum(const char* header, const char* tag, std::size_t tag_size, const char* payload,
+                      std::size_t payload_size) {
   Sha256 h;
   h.update(header, kChecksumAt);
   h.update(header + kKeyAt, kHeaderSize - kKeyAt);
-  h.update(rest, rest_size);
+  h.update(tag, tag_size);
+  h.update(payload, payload_size);
   return h.finish();
 }
 
@@ -93,11 +97,7 @@ std::vector<char> make_prefix(const std::vector<char>& payload, const Digest& ke
   h.resize(kKeyAt);  // checksum, filled in below
   h.insert(h.end(), key.begin(), key.end());
   h.insert(h.end(), tag.begin(), tag.end());
-  Sha256 sum;
-  sum.update(h.data(), kChecksumAt);
-  sum.update(h.data() + kKeyAt, h.size() - kKeyAt);
-  sum.update(payload.data(), payload.size());
-  const Digest d = sum.finish();
+  const Digest d = entry_checksum(h.data(), h.data() + kHeaderSize, tag.size(), payload.data(), payload.size());
   std::copy(d.begin(), d.end(), h.begin() + kChecksumAt);
   return h;
 }
@@ -119,7 +119,8 @@ struct Entry {
   std::string tag;
   std::uint32_t format = 0;  // 0 when unreadable
   bool is_dir = false;
-  struct stat st {};  // lstat of the path (valid unless missing)
+  bool stat_ok = false;  // st holds the path's lstat (its fstat once opened)
+  struct stat st {};
 };
 
 // Reads and checks an entry. The key is checked against `key` when given, else
@@ -133,6 +134,7 @@ Entry read_entry(const fs::path& path, const Digest* key, const std::string& has
     e.problem = "cannot stat: " + errno_text(errno);
     return e;
   }
+  e.stat_ok = true;
   e.state = Entry::State::bad;
   e.is_dir = S_ISDIR(e.st.st_mode);
   if (std::string what = not_regular(e.st.st_mode); !what.empty()) {
@@ -218,7 +220,8 @@ Entry read_entry(const fs::path& path, const Digest* key, const std::string& has
     e.problem = "key hash mismatch";
     return e;
   }
-  const Digest sum = entry_checksum(bytes.data(), bytes.data() + kHeaderSize, bytes.size() - kHeaderSize);
+  const char* tag = bytes.data() + kHeaderSize;
+  const Digest sum = entry_checksum(bytes.data(), tag, std::size_t(tag_size), tag + tag_size, std::size_t(size));
   if (std::memcmp(sum.data(), bytes.data() + kChecksumAt, 32) != 0) {
     e.problem = "checksum mismatch";
     return e;
@@ -374,13 +377,12 @@ bool parse_entry_name(const std::string& name, std::string* readable, std::strin
                      [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-// A temp file whose writer is gone (or that is too old to be in progress).
-bool stale_temp(const fs::path& path, const std::string& name) {
+// A temp file whose writer is gone (or that is too old to be in progress);
+// st: its lstat.
+bool stale_temp(const std::string& name, const struct stat& st) {
   const auto mark = name.rfind(kTempMark);
   if (mark == std::string::npos) return false;
   const long pid = std::strtol(name.c_str() + mark + std::strlen(kTempMark), nullptr, 10);
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) return false;
   const auto age = std::chrono::system_clock::now() - std::chrono::system_clock::from_time_t(st.st_mtime);
   if (age > kStaleTempAge) return true;
   if (pid <= 0 || pid == long(::getpid())) return false;
@@ -432,6 +434,59 @@ std::string remove_entry_locked(const fs::path& path, const struct stat& seen) {
 
 std::string seconds_text(std::chrono::milliseconds ms) { return fmt::format("{:g} s", double(ms.count()) / 1000); }
 
+// One file as list() reports it, with what prune() needs from the same read.
+struct Listed {
+  EntryInfo info;
+  std::uint32_t format = 0;  // the entry's format version (0 when unreadable or not read)
+  struct stat st {};         // what was read: prune removes the file only if it is still this one
+};
+
+// Every entry path (*.kdc, whatever file type) and every stale temporary file
+// in dir, sorted by path. Each is lstat'ed once and each entry read (and its
+// checksum computed) once.
+std::vector<Listed> list_dir(const fs::path& dir) {
+  std::vector<Listed> out;
+  if (dir.empty()) return out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    Listed l;
+    EntryInfo& info = l.info;
+    info.path = it->path();
+    bool stat_ok = false;
+    std::string hash16;
+    if (parse_entry_name(name, &info.readable, &hash16)) {
+      Entry e = read_entry(info.path, nullptr, hash16);
+      if (e.state == Entry::State::missing) continue;  // removed while listing
+      stat_ok = e.stat_ok;
+      l.st = e.st;
+      l.format = e.format;
+      info.valid = e.state == Entry::State::ok;
+      info.problem = e.problem;
+      info.version = e.tag;
+    } else {
+      stat_ok = ::lstat(info.path.c_str(), &l.st) == 0;
+      if (ends_with(name, kEntryExt)) {
+        info.readable = name.substr(0, name.size() - std::strlen(kEntryExt));
+        info.problem = "file name is not <readable>-<16 hex digits>.kdc";
+      } else if (stat_ok && name.find(kTempMark) != std::string::npos && stale_temp(name, l.st)) {
+        info.kind = EntryInfo::Kind::temp;
+        info.readable = name;
+        info.problem = "stale temporary file (its writer is gone)";
+      } else {
+        continue;
+      }
+    }
+    if (stat_ok) {
+      info.bytes = S_ISREG(l.st.st_mode) ? std::uintmax_t(l.st.st_size) : 0;
+      info.last_used = mtime_of(l.st);
+    }
+    out.push_back(std::move(l));
+  }
+  std::sort(out.begin(), out.end(), [](const Listed& a, const Listed& b) { return a.info.path < b.info.path; });
+  return out;
+}
+
 }  // namespace
 
 DiskCache::DiskCache(fs::path dir, std::optional<std::chrono::milliseconds> lock_timeout,
@@ -474,7 +529,13 @@ fs::path DiskCache::default_dir() {
   if (std::string d = env("XDG_CACHE_HOME"); !d.empty()) return fs::path(d) / "kdtree";
   std::string home = env("HOME");
   if (home.empty()) {
-    if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir) home = pw->pw_dir;
+    std::string error;
+    home = passwd_home(::getuid(), &error);
+    if (!error.empty()) {
+      const std::string msg = "kdtree: warning: cannot look up the home directory of uid " +
+                              std::to_string(::getuid()) + ": " + error + "\n";
+      std::fputs(msg.c_str(), stderr);
+    }
   }
   if (home.empty()) return {};  // nowhere to put it: memory only (the constructor warns)
   return fs::path(home) / ".cache" / "kdtree";
@@ -539,7 +600,8 @@ std::shared_ptr<DiskCache::Slot> DiskCache::slot(const std::string& key_hex) {
 
 std::vector<char> DiskCache::get_or_build(const std::string& readable, const std::string& key_material,
                                           const std::function<std::vector<char>()>& build, Outcome* outcome,
-                                          const std::string& version) {
+                                          const std::string& version, std::string* not_stored) {
+  if (not_stored) not_stored->clear();
   require(!readable.empty() && readable.size() <= kMaxReadable && readable[0] != '.' &&
               readable.find_first_of(std::string("/\\\0", 3)) == std::string::npos,
           "cache: readable name '" + readable + "' is not a safe file name (1.." + std::to_string(kMaxReadable) +
@@ -554,7 +616,9 @@ std::vector<char> DiskCache::get_or_build(const std::string& readable, const std
     return s->payload;
   }
   Outcome how = Outcome::built;
-  s->payload = load_or_build(readable, key, build, &how, version);
+  std::string why_not_stored;
+  s->payload = load_or_build(readable, key, build, &how, version, &why_not_stored);
+  if (not_stored) *not_stored = std::move(why_not_stored);
   s->ready = true;
   if (outcome) *outcome = how;
   return s->payload;
@@ -562,7 +626,7 @@ std::vector<char> DiskCache::get_or_build(const std::string& readable, const std
 
 std::vector<char> DiskCache::load_or_build(const std::string& readable, const Digest& key,
                                            const std::function<std::vector<char>()>& build, Outcome* outcome,
-                                           const std::string& version) {
+                                           const std::string& version, std::string* not_stored) {
   *outcome = Outcome::built;
   if (dir_.empty()) return build();
   const std::string name = readable + "-" + to_hex(key).substr(0, 16) + kEntryExt;
@@ -574,8 +638,8 @@ std::vector<char> DiskCache::load_or_build(const std::string& readable, const Di
     return std::move(e.payload);
   };
   auto entry_warning = [&](const std::string& why) {
-    const std::string msg = "kdtree: warning: cannot store cache entry " + path.string() + " (" + why +
-                            "); this kernel is kept in memory only\n";
+    *not_stored = "cannot store cache entry " + path.string() + " (" + why + ")";
+    const std::string msg = "kdtree: warning: " + *not_stored + "; this kernel is kept in memory only\n";
     std::fputs(msg.c_str(), stderr);
   };
   // A degraded cache still reads valid entries (e.g. a pre-warmed read-only dir).
@@ -657,40 +721,7 @@ void DiskCache::evict(const fs::path& keep) {
 
 std::vector<EntryInfo> DiskCache::list() const {
   std::vector<EntryInfo> out;
-  if (dir_.empty()) return out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    EntryInfo info;
-    info.path = it->path();
-    struct stat st {};
-    const bool stat_ok = ::lstat(info.path.c_str(), &st) == 0;
-    if (stat_ok) {
-      info.bytes = S_ISREG(st.st_mode) ? std::uintmax_t(st.st_size) : 0;
-      info.last_used = mtime_of(st);
-    }
-    if (ends_with(name, kEntryExt)) {
-      std::string hash16;
-      if (!parse_entry_name(name, &info.readable, &hash16)) {
-        info.readable = name.substr(0, name.size() - std::strlen(kEntryExt));
-        info.problem = "file name is not <readable>-<16 hex digits>.kdc";
-      } else {
-        Entry e = read_entry(info.path, nullptr, hash16);
-        if (e.state == Entry::State::missing) continue;  // removed while listing
-        info.valid = e.state == Entry::State::ok;
-        info.problem = e.problem;
-        info.version = e.tag;
-      }
-    } else if (name.find(kTempMark) != std::string::npos && stale_temp(info.path, name)) {
-      info.kind = EntryInfo::Kind::temp;
-      info.readable = name;
-      info.problem = "stale temporary file (its writer is gone)";
-    } else {
-      continue;
-    }
-    out.push_back(std::move(info));
-  }
-  std::sort(out.begin(), out.end(), [](const EntryInfo& a, const EntryInfo& b) { return a.path < b.path; });
+  for (Listed& l : list_dir(dir_)) out.push_back(std::move(l.info));
   return out;
 }
 
@@ -730,7 +761,8 @@ std::vector<EntryInfo> DiskCache::clear() {
     info.path = it->path();
     info.readable = name;
     struct stat st {};
-    if (::lstat(info.path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) info.bytes = std::uintmax_t(st.st_size);
+    const bool stat_ok = ::lstat(info.path.c_str(), &st) == 0;
+    if (stat_ok && S_ISREG(st.st_mode)) info.bytes = std::uintmax_t(st.st_size);
     if (ends_with(name, kEntryExt)) {
       std::string hash16;
       if (!parse_entry_name(name, &info.readable, &hash16)) info.readable = name;
@@ -747,7 +779,7 @@ std::vector<EntryInfo> DiskCache::clear() {
       } else {
         continue;  // held by a live process (or gone): leave it
       }
-    } else if (name.find(kTempMark) != std::string::npos && stale_temp(info.path, name)) {
+    } else if (stat_ok && name.find(kTempMark) != std::string::npos && stale_temp(name, st)) {
       info.kind = EntryInfo::Kind::temp;
       info.remove_error = remove_path(info.path);
     } else {
@@ -762,15 +794,16 @@ std::vector<EntryInfo> DiskCache::clear() {
 
 std::vector<EntryInfo> DiskCache::prune(const std::string& current_version) {
   std::vector<EntryInfo> out;
-  for (EntryInfo& info : list()) {
+  // What list() read decides; remove_entry_locked removes a file only if it is
+  // still the one read (an entry republished since then stays).
+  for (Listed& l : list_dir(dir_)) {
+    EntryInfo& info = l.info;
     if (info.kind != EntryInfo::Kind::entry) continue;
-    std::string readable, hash16;
-    if (!parse_entry_name(info.path.filename().string(), &readable, &hash16)) continue;
-    const Entry e = read_entry(info.path, nullptr, hash16);
-    const bool old = (e.state == Entry::State::ok && e.tag != current_version) ||
-                     (e.state == Entry::State::bad && e.format > 0 && e.format < kFormatVersion);
+    // (An entry whose name does not parse was not read: format 0, kept.)
+    const bool old =
+        (info.valid && info.version != current_version) || (!info.valid && l.format > 0 && l.format < kFormatVersion);
     if (!old) continue;
-    info.remove_error = remove_entry_locked(info.path, e.st);
+    info.remove_error = remove_entry_locked(info.path, l.st);
     info.removed = info.remove_error.empty();
     out.push_back(std::move(info));
   }

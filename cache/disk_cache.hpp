@@ -87,7 +87,8 @@ class DiskCache {
   ~DiskCache();
 
   // KDTREE_CACHE_DIR, else $XDG_CACHE_HOME/kdtree, else $HOME/.cache/kdtree, else
-  // the passwd home's .cache/kdtree; empty when there is none of these.
+  // the passwd home's .cache/kdtree; empty when there is none of these (a
+  // passwd lookup that fails, rather than finding no user, warns on stderr).
   static std::filesystem::path default_dir();
   // KDTREE_CACHE_LOCK_TIMEOUT: seconds, a decimal number 0..86400 (e.g. 0.5);
   // unset or empty: kDefaultLockTimeout.
@@ -103,9 +104,13 @@ class DiskCache {
   // per key across threads and across processes that share the directory, unless
   // a lock wait times out) and its result is published with the version tag
   // `version` (what prune() compares). `readable` must be file-name safe.
+  // not_stored (when given): "" unless a payload built by this call could not
+  // be stored because of its own entry path (e.g. a non-empty directory there,
+  // or at its lock path), then why, naming that path. A directory that fails
+  // as a whole is memory_only() instead.
   std::vector<char> get_or_build(const std::string& readable, const std::string& key_material,
                                  const std::function<std::vector<char>()>& build, Outcome* outcome = nullptr,
-                                 const std::string& version = "");
+                                 const std::string& version = "", std::string* not_stored = nullptr);
 
   // Every entry path (*.kdc, whatever file type) and every stale temporary file,
   // checked, sorted by path. Changes nothing.
@@ -133,7 +138,7 @@ class DiskCache {
   std::shared_ptr<Slot> slot(const std::string& key_hex);
   std::vector<char> load_or_build(const std::string& readable, const Digest& key,
                                   const std::function<std::vector<char>()>& build, Outcome* outcome,
-                                  const std::string& version);
+                                  const std::string& version, std::string* not_stored);
   void degrade(const std::string& why);           // switch to memory only; warns once
   void evict(const std::filesystem::path& keep);  // LRU down to max_bytes_
 

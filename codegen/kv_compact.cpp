@@ -4,6 +4,7 @@
 
 #include "base/error.hpp"
 #include "codegen/tree_ops_common.hpp"
+#include "codegen/verify_attention.hpp"
 
 namespace kdtree::codegen {
 
@@ -13,9 +14,9 @@ std::string KvCompactSpec::fast_key() const { return fmt::format("kv_compact:W{}
 
 void validate(const KvCompactSpec& spec) {
   const int p = spec.page_size, w = spec.max_tree_nodes;
-  if (p != 1 && p != 16 && p != 32 && p != 64 && p != 128) {
+  if (!is_supported_page_size(p)) {
     fail(KDTREE_ERROR_UNSUPPORTED,
-         fmt::format("kv_compact: page_size {} is not supported: use 1, 16, 32, 64 or 128", p));
+         fmt::format("kv_compact: page_size {} is not supported: use {}", p, supported_page_sizes_text()));
   }
   if (!is_supported_tree_width(w)) {
     fail(KDTREE_ERROR_UNSUPPORTED,

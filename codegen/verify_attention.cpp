@@ -14,7 +14,6 @@ namespace kdtree::codegen {
 namespace {
 
 constexpr int kWidths[] = {16, 32, 64, 128};
-constexpr int kPageSizes[] = {1, 16, 32, 64, 128};
 
 template <size_t N>
 bool contains(const int (&values)[N], int v) {
@@ -22,6 +21,25 @@ bool contains(const int (&values)[N], int v) {
 }
 
 }  // namespace
+
+const std::vector<int>& supported_page_sizes() {
+  static const std::vector<int> sizes{1, 16, 32, 64, 128};
+  return sizes;
+}
+
+bool is_supported_page_size(int page_size) {
+  const std::vector<int>& sizes = supported_page_sizes();
+  return std::find(sizes.begin(), sizes.end(), page_size) != sizes.end();
+}
+
+std::string supported_page_sizes_text() {
+  const std::vector<int>& sizes = supported_page_sizes();
+  std::string text;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    text += (i == 0 ? "" : i + 1 == sizes.size() ? " or " : ", ") + std::to_string(sizes[i]);
+  }
+  return text;
+}
 
 const char* dtype_name(kdtree_dtype dtype) {
   switch (dtype) {
@@ -81,8 +99,9 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
     fail(KDTREE_ERROR_UNSUPPORTED,
          fmt::format("max_tree_nodes {} is not supported (16, 32, 64 or 128)", s.max_tree_nodes));
   }
-  if (!contains(kPageSizes, s.page_size)) {
-    fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("page_size {} is not supported (1, 16, 32, 64 or 128)", s.page_size));
+  if (!is_supported_page_size(s.page_size)) {
+    fail(KDTREE_ERROR_UNSUPPORTED,
+         fmt::format("page_size {} is not supported ({})", s.page_size, supported_page_sizes_text()));
   }
   if (dtype != KDTREE_DTYPE_BF16 && dtype != KDTREE_DTYPE_F16) {
     fail(KDTREE_ERROR_UNSUPPORTED,

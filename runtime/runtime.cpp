@@ -165,7 +165,8 @@ std::shared_ptr<const CompiledModule> Engine::compile(const codegen::KernelSourc
   module->label = source.label;
   std::string readable = fmt::format("{}-{}", source.file_stem, target.name());
   std::vector<char> payload = cache_->get_or_build(
-      readable, key_material, [&] { return pack(nvrtc_compile(source, target)); }, &module->outcome, cache_version());
+      readable, key_material, [&] { return pack(nvrtc_compile(source, target)); }, &module->outcome, cache_version(),
+      &module->not_stored);
   unpack(payload, module.get());
   module->usage = parse_ptxas_log(module->ptxas_log);
   return module;

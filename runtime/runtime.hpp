@@ -34,6 +34,9 @@ struct CompiledModule {
   std::string ptxas_log;
   std::map<std::string, ResourceUsage> usage;  // by entry point
   cache::Outcome outcome = cache::Outcome::built;
+  // Why it was compiled here but not stored in the disk cache because of its
+  // own entry path (get_or_build's not_stored); "" otherwise.
+  std::string not_stored;
 };
 
 // A loaded module on the runtime's device.

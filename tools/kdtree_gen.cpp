@@ -125,8 +125,9 @@ std::string check_width(const std::string& v) {
 std::string check_page(const std::string& v) {
   int p = 0;
   if (!parse_int(v, &p)) return fmt::format("'{}' is not an integer", v);
-  const bool ok = p == 1 || p == 16 || p == 32 || p == 64 || p == 128;
-  return ok ? "" : fmt::format("{} is not supported (use 1, 16, 32, 64 or 128)", p);
+  return codegen::is_supported_page_size(p)
+             ? ""
+             : fmt::format("{} is not supported (use {})", p, codegen::supported_page_sizes_text());
 }
 
 std::string check_head(const std::string& v) {
@@ -258,6 +259,11 @@ int run_warm(const WarmOptions& o) {
       try {
         auto module = rt->compile(item.make());
         if (module->outcome != cache::Outcome::built) result = Result::reused;
+        // Compiled, but warm's job is to store it: a blocked entry path is a failure.
+        if (!module->not_stored.empty()) {
+          result = Result::failed;
+          error = "compiled, but " + module->not_stored;
+        }
       } catch (const std::exception& e) {
         result = Result::failed;
         error = e.what();
@@ -622,7 +628,8 @@ int main(int argc, char** argv) {
   list_option(warm_cmd->add_option("--widths", warm.widths, "Tree widths W: 16, 32, 64, 128"))
       ->check(check_width)
       ->capture_default_str();
-  list_option(warm_cmd->add_option("--pages", warm.pages, "Page sizes: 1, 16, 32, 64, 128"))
+  list_option(warm_cmd->add_option("--pages", warm.pages,
+                                   fmt::format("Page sizes: {}", fmt::join(codegen::supported_page_sizes(), ", "))))
       ->check(check_page)
       ->capture_default_str();
   list_option(warm_cmd->add_option("--dtypes", warm.dtypes, "Attention dtypes: bf16, f16"))
@@ -647,7 +654,10 @@ int main(int argc, char** argv) {
   emit_cmd->add_option("--width", emit.width, "Tree width W: 16, 32, 64, 128 (all but sample_tokens)")
       ->check(check_width)
       ->capture_default_str();
-  emit_cmd->add_option("--page", emit.page, "Page size: 1, 16, 32, 64, 128 (verify_attention, kv_compact)")
+  emit_cmd
+      ->add_option(
+          "--page", emit.page,
+          fmt::format("Page size: {} (verify_attention, kv_compact)", fmt::join(codegen::supported_page_sizes(), ", ")))
       ->check(check_page)
       ->capture_default_str();
   emit_cmd->add_option("--dtype", emit.dtype, "verify_attention: bf16 or f16; sample_tokens: logits bf16 or f32")

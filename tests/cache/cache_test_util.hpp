@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,9 +14,11 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -121,6 +124,49 @@ struct Builder {
       return bytes(payload);
     };
   }
+};
+
+// Counts opens of the files in a directory, by file name (inotify: the kernel
+// queues one event per open as it happens, so no timing is involved). A close
+// is watched as well, only so that two opens of one file in a row are never
+// merged into one event.
+class OpenCounter {
+ public:
+  explicit OpenCounter(const fs::path& dir) {
+    fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd_ < 0) {
+      unavailable_ = "inotify_init1: " + std::string(std::strerror(errno));
+      return;
+    }
+    REQUIRE(::inotify_add_watch(fd_, dir.c_str(), IN_OPEN | IN_CLOSE) >= 0);
+  }
+  // Why opens cannot be counted here (e.g. no inotify instance left); "" when they can.
+  const std::string& unavailable() const { return unavailable_; }
+  ~OpenCounter() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  OpenCounter(const OpenCounter&) = delete;
+  OpenCounter& operator=(const OpenCounter&) = delete;
+
+  // The opens since the last call, by file name.
+  std::map<std::string, int> take() {
+    std::map<std::string, int> opens;
+    REQUIRE(fd_ >= 0);
+    alignas(inotify_event) char buf[64 * 1024];
+    for (ssize_t n; (n = ::read(fd_, buf, sizeof buf)) > 0;) {
+      for (ssize_t at = 0; at < n;) {
+        const auto* ev = reinterpret_cast<const inotify_event*>(buf + at);
+        if ((ev->mask & IN_OPEN) && ev->len > 0) ++opens[ev->name];
+        REQUIRE((ev->mask & IN_Q_OVERFLOW) == 0);
+        at += ssize_t(sizeof(inotify_event) + ev->len);
+      }
+    }
+    return opens;
+  }
+
+ private:
+  int fd_ = -1;
+  std::string unavailable_;
 };
 
 // Sets (or unsets, for nullopt) an environment variable for one scope.

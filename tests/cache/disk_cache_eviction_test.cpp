@@ -127,3 +127,35 @@ TEST_CASE("disk cache: prune removes entries of other versions and formats[curre
   CHECK(present(tmp.path, "busy_op"));
   CHECK(entries(tmp.path).size() == 2);
 }
+
+TEST_CASE("disk cache: prune and list read each entry once[3 entries, 1 old]") {
+  TempDir tmp;
+  const std::string current = "generator 2 nvrtc 13.0";
+  store(tmp.path, "a_op", 0, current);
+  store(tmp.path, "b_op", 0, current);
+  store(tmp.path, "old_op", 0, "generator 1 nvrtc 13.0");
+  const std::string a = entry_path(tmp.path, "a_op").filename().string();
+  const std::string b = entry_path(tmp.path, "b_op").filename().string();
+  const std::string old = entry_path(tmp.path, "old_op").filename().string();
+  DiskCache cache(tmp.path);
+  OpenCounter opens(tmp.path);
+  if (!opens.unavailable().empty()) {
+    MESSAGE("cannot count opens (", opens.unavailable(), "): skipped");
+    return;
+  }
+
+  REQUIRE(cache.list().size() == 3);
+  auto counted = opens.take();
+  CHECK(counted[a] == 1);
+  CHECK(counted[b] == 1);
+  CHECK(counted[old] == 1);
+
+  const auto pruned = cache.prune(current);
+  REQUIRE(pruned.size() == 1);
+  CHECK(pruned[0].removed);
+  counted = opens.take();
+  CHECK(counted[a] == 1);  // read once: the same read says valid and gives the version
+  CHECK(counted[b] == 1);
+  CHECK(counted[old] == 1);
+  CHECK(entries(tmp.path).size() == 2);
+}

@@ -3,8 +3,10 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "base/error.hpp"
+#include "codegen/kv_compact.hpp"
 #include "codegen/verify_attention.hpp"
 
 using namespace kdtree::codegen;
@@ -50,6 +52,26 @@ TEST_CASE("verify spec validation names the supported values") {
   CHECK(status == KDTREE_ERROR_INVALID_ARGUMENT);
   s = {128, 128, 12, 8, 16, 32, KDTREE_DTYPE_F16};
   CHECK(error_of(s).find("not a multiple") != std::string::npos);
+}
+
+TEST_CASE("page sizes: one list for verify_attention, kv_compact and the messages[page -1..300]") {
+  CHECK(supported_page_sizes() == std::vector<int>{1, 16, 32, 64, 128});
+  CHECK(supported_page_sizes_text() == "1, 16, 32, 64 or 128");
+  for (int page = -1; page <= 300; ++page) {
+    INFO("page ", page);
+    kdtree_verify_spec s = mla_spec();
+    s.page_size = page;
+    KvCompactSpec kv;
+    kv.page_size = page;
+    bool kv_ok = true;
+    try {
+      validate(kv);
+    } catch (const kdtree::Error&) {
+      kv_ok = false;
+    }
+    CHECK(error_of(s).empty() == is_supported_page_size(page));
+    CHECK(kv_ok == is_supported_page_size(page));
+  }
 }
 
 TEST_CASE("head and dtype names round-trip") {

@@ -1,4 +1,4 @@
-// Runs the built kdtree-gen (next to this test binary in the build directory).
+// kdtree-gen's subcommands, exit statuses and messages, run as a process.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -8,24 +8,18 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 
+#include "codegen/verify_attention.hpp"
+#include "tests/support/kdtree_gen_run.hpp"
+
 namespace fs = std::filesystem;
+using kdtree::test::kdtree_gen_path;
+using kdtree::test::run_kdtree_gen;
+using kdtree::test::slurp;
+using kdtree::test::ToolRun;
 
 namespace {
-
-fs::path tool_path() {
-  if (const char* env = std::getenv("KDTREE_GEN")) return env;
-  return fs::read_symlink("/proc/self/exe").parent_path() / "kdtree-gen";
-}
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A fresh directory removed at scope exit.
 struct TempDir {
@@ -41,23 +35,6 @@ struct TempDir {
   }
 };
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
-
-Result run(const TempDir& tmp, const std::string& args) {
-  const fs::path out = tmp.path / "stdout", err = tmp.path / "stderr";
-  const std::string command =
-      "'" + tool_path().string() + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
-  const int raw = std::system(command.c_str());
-  Result r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
-
 bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
 
 // Runs a shell command line as is (its own redirections); returns the exit status.
@@ -66,116 +43,108 @@ int shell(const std::string& command) {
   return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
 }
 
-// Prefix that runs kdtree-gen as an unprivileged user (uid 65534) when we are
-// root, as CI is; without root, permissions apply as they are.
-std::string unprivileged() { return ::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : ""; }
-
-// Like run(), but as an unprivileged user, with files the user can write.
-Result run_unprivileged(const TempDir& tmp, const std::string& args) {
-  const fs::path out = tmp.path / "u-stdout", err = tmp.path / "u-stderr";
+// The prefix for run_kdtree_gen that runs kdtree-gen as an unprivileged user (uid 65534)
+// when we are root, as CI is (without root, permissions apply as they are),
+// and opens tmp to that user. `timeout`: a regression that blocks (a FIFO
+// opened for reading) fails instead of hanging.
+std::string unprivileged(const TempDir& tmp) {
   fs::permissions(tmp.path, fs::perms(0777));
-  // `timeout`: a regression that blocks (a FIFO opened for reading) fails instead of hanging.
-  const std::string command = "timeout 20 " + unprivileged() + "'" + tool_path().string() + "' " + args + " >'" +
-                              out.string() + "' 2>'" + err.string() + "'";
-  Result r;
-  r.status = shell(command);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
+  return std::string("timeout 20 ") + (::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "");
 }
 
 }  // namespace
 
 TEST_CASE("kdtree-gen: usage - emit and errors") {
-  REQUIRE_MESSAGE(fs::exists(tool_path()), "kdtree-gen not found at ", tool_path().string(),
+  REQUIRE_MESSAGE(fs::exists(kdtree_gen_path()), "kdtree-gen not found at ", kdtree_gen_path().string(),
                   " (build the kdtree-gen target, or set KDTREE_GEN)");
   TempDir tmp;
 
-  Result r = run(tmp, "--help");
+  ToolRun r = run_kdtree_gen(tmp.path, "--help");
   CHECK(r.status == 0);
   CHECK(contains(r.out, "warm"));
 
-  r = run(tmp, "emit --op tree_accept --width 16");
+  r = run_kdtree_gen(tmp.path, "emit --op tree_accept --width 16");
   INFO(r.err);
   CHECK(r.status == 0);
   CHECK(contains(r.out, "extern \"C\""));
 
-  r = run(tmp, "emit --op verify_attention --head gqa128 --width 32 --page 16 --dtype f16 --arch sm_90 -o '" +
-                   (tmp.path / "k.cu").string() + "'");
+  r = run_kdtree_gen(tmp.path,
+                     "emit --op verify_attention --head gqa128 --width 32 --page 16 --dtype f16 --arch sm_90 -o '" +
+                         (tmp.path / "k.cu").string() + "'");
   CHECK(r.status == 0);
   CHECK(contains(slurp(tmp.path / "k.cu"), "extern \"C\""));
 
-  r = run(tmp, "emit --head gqa96");
+  r = run_kdtree_gen(tmp.path, "emit --head gqa96");
   CHECK(r.status == 2);
   CHECK(contains(r.err, "kdtree-gen: "));
   CHECK(contains(r.err, "gqa96"));
 
-  r = run(tmp, "warm --widths 48 --cache-dir '" + tmp.path.string() + "'");
+  r = run_kdtree_gen(tmp.path, "warm --widths 48 --cache-dir '" + tmp.path.string() + "'");
   CHECK(r.status == 2);
   CHECK(contains(r.err, "48"));
 
-  r = run(tmp, "warm --no-such-option");
+  r = run_kdtree_gen(tmp.path, "warm --no-such-option");
   CHECK(r.status == 2);
   CHECK(contains(r.err, "kdtree-gen: "));
 
-  r = run(tmp, "");
+  r = run_kdtree_gen(tmp.path, "");
   CHECK(r.status == 2);
 
-  r = run(tmp, "cache list --cache-dir '" + (tmp.path / "missing").string() + "'");
+  r = run_kdtree_gen(tmp.path, "cache list --cache-dir '" + (tmp.path / "missing").string() + "'");
   CHECK(r.status == 0);
   CHECK(!fs::exists(tmp.path / "missing"));
 }
 
 TEST_CASE("kdtree-gen: warm - reuse - info and cache list/verify/clear") {
-  REQUIRE(fs::exists(tool_path()));
+  REQUIRE(fs::exists(kdtree_gen_path()));
   TempDir tmp;
   const fs::path cache = tmp.path / "cache";
   const std::string dir = " --cache-dir '" + cache.string() + "'";
   const std::string warm =
       "warm --arch sm_90 --heads gqa64 --widths 16 --pages 16 --dtypes bf16 --no-tree-ops -j 1" + dir;
 
-  Result r = run(tmp, warm);
+  ToolRun r = run_kdtree_gen(tmp.path, warm);
   INFO(r.out, r.err);
   REQUIRE(r.status == 0);
   CHECK(contains(r.out, "compiled verify_attention[gqa64,W=16,page=16,bf16]"));
   CHECK(contains(r.out, "warm: 1 kernels for sm_90: 1 compiled, 0 reused, 0 failed"));
 
-  r = run(tmp, warm);
+  r = run_kdtree_gen(tmp.path, warm);
   CHECK(r.status == 0);
   CHECK(contains(r.out, "0 compiled, 1 reused, 0 failed"));
 
   // --json: the summary is one JSON object on stdout, the progress on stderr.
-  r = run(tmp, warm + " --json");
+  r = run_kdtree_gen(tmp.path, warm + " --json");
   CHECK(r.status == 0);
   CHECK(contains(r.out, "{\"arch\": \"sm_90\", \"kernels\": 1, \"compiled\": 0, \"reused\": 1, \"failed\": []"));
   CHECK(contains(r.out, "\"stored\": true}"));
   CHECK(contains(r.err, "reused   verify_attention[gqa64,W=16,page=16,bf16]"));
   CHECK(shell("python3 -m json.tool '" + (tmp.path / "stdout").string() + "' >/dev/null") == 0);
 
-  r = run(tmp, "info" + dir);
+  r = run_kdtree_gen(tmp.path, "info" + dir);
   CHECK(r.status == 0);
   CHECK(contains(r.out, "NVRTC"));
   CHECK((contains(r.out, "no GPU: ") || contains(r.out, "device 0: ")));
   CHECK(contains(r.out, "entries: 1 "));
 
-  r = run(tmp, "cache list" + dir);
+  r = run_kdtree_gen(tmp.path, "cache list" + dir);
   CHECK(r.status == 0);
   CHECK(contains(r.out, "valid"));
 
-  r = run(tmp, "cache list --json" + dir);
+  r = run_kdtree_gen(tmp.path, "cache list --json" + dir);
   CHECK(r.status == 0);
   CHECK(contains(r.out, "\"name\": \"verify_attention-"));
   CHECK(contains(r.out, "\"valid\": true"));
   CHECK(contains(r.out, "\"version\": \"generator "));
   CHECK(shell("python3 -m json.tool '" + (tmp.path / "stdout").string() + "' >/dev/null") == 0);
-  r = run(tmp, "info --json" + dir);
+  r = run_kdtree_gen(tmp.path, "info --json" + dir);
   CHECK(r.status == 0);
   CHECK(contains(r.out, "\"files\": 1, "));
   CHECK(contains(r.out, "\"max_bytes\": "));
   CHECK(shell("python3 -m json.tool '" + (tmp.path / "stdout").string() + "' >/dev/null") == 0);
 
   // prune keeps entries of this version.
-  r = run(tmp, "cache prune" + dir);
+  r = run_kdtree_gen(tmp.path, "cache prune" + dir);
   CHECK(r.status == 0);
   CHECK(contains(r.out, "removed 0 of 0 files"));
 
@@ -193,23 +162,66 @@ TEST_CASE("kdtree-gen: warm - reuse - info and cache list/verify/clear") {
     f.seekp(-1, std::ios::end);
     f.put(static_cast<char>(c ^ 0x5a));
   }
-  r = run(tmp, "cache verify" + dir);
+  r = run_kdtree_gen(tmp.path, "cache verify" + dir);
   CHECK(r.status == 1);
   CHECK(!fs::exists(entry));
-  r = run(tmp, "cache verify" + dir);
+  r = run_kdtree_gen(tmp.path, "cache verify" + dir);
   CHECK(r.status == 0);
 
-  r = run(tmp, warm);
+  r = run_kdtree_gen(tmp.path, warm);
   CHECK(r.status == 0);
   CHECK(contains(r.out, "1 compiled"));
-  r = run(tmp, "cache clear" + dir);
+  r = run_kdtree_gen(tmp.path, "cache clear" + dir);
   CHECK(r.status == 0);
   CHECK(contains(r.out, "removed "));
   for (const auto& e : fs::directory_iterator(cache)) CHECK(e.path().extension() != ".kdc");
 }
 
+TEST_CASE("kdtree-gen: warm fails when a directory blocks an entry[a non-empty directory at the entry path]") {
+  TempDir tmp;
+  const fs::path cache = tmp.path / "cache";
+  const std::string label = "verify_attention[gqa64,W=16,page=16,bf16]";
+  const std::string warm = "warm --arch sm_90 --heads gqa64 --widths 16 --pages 16 --dtypes bf16 --no-tree-ops -j 1" +
+                           std::string(" --cache-dir '") + cache.string() + "'";
+  ToolRun r = run_kdtree_gen(tmp.path, warm);
+  INFO(r.out, r.err);
+  REQUIRE(r.status == 0);
+  fs::path entry;
+  for (const auto& e : fs::directory_iterator(cache)) {
+    if (e.path().extension() == ".kdc") entry = e.path();
+  }
+  REQUIRE(!entry.empty());
+  // Someone's directory, with a file in it, where the entry goes: it cannot be replaced.
+  fs::remove(entry);
+  fs::create_directory(entry);
+  std::ofstream(entry / "someone's file") << "x";
+
+  r = run_kdtree_gen(tmp.path, warm);
+  CHECK(r.status == 1);
+  const std::string failed = "kdtree-gen: " + label + " failed: ";
+  const auto at = r.err.find(failed);
+  REQUIRE(at != std::string::npos);
+  const std::string line = r.err.substr(at, r.err.find('\n', at) - at);
+  CHECK(contains(line, entry.string()));
+  CHECK(contains(line, "a directory is in the way"));
+  CHECK(contains(r.out, "FAILED   " + label));
+  CHECK(contains(r.out, "warm: 1 kernels for sm_90: 0 compiled, 0 reused, 1 failed"));
+
+  r = run_kdtree_gen(tmp.path, warm + " --json");
+  CHECK(r.status == 1);
+  CHECK(contains(r.out, "\"failed\": [{\"kernel\": \"" + label + "\", \"error\": \""));
+  CHECK(contains(r.out, entry.string()));
+  CHECK(shell("python3 -m json.tool '" + (tmp.path / "stdout").string() + "' >/dev/null") == 0);
+  CHECK(fs::exists(entry / "someone's file"));  // left alone
+
+  fs::remove_all(entry);  // the path was the only problem
+  r = run_kdtree_gen(tmp.path, warm);
+  CHECK(r.status == 0);
+  CHECK(contains(r.out, "1 compiled, 0 reused, 0 failed"));
+}
+
 TEST_CASE("kdtree-gen: usage errors name the flag in one format[emit, warm, info, cache]") {
-  REQUIRE(fs::exists(tool_path()));
+  REQUIRE(fs::exists(kdtree_gen_path()));
   TempDir tmp;
   const std::string missing = (tmp.path / "missing").string();
   struct Case {
@@ -242,7 +254,7 @@ TEST_CASE("kdtree-gen: usage errors name the flag in one format[emit, warm, info
   };
   for (const Case& c : cases) {
     INFO("kdtree-gen " << c.args);
-    const Result r = run(tmp, c.args);
+    const ToolRun r = run_kdtree_gen(tmp.path, c.args);
     CHECK(r.status == 2);
     CHECK(r.err.rfind(c.message, 0) == 0);
     CHECK(r.out.empty());
@@ -252,10 +264,29 @@ TEST_CASE("kdtree-gen: usage errors name the flag in one format[emit, warm, info
   CHECK_FALSE(fs::exists(missing));  // --heads did not swallow --cache-dir into a run
 }
 
-TEST_CASE("kdtree-gen: a write error on stdout exits 2[emit > /dev/full, info > /dev/full]") {
-  REQUIRE(fs::exists(tool_path()));
+TEST_CASE("kdtree-gen: --page takes exactly codegen's page sizes[each size and its neighbours]") {
   TempDir tmp;
-  const std::string tool = "'" + tool_path().string() + "' ";
+  const std::string use = "(use " + kdtree::codegen::supported_page_sizes_text() + ")";
+  for (const int size : kdtree::codegen::supported_page_sizes()) {
+    for (const int page : {size - 1, size, size + 1}) {
+      if (page != size && kdtree::codegen::is_supported_page_size(page)) continue;  // another size's turn
+      INFO("page ", page);
+      const ToolRun r = run_kdtree_gen(tmp.path, "emit --op kv_compact --width 16 --page " + std::to_string(page));
+      if (page == size) {
+        CHECK(r.status == 0);
+        CHECK(contains(r.out, "extern \"C\""));
+      } else {
+        CHECK(r.status == 2);
+        CHECK(contains(r.err, "kdtree-gen: --page: " + std::to_string(page) + " is not supported " + use));
+      }
+    }
+  }
+}
+
+TEST_CASE("kdtree-gen: a write error on stdout exits 2[emit > /dev/full, info > /dev/full]") {
+  REQUIRE(fs::exists(kdtree_gen_path()));
+  TempDir tmp;
+  const std::string tool = "'" + kdtree_gen_path().string() + "' ";
   const std::string err = " 2>'" + (tmp.path / "err").string() + "'";
   CHECK(shell(tool + "emit --op tree_accept --width 16 >/dev/full" + err) == 2);
   CHECK(contains(slurp(tmp.path / "err"), "kdtree-gen: cannot write to standard output: No space left on device"));
@@ -265,19 +296,19 @@ TEST_CASE("kdtree-gen: a write error on stdout exits 2[emit > /dev/full, info > 
 }
 
 TEST_CASE("kdtree-gen: warm into an unusable cache fails before compiling[a file, /proc, read-only, no home]") {
-  REQUIRE(fs::exists(tool_path()));
+  REQUIRE(fs::exists(kdtree_gen_path()));
   TempDir tmp;
   const std::string grid = "warm --arch sm_90 --no-attention --widths 16 --pages 16 -j 1";
   {
     std::ofstream(tmp.path / "file") << "x";
-    const Result r = run(tmp, grid + " --cache-dir '" + (tmp.path / "file").string() + "'");
+    const ToolRun r = run_kdtree_gen(tmp.path, grid + " --cache-dir '" + (tmp.path / "file").string() + "'");
     CHECK(r.status == 2);
     CHECK(r.err.rfind("kdtree-gen: warm: cache directory " + (tmp.path / "file").string() + " is not usable (", 0) ==
           0);
     CHECK_FALSE(contains(r.out, "compiled"));
   }
   {
-    const Result r = run(tmp, grid + " --cache-dir /proc/kdtree-gen-test");
+    const ToolRun r = run_kdtree_gen(tmp.path, grid + " --cache-dir /proc/kdtree-gen-test");
     CHECK(r.status == 2);
     CHECK(contains(r.err, "kdtree-gen: warm: cache directory /proc/kdtree-gen-test is not usable ("));
   }
@@ -285,25 +316,24 @@ TEST_CASE("kdtree-gen: warm into an unusable cache fails before compiling[a file
     const fs::path ro = tmp.path / "ro";
     fs::create_directory(ro);
     fs::permissions(ro, fs::perms(0555));
-    const Result r = run_unprivileged(tmp, grid + " --cache-dir '" + ro.string() + "'");
+    const ToolRun r = run_kdtree_gen(tmp.path, grid + " --cache-dir '" + ro.string() + "'", unprivileged(tmp));
     CHECK(r.status == 2);
     CHECK(contains(r.err, "kdtree-gen: warm: cache directory " + ro.string() + " is not usable (Permission denied)"));
   }
   if (::geteuid() == 0) {
     // A user without a passwd entry and no HOME/XDG_CACHE_HOME/KDTREE_CACHE_DIR.
-    const std::string command =
-        "env -u HOME -u XDG_CACHE_HOME -u KDTREE_CACHE_DIR setpriv --reuid=54321 "
-        "--regid=54321 --clear-groups '" +
-        tool_path().string() + "' " + grid + " 2>'" + (tmp.path / "err").string() + "' >/dev/null";
-    CHECK(shell(command) == 2);
-    CHECK(contains(slurp(tmp.path / "err"), "kdtree-gen: warm: no cache directory: "));
+    const ToolRun r = run_kdtree_gen(tmp.path, grid,
+                                     "env -u HOME -u XDG_CACHE_HOME -u KDTREE_CACHE_DIR setpriv --reuid=54321 "
+                                     "--regid=54321 --clear-groups ");
+    CHECK(r.status == 2);
+    CHECK(contains(r.err, "kdtree-gen: warm: no cache directory: "));
   } else {
     MESSAGE("not root: the no-home case needs a user without a passwd entry (setpriv); skipped");
   }
 }
 
 TEST_CASE("kdtree-gen: odd files in the cache[FIFO entry: no hang; read-only: removal failures reported]") {
-  REQUIRE(fs::exists(tool_path()));
+  REQUIRE(fs::exists(kdtree_gen_path()));
   TempDir tmp;
   const fs::path cache = tmp.path / "cache";
   fs::create_directories(cache);
@@ -311,33 +341,27 @@ TEST_CASE("kdtree-gen: odd files in the cache[FIFO entry: no hang; read-only: re
   const fs::path fifo = cache / "op-0123456789abcdef.kdc";
   REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
   // `timeout` turns a regression (a blocking open) into a failure, not a hung suite.
-  Result r;
-  r = Result{shell("timeout 10 '" + tool_path().string() + "' info" + dir + " >'" + (tmp.path / "o").string() + "'"),
-             slurp(tmp.path / "o"), ""};
+  ToolRun r = run_kdtree_gen(tmp.path, "info" + dir, "timeout 10 ");
   CHECK(r.status == 0);
   CHECK(contains(r.out, "entries: 1 (0 B, 0 bytes), 1 bad"));
-  r = Result{
-      shell("timeout 10 '" + tool_path().string() + "' cache list" + dir + " >'" + (tmp.path / "o").string() + "'"),
-      slurp(tmp.path / "o"), ""};
+  r = run_kdtree_gen(tmp.path, "cache list" + dir, "timeout 10 ");
   CHECK(r.status == 0);
   CHECK(contains(r.out, "bad: a FIFO, not a regular file"));
 
   // As a user who cannot write the directory, verify and clear say what they could not remove.
   fs::permissions(cache, fs::perms(0555));
-  r = run_unprivileged(tmp, "cache verify" + dir);
+  r = run_kdtree_gen(tmp.path, "cache verify" + dir, unprivileged(tmp));
   CHECK(r.status == 1);
   CHECK(contains(r.out, "NOT removed (Permission denied): a FIFO, not a regular file"));
   CHECK(contains(r.out, "1 bad (0 removed, 1 could not be)"));
-  r = run_unprivileged(tmp, "cache clear" + dir);
+  r = run_kdtree_gen(tmp.path, "cache clear" + dir, unprivileged(tmp));
   CHECK(r.status == 1);
   CHECK(contains(r.err, "kdtree-gen: cannot remove " + fifo.string() + ": Permission denied"));
   CHECK(contains(r.out, "removed 0 of 1 files"));
   CHECK(fs::exists(fs::symlink_status(fifo)));
   fs::permissions(cache, fs::perms(0755));
 
-  r = Result{
-      shell("timeout 10 '" + tool_path().string() + "' cache verify" + dir + " >'" + (tmp.path / "o").string() + "'"),
-      slurp(tmp.path / "o"), ""};
+  r = run_kdtree_gen(tmp.path, "cache verify" + dir, "timeout 10 ");
   CHECK(r.status == 1);
   CHECK(contains(r.out, "removed: a FIFO, not a regular file"));
   CHECK_FALSE(fs::exists(fs::symlink_status(fifo)));
