@@ -19,9 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "codegen/verify_attention.hpp"
 #include "kdtree/kdtree.h"
 #include "reference/half.hpp"
+#include "runtime/c_api.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/verify_attention.hpp"
 #include "verify_shapes.hpp"
 
 namespace {
@@ -222,24 +225,31 @@ int main(int argc, char** argv) {
     const double floor_us = std::max(flops / (tflops * 1e6), bytes / (gbps * 1e3));
     const double achieved_tflops = flops / us / 1e6;
     const double achieved_gbps = bytes / us / 1e3;
-    int splits = 0;
-    {
-      size_t per_split = size_t(total_nodes) * s.q_heads * (s.head_v + 1) * 4;
-      splits = ws_bytes ? int(ws_bytes / per_split) : 1;
+    // The runtime's plan for this call (its tiles: KDTREE_VERIFY_TILES applies).
+    const kdtree::codegen::Arch& arch = kdtree::unwrap(rt).arch();
+    const kdtree::VerifyPlan plan = kdtree::plan_verify(
+        kdtree::codegen::generate_verify_attention(kdtree::codegen::validate_verify_spec(spec), arch).launch, arch,
+        spec, s.batch, total_nodes, kv_len, 0);
+    const int splits = plan.num_splits, stream_ctas = plan.stream_ctas;
+    char plan_text[16];
+    if (stream_ctas > 0) {
+      std::snprintf(plan_text, sizeof plan_text, "sk%d", stream_ctas);  // stream-K over this many CTAs
+    } else {
+      std::snprintf(plan_text, sizeof plan_text, "%d", splits);
     }
     char vs_triton[16] = "-", vs_fm[16] = "-";
     if (s.triton_us > 0) std::snprintf(vs_triton, sizeof vs_triton, "%.1fx", s.triton_us / us);
     if (s.flashmla_us > 0) std::snprintf(vs_fm, sizeof vs_fm, "%.2fx", s.flashmla_us / us);
-    std::printf("%-24s %9.1f %8.1f %8.1f %9.1f %8.1f %8.0f %7.0f%% %7d %9s %9s\n", s.name, us, b2b_us, graph_us,
-                floor_us, achieved_tflops, achieved_gbps, 100.0 * floor_us / us, splits, vs_triton, vs_fm);
+    std::printf("%-24s %9.1f %8.1f %8.1f %9.1f %8.1f %8.0f %7.0f%% %7s %9s %9s\n", s.name, us, b2b_us, graph_us,
+                floor_us, achieved_tflops, achieved_gbps, 100.0 * floor_us / us, plan_text, vs_triton, vs_fm);
     if (json) {
       std::fprintf(json,
                    "{\"shape\":\"%s\",\"batch\":%d,\"q_heads\":%d,\"kv_heads\":%d,\"nodes\":%d,\"prefix\":%d,"
                    "\"head_qk\":%d,\"head_v\":%d,\"page\":%d,\"us\":%.2f,\"b2b_us\":%.2f,\"graph_us\":%.2f,\"floor_"
                    "us\":%.2f,\"tflops\":%.1f,"
-                   "\"gbps\":%.0f,\"of_floor\":%.3f,\"splits\":%d,\"sm\":%d}\n",
+                   "\"gbps\":%.0f,\"of_floor\":%.3f,\"splits\":%d,\"stream_ctas\":%d,\"sm\":%d}\n",
                    s.name, s.batch, s.q_heads, s.kv_heads, s.nodes, s.prefix, s.head_qk, s.head_v, s.page, us, b2b_us,
-                   graph_us, floor_us, achieved_tflops, achieved_gbps, floor_us / us, splits, sm);
+                   graph_us, floor_us, achieved_tflops, achieved_gbps, floor_us / us, splits, stream_ctas, sm);
     }
     api().cuEventDestroy(e0);
     api().cuEventDestroy(e1);

@@ -170,11 +170,12 @@ int run(int argc, char** argv) {
         "\"kv_heads\":%d,\"nodes\":%d,\"kv_len\":%d,\"head_qk\":%d,\"head_v\":%d,\"page\":%d,\"width\":%d,"
         "\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,\"warp_rows\":%d,\"warps_n\":%d,\"qsplit\":%s,"
         "\"smem\":%d,"
-        "\"splits\":%d,\"split_tokens\":%d,\"grid\":[%u,%u,%d],\"active_x\":%lld,\"combine_ctas\":%u,"
+        "\"splits\":%d,\"stream_ctas\":%d,\"split_tokens\":%d,\"grid\":[%u,%u,%d],\"active_x\":%lld,\"combine_ctas\":%u,"
         "\"kernel\":\"%s\"}\n",
         s.name, arch.name().c_str(), arch.num_sms, arch.max_smem_per_sm, s.batch, s.q_heads, s.kv_heads, s.nodes,
         kv_len, s.head_qk, s.head_v, s.page, width, t.block_m, t.block_n, t.warps, t.stages, t.warp_rows, t.warps_n(),
-        t.qsplit ? "true" : "false", source.launch.dynamic_smem, plan.num_splits, plan.split_tokens, plan.grid_x, plan.grid_y, plan.num_splits, active_x,
+        t.qsplit ? "true" : "false", source.launch.dynamic_smem, plan.num_splits, plan.stream_ctas, plan.split_tokens, plan.grid_x, plan.grid_y,
+        plan.grid_z, active_x,
         plan.combine_ctas, kernel.c_str());
   }
   return 0;

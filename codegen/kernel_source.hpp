@@ -16,6 +16,7 @@ struct LaunchFacts {
   int block_n = 0;          // verify_attention: KV tokens per tile (a split is a multiple of it)
   int combine_threads = 0;  // verify_attention: threads per CTA of kdtree_verify_combine
   int combine_rows = 0;     // verify_attention: (node, head) rows per combine CTA
+  bool stream_k = false;    // verify_attention: the kernel runs stream-K launches (kdtree_verify_params.stream_ctas)
 };
 
 struct KernelSource {

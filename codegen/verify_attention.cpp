@@ -134,7 +134,8 @@ VerifySmemLayout verify_smem_layout(const VerifySpec& spec, const VerifyTiles& t
     l.red = l.v + t.stages * v_tile;
     l.p = l.red + t.warps * t.warp_rows * t.block_n * 4;
     l.stats = l.p + t.block_m * t.block_n * 2;
-    l.bytes = std::max(l.stats + 3 * t.block_m * 4, t.block_m * spec.head_dim_qk * 2);
+    // Stats: per-row rescale factors, sums and maxima, then 128 bytes of segment walk.
+    l.bytes = std::max(l.stats + 3 * t.block_m * 4 + 128, t.block_m * spec.head_dim_qk * 2);
     return l;
   }
   l.k = t.block_m * spec.head_dim_qk * 2;
@@ -316,6 +317,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
   src.launch.block_n = tiles.block_n;
   src.launch.combine_threads = kCombineThreads;
   src.launch.combine_rows = kCombineThreads / combine_row_threads;
+  src.launch.stream_k = tiles.qsplit;  // templates/verify_attention_qsplit.cu walks stream-K segments
   return src;
 }
 

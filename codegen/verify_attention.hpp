@@ -66,8 +66,8 @@ struct VerifyTiles {
 // flash:  Q (at 0) | K stages | V stages (GQA) | P (column warps > 1) | the row
 //         exchange ([warps_n][block_m] floats).
 // qsplit: K stages (at 0; Q is staged there before the loop) | partial S
-//         ([warps][warp_rows][block_n] floats) | P | stats ([3][block_m] floats);
-//         at least Q's size.
+//         ([warps][warp_rows][block_n] floats) | P | stats ([3][block_m] floats,
+//         then 128 bytes of segment walk); at least Q's size.
 struct VerifySmemLayout {
   int k = 0, v = 0, p = 0, red = 0, stats = 0;  // offsets
   int bytes = 0;                                // total

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -56,6 +58,12 @@ size_t verify_workspace_bytes(const kdtree_verify_spec& s, int total_nodes, int 
   return size_t(num_splits) * size_t(total_nodes) * size_t(s.num_q_heads) * size_t(s.head_dim_v + 1) * sizeof(float);
 }
 
+size_t verify_stream_workspace_bytes(const kdtree_verify_spec& s, int block_m, int batch_size, int stream_ctas) {
+  if (stream_ctas <= 1) return 0;
+  return size_t(2) * stream_ctas * block_m * size_t(s.head_dim_v + 1) * sizeof(float) +
+         size_t(batch_size + 1) * sizeof(long long);
+}
+
 VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& s,
                        int batch_size, int total_nodes, int max_kv_len, int forced_splits) {
   if (launch.block_m < 1 || launch.block_n < 1 || launch.threads < 1) {
@@ -65,21 +73,22 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   }
   const int group = s.num_q_heads / s.num_kv_heads;
   const long long kv_tiles = ceil_div(max_kv_len, launch.block_n);
+  const int ctas_per_sm =
+      std::max(1, std::min(arch.max_smem_per_sm / (launch.dynamic_smem + 1024), 65536 / (launch.threads * 240)));
   long long splits = forced_splits;
+  long long stream_ctas = 0;
   if (splits == 0) {
-    // Model the time as waves x KV tiles per CTA: a CTA streams ceil(kv_tiles / s)
-    // tiles plus about one tile's worth of fixed work (Q load, pipeline fill, and
-    // the combine when s > 1); CTAs run ctas_per_sm at a time on every SM. With
-    // s > 1 the fp32 partials (s x rows x (head_dim_v + 1) floats) go through
-    // memory too: in tile times, bytes x the arch's FLOP per DRAM byte x the
-    // kernel's typical tensor efficiency (one half) / (SMs x a tile's FLOPs). The
-    // cheapest s wins (the fewest on a tie), so small batches spread the KV over
-    // the whole GPU, large ones are not cut into a partial last wave, and
+    // Model the time in KV tiles. Uniform splits: waves x KV tiles per CTA; a CTA
+    // streams ceil(kv_tiles / s) tiles plus about one tile's worth of fixed work (Q
+    // load, pipeline fill, and the combine when s > 1); CTAs run ctas_per_sm at a
+    // time on every SM. With s > 1 the fp32 partials (s x rows x (head_dim_v + 1)
+    // floats) go through memory too: in tile times, bytes x the arch's FLOP per DRAM
+    // byte x the kernel's typical tensor efficiency (one half) / (SMs x a tile's
+    // FLOPs). The cheapest s wins (the fewest on a tie), so small batches spread the
+    // KV over the whole GPU, large ones are not cut into a partial last wave, and
     // bytes-bound batches do not trade KV reads for partials.
     const long long ctas =
         std::max<long long>(ceil_div((long long)total_nodes * group, launch.block_m), batch_size) * s.num_kv_heads;
-    const int ctas_per_sm =
-        std::max(1, std::min(arch.max_smem_per_sm / (launch.dynamic_smem + 1024), 65536 / (launch.threads * 240)));
     const long long slots = (long long)arch.num_sms * ctas_per_sm;
     const double tile_flops = 2.0 * launch.block_m * launch.block_n * (s.head_dim_qk + s.head_dim_v);
     const double tiles_per_partial_byte = 0.5 * arch.flop_per_dram_byte / (arch.num_sms * tile_flops);
@@ -95,6 +104,36 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
       }
     }
     splits = ceil_div(kv_tiles, ceil_div(kv_tiles, splits));  // no empty trailing split
+    const char* schedule = std::getenv("KDTREE_VERIFY_SCHEDULE");  // a tuning and test override
+    const std::string forced_schedule = schedule ? schedule : "";
+    if (!forced_schedule.empty() && forced_schedule != "stream" && forced_schedule != "splits") {
+      fail(KDTREE_ERROR_INVALID_ARGUMENT,
+           fmt::format("KDTREE_VERIFY_SCHEDULE='{}' must be stream, splits or empty", forced_schedule));
+    }
+    if (launch.stream_k && forced_schedule != "splits") {
+      // Stream-K: one CTA per slot share the ctas x kv_tiles units evenly, so no
+      // wave is partial; a CTA pays the fixed work once per item it touches, and
+      // each cut item writes a partial per piece (two slots of block_m rows per CTA).
+      const long long units = ctas * kv_tiles;
+      const long long p_ctas = std::min(slots, units);
+      const long long chunk = ceil_div(units, p_ctas);
+      const long long segments = 1 + ceil_div(chunk - 1, kv_tiles);
+      const double slot_bytes = 2.0 * p_ctas * launch.block_m * (s.head_dim_v + 1) * 4;
+      const double cost = chunk + 1.5 * segments + (p_ctas > 1 ? slot_bytes * tiles_per_partial_byte : 0.0);
+      if (cost < best || forced_schedule == "stream") stream_ctas = p_ctas;
+    }
+  }
+  if (stream_ctas > 0) {
+    VerifyPlan plan;
+    plan.stream_ctas = static_cast<int>(stream_ctas);
+    plan.split_tokens = static_cast<int>(kv_tiles * launch.block_n);
+    plan.workspace_bytes = verify_stream_workspace_bytes(s, launch.block_m, batch_size, plan.stream_ctas);
+    plan.grid_x = static_cast<unsigned>(plan.stream_ctas);
+    plan.grid_y = 1;
+    if (plan.stream_ctas > 1) {
+      plan.combine_ctas = static_cast<unsigned>(ceil_div((long long)total_nodes * s.num_q_heads, launch.combine_rows));
+    }
+    return plan;
   }
   VerifyPlan plan;
   plan.num_splits = static_cast<int>(splits);
@@ -102,6 +141,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   plan.workspace_bytes = verify_workspace_bytes(s, total_nodes, plan.num_splits);
   plan.grid_x = static_cast<unsigned>(ceil_div((long long)s.max_tree_nodes * group, launch.block_m));
   plan.grid_y = static_cast<unsigned>(batch_size * s.num_kv_heads);
+  plan.grid_z = static_cast<unsigned>(plan.num_splits);
   if (plan.num_splits > 1) {
     plan.combine_ctas = static_cast<unsigned>(ceil_div((long long)total_nodes * s.num_q_heads, launch.combine_rows));
   }
@@ -167,8 +207,14 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   p.max_kv_len = a.max_kv_len;
   p.num_splits = plan.num_splits;
   p.split_tokens = plan.split_tokens;
+  p.stream_ctas = plan.stream_ctas;
   p.scale_log2 = a.sm_scale * 1.4426950408889634f;
-  if (plan.num_splits > 1) {
+  if (plan.stream_ctas > 1) {
+    const size_t slot_rows = size_t(2) * plan.stream_ctas * launch.block_m;
+    p.partial_o = static_cast<float*>(a.workspace);
+    p.partial_lse = p.partial_o + slot_rows * spec.head_dim_v;
+    p.unit_prefix = reinterpret_cast<long long*>(p.partial_lse + slot_rows);
+  } else if (plan.num_splits > 1) {
     size_t rows = static_cast<size_t>(a.total_nodes) * a.spec.num_q_heads;
     p.partial_o = static_cast<float*>(a.workspace);
     p.partial_lse = p.partial_o + plan.num_splits * rows * spec.head_dim_v;
@@ -179,12 +225,12 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   LaunchDims main;
   main.grid_x = plan.grid_x;
   main.grid_y = plan.grid_y;
-  main.grid_z = static_cast<unsigned>(plan.num_splits);
+  main.grid_z = plan.grid_z;
   main.block_x = static_cast<unsigned>(launch.threads);
   main.dynamic_smem = static_cast<unsigned>(launch.dynamic_smem);
   rt.launch(module.function("kdtree_verify_attention", launch.dynamic_smem), main, args, stream,
             "launching kdtree_verify_attention");
-  if (plan.num_splits > 1) {
+  if (plan.combine_ctas > 0) {
     LaunchDims combine;
     combine.grid_x = plan.combine_ctas;
     combine.block_x = static_cast<unsigned>(launch.combine_threads);

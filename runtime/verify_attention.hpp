@@ -12,11 +12,15 @@ namespace kdtree {
 struct VerifyPlan {
   int num_splits = 1;
   int split_tokens = 0;  // KV tokens per split (a multiple of the tile)
+  // > 0: stream-K (kernels with LaunchFacts::stream_k, automatic splits): this many
+  // CTAs share all KV tiles evenly (num_splits 1; templates/verify_attention_common.cuh).
+  int stream_ctas = 0;
   size_t workspace_bytes = 0;
   // The grids launched: the main kernel's x covers max_tree_nodes rows of a
   // (request, KV head) (CTAs past a request's rows exit at once), y the requests x
-  // KV heads, z num_splits; the combine runs only with more than one split.
-  unsigned grid_x = 0, grid_y = 0;
+  // KV heads, z num_splits; stream-K a 1-D grid of stream_ctas. The combine runs
+  // only with more than one split or stream-K CTA.
+  unsigned grid_x = 0, grid_y = 0, grid_z = 1;
   unsigned combine_ctas = 0;
 };
 
@@ -28,9 +32,15 @@ void check_verify_sizes(const kdtree_verify_spec& spec, int max_tree_nodes, int 
 
 // Workspace of a call with this many KV splits (0 for one split).
 size_t verify_workspace_bytes(const kdtree_verify_spec& spec, int total_nodes, int num_splits);
+// Workspace of a stream-K call: two partial slots of block_m rows per CTA, and
+// the requests' unit offsets.
+size_t verify_stream_workspace_bytes(const kdtree_verify_spec& spec, int block_m, int batch_size, int stream_ctas);
 
 // The split plan for checked sizes and the generated kernel's launch facts;
-// forced_splits > 0 overrides the choice.
+// forced_splits > 0 overrides the choice. With automatic splits a stream-K kernel
+// gets stream-K or uniform splits, whichever the cost model prefers;
+// KDTREE_VERIFY_SCHEDULE=stream or =splits forces one (anything else is an
+// INVALID_ARGUMENT naming the variable).
 VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& spec,
                        int batch_size, int total_nodes, int max_kv_len, int forced_splits);
 

@@ -158,6 +158,160 @@ static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& 
   }
 }
 
+// ---- Stream-K (p.stream_ctas > 0). The work is a line of units, one per KV tile
+// of an item; items are (request, KV head, row tile) in that order, each with its
+// request's KV tiles. The line is cut into stream_ctas equal ranges of
+// stream_chunk units, one per CTA, so every SM gets the same work whatever the
+// batch's shape. A CTA runs its range as segments, one per item it touches: a
+// segment that is a whole item writes its rows; the pieces of a cut item go to
+// partial slots, 2c for CTA c's first segment and 2c + 1 for its last (a middle
+// segment is always a whole item), which kdtree_verify_combine merges.
+struct StreamRequest {
+  int m_tiles;  // row tiles per KV head (1 for a malformed request: one segment per head poisons it)
+  int tiles;    // KV tiles of each of its items (1 for a malformed request)
+  __device__ long long units() const { return (long long)m_tiles * tiles; }
+};
+
+static __device__ __forceinline__ StreamRequest stream_request(const kdtree_verify_params& p, int b) {
+  const Request r = load_request(p, b);
+  StreamRequest s;
+  s.m_tiles = r.valid ? (r.n_nodes * p.group + BLOCK_M - 1) / BLOCK_M : 1;
+  s.tiles = r.valid ? (r.kv_len + BLOCK_N - 1) / BLOCK_N : 1;
+  return s;
+}
+
+static __device__ __forceinline__ long long stream_chunk(const kdtree_verify_params& p, long long total) {
+  return (total + p.stream_ctas - 1) / p.stream_ctas;
+}
+
+// The partial slot of CTA c's piece of an item that starts at unit u0.
+static __device__ __forceinline__ long long stream_slot(long long c, long long chunk, long long u0) {
+  return c * chunk >= u0 ? 2 * c : 2 * c + 1;
+}
+
+// The units of every request, scanned by the CTA (each thread sums a run of
+// requests; `scan` is THREADS + 2 shared 64-bit words). Returns the total and
+// sets first_b / first_unit to the request holding this CTA's first unit u (and
+// that request's first unit); first_b = batch_size when u is past the total.
+// CTA 0 also writes p.unit_prefix for the combine.
+static __device__ __forceinline__ long long stream_scan(const kdtree_verify_params& p, long long* scan, long long& u, int& first_b,
+                                        long long& first_unit) {
+  const int per = (p.batch_size + THREADS - 1) / THREADS;
+  const int b0 = min(p.batch_size, (int)threadIdx.x * per), b1 = min(p.batch_size, b0 + per);
+  long long sum = 0;
+  for (int b = b0; b < b1; ++b) sum += stream_request(p, b).units() * p.num_kv_heads;
+  if (threadIdx.x == 0) {
+    scan[THREADS] = p.batch_size;
+    scan[THREADS + 1] = 0;
+  }
+  scan[threadIdx.x] = sum;
+  __syncthreads();
+  for (int d = 1; d < THREADS; d *= 2) {  // inclusive scan (Hillis-Steele)
+    const long long v = threadIdx.x >= d ? scan[threadIdx.x - d] : 0;
+    __syncthreads();
+    scan[threadIdx.x] += v;
+    __syncthreads();
+  }
+  const long long total = scan[THREADS - 1];
+  u = (long long)blockIdx.x * stream_chunk(p, total);
+  long long unit = scan[threadIdx.x] - sum;  // this thread's first request's first unit
+  const bool mine = u >= unit && u < unit + sum;
+  for (int b = b0; b < b1; ++b) {
+    const long long n = stream_request(p, b).units() * p.num_kv_heads;
+    if (blockIdx.x == 0 && p.unit_prefix) p.unit_prefix[b] = unit;
+    if (mine && u >= unit && u < unit + n) {
+      scan[THREADS] = b;
+      scan[THREADS + 1] = unit;
+    }
+    unit += n;
+  }
+  if (blockIdx.x == 0 && p.unit_prefix && threadIdx.x == 0) p.unit_prefix[p.batch_size] = total;
+  __syncthreads();
+  first_b = (int)scan[THREADS];
+  first_unit = scan[THREADS + 1];
+  __syncthreads();  // the scan words are free again
+  return total;
+}
+
+// One piece of work of a CTA: KV tokens [t_begin, t_end) of the rows of row tile
+// m_tile of (request b, kv_head), written as the final rows (partial_slot < 0),
+// as split partials (uniform splits: partial_split >= 0), or to a stream-K slot.
+struct Segment {
+  int b, kv_head, m_tile;
+  int t_begin, t_end;
+  int partial_split;        // uniform splits: this split's index when num_splits > 1, else -1
+  long long partial_slot;   // stream-K: the slot of a cut item's piece, else -1
+};
+
+// The segments of a CTA, walked by thread 0 into shared memory so that the walk
+// holds no registers through the tile loop: the CTA's grid point with uniform
+// splits, or its range of the stream-K unit line.
+struct SegmentWalk {
+  long long u, u_end, unit;  // stream-K: the next unit, the range's end, request b's first unit
+  long long chunk;           // stream-K: units per CTA
+  int b;                     // stream-K: the request holding unit u
+  int done;                  // no segment left
+  Segment seg;               // the current segment
+};
+
+// Thread 0: the CTA's first segment (first) or its next one, into w.seg (or w.done).
+static __device__ __forceinline__ void walk_next(const kdtree_verify_params& p, SegmentWalk& w, bool first) {
+  Segment& sg = w.seg;
+  if (p.stream_ctas == 0) {
+    w.done = !first;
+    sg.b = blockIdx.y / p.num_kv_heads;
+    sg.kv_head = blockIdx.y % p.num_kv_heads;
+    sg.m_tile = blockIdx.x;
+    sg.t_begin = blockIdx.z * p.split_tokens;
+    sg.t_end = sg.t_begin + p.split_tokens;
+    sg.partial_split = p.num_splits > 1 ? (int)blockIdx.z : -1;
+    sg.partial_slot = -1;
+    return;
+  }
+  w.done = w.u >= w.u_end;
+  if (w.done) return;
+  StreamRequest sr = stream_request(p, w.b);
+  while (w.u >= w.unit + sr.units() * p.num_kv_heads) {  // the next request holds u
+    w.unit += sr.units() * p.num_kv_heads;
+    sr = stream_request(p, ++w.b);
+  }
+  const long long item = (w.u - w.unit) / sr.tiles, item_unit = w.unit + item * sr.tiles;
+  const long long seg_end = min(w.u_end, item_unit + sr.tiles);
+  sg.b = w.b;
+  sg.kv_head = (int)(item / sr.m_tiles);
+  sg.m_tile = (int)(item % sr.m_tiles);
+  sg.t_begin = (int)(w.u - item_unit) * BLOCK_N;
+  sg.t_end = (int)(seg_end - item_unit) * BLOCK_N;
+  sg.partial_split = -1;
+  const bool whole = w.u == item_unit && seg_end == item_unit + sr.tiles;
+  sg.partial_slot = whole ? -1 : stream_slot(blockIdx.x, w.chunk, item_unit);
+  w.u = seg_end;
+}
+
+// Starts the walk (all threads; the stream-K scan uses `scan`, THREADS + 2 words).
+static __device__ __forceinline__ void walk_begin(const kdtree_verify_params& p, SegmentWalk& w, long long* scan) {
+  if (p.stream_ctas > 0) {
+    long long u, unit;
+    int b;
+    const long long total = stream_scan(p, scan, u, b, unit);
+    if (threadIdx.x == 0) {
+      w.chunk = stream_chunk(p, total);
+      w.u = u;
+      w.u_end = min(total, u + w.chunk);
+      w.unit = unit;
+      w.b = b;
+    }
+  }
+}
+
+// The partial row (index into partial_lse; times HEAD_DIM_V into partial_o) of
+// row r of a segment's row tile, output row orow.
+static __device__ __forceinline__ long long partial_row(const kdtree_verify_params& p, const Segment& sg, int r,
+                                                        long long orow) {
+  return sg.partial_slot >= 0 ? sg.partial_slot * BLOCK_M + r
+                              : (long long)sg.partial_split * p.total_nodes * p.num_q_heads + orow;
+}
+
 // Merges the split partials of each (node, head) row by their LSE. A row is
 // HEAD_DIM_V / 4 threads, each owning four columns (16-byte loads).
 // The generator launches COMBINE_THREADS threads and COMBINE_ROWS rows per CTA.
@@ -181,9 +335,26 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_comb
   }
   const Request req = load_request(p, lo);
   if (!req.valid) return;  // the main kernel wrote its rows as NaN
-  const int splits = min(p.num_splits, (req.kv_len + p.split_tokens - 1) / p.split_tokens);
-  const float* lse = p.partial_lse + row;
-  const float* po = p.partial_o + row * HEAD_DIM_V;
+  // The partials of this row: uniform splits s at s * rows + row; stream-K the
+  // slots of the CTAs c0 .. c0 + splits - 1 that share its item (none: the item
+  // was whole, its rows are written).
+  int splits = min(p.num_splits, (req.kv_len + p.split_tokens - 1) / p.split_tokens);
+  long long c0 = 0, chunk = 0, u0 = 0;
+  int r = 0;
+  if (p.stream_ctas > 0) {
+    const StreamRequest sr = stream_request(p, lo);
+    const int gr = (node - req.node_base) * p.group + (int)(row % p.num_q_heads) % p.group;
+    const int kv_head = (int)(row % p.num_q_heads) / p.group;
+    r = gr % BLOCK_M;
+    u0 = p.unit_prefix[lo] + ((long long)kv_head * sr.m_tiles + gr / BLOCK_M) * sr.tiles;
+    chunk = stream_chunk(p, p.unit_prefix[p.batch_size]);
+    c0 = u0 / chunk;
+    splits = (int)((u0 + sr.tiles - 1) / chunk - c0 + 1);
+    if (splits == 1) return;
+  }
+  auto partial = [&](int s) -> long long {
+    return p.stream_ctas > 0 ? stream_slot(c0 + s, chunk, u0) * BLOCK_M + r : (long long)s * rows + row;
+  };
   // One pass with a running max: each batch issues all of its COMBINE_BATCH LSE and
   // 16-byte partial loads before using any, so a thread waits on memory once per
   // batch rather than once per split.
@@ -199,8 +370,9 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_comb
 #pragma unroll
       for (int i = 0; i < COMBINE_BATCH; ++i) {
         const bool in = s0 + i < splits;
-        w[i] = in ? lse[(long long)(s0 + i) * rows] : -KD_INF;
-        v[i] = in ? *(const float4*)(po + (long long)(s0 + i) * rows * HEAD_DIM_V + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        const long long pr = in ? partial(s0 + i) : 0;
+        w[i] = in ? p.partial_lse[pr] : -KD_INF;
+        v[i] = in ? *(const float4*)(p.partial_o + pr * HEAD_DIM_V + c) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
       float m_new = m;
 #pragma unroll

@@ -14,8 +14,10 @@ typedef struct kdtree_verify_params {
   const unsigned long long* tree_mask; /* [total_nodes, MASK_WORDS] */
   void* out;                           /* [total_nodes, num_q_heads, DV] */
   float* lse;                          /* [total_nodes, num_q_heads] or 0 */
-  float* partial_o;                    /* [num_splits, total_nodes * num_q_heads, DV] when num_splits > 1 */
-  float* partial_lse;                  /* [num_splits, total_nodes * num_q_heads] (log2 domain) */
+  float* partial_o;                    /* [num_splits, total_nodes * num_q_heads, DV] when num_splits > 1;
+                                          stream-K: [2 * stream_ctas, BLOCK_M, DV] (a CTA's first and last segment) */
+  float* partial_lse;                  /* the same rows' LSE (log2 domain) */
+  long long* unit_prefix;              /* stream-K: [batch + 1] first KV-tile unit of each request, then the total */
   int* error_flags;                    /* or 0 */
   int batch_size;
   int total_nodes;
@@ -26,6 +28,7 @@ typedef struct kdtree_verify_params {
   int num_pages;
   int max_kv_len;
   int num_splits;
+  int stream_ctas; /* > 0: stream-K, a 1-D grid of this many CTAs splitting all KV tiles evenly (num_splits 1) */
   int split_tokens; /* KV tokens per split, a multiple of BLOCK_N */
   float scale_log2; /* sm_scale * log2(e) */
 } kdtree_verify_params;

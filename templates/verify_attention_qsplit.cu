@@ -30,6 +30,8 @@
 constexpr int SMEM_RED = KD_SMEM_RED;
 constexpr int SMEM_P = KD_SMEM_P;
 constexpr int SMEM_STATS = KD_SMEM_STATS;
+constexpr int SMEM_WALK = SMEM_STATS + 3 * BLOCK_M * 4;  // after the stats: the CTA's SegmentWalk
+static_assert(sizeof(SegmentWalk) <= 128 && SMEM_WALK % 8 == 0, "the generator's 128 bytes for the segment walk");
 
 constexpr int DIMS_W = HEAD_DIM / WARPS_N;  // Q/K dims of a column warp
 constexpr int QK_STEPS_W = DIMS_W / 16;     // its k16 steps
@@ -324,132 +326,149 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   constexpr kd_u32 K_TILE_BYTES = K_TILE_ELEMS * 2;
   const kd_u32 sk_addr = kd_smem_addr(smem_raw);
 
-  const int m_tile = blockIdx.x;
-  const int b = blockIdx.y / p.num_kv_heads;
-  const int kv_head = blockIdx.y % p.num_kv_heads;
-  const int split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / WARPS_N, wn = warp % WARPS_N;
 
-  const Request req = load_request(p, b);
-  if (!req.valid) {
-    if (m_tile == 0 && split == 0) {
-      if (p.error_flags && threadIdx.x == 0) atomicOr(p.error_flags, request_errors(p, req));
-      poison_request(p, req, kv_head);
-    }
-    return;
-  }
-  const int rows_total = req.n_nodes * p.group;
-  const int row0 = m_tile * BLOCK_M;
-  if (row0 >= rows_total) return;
-  const int t_begin = split * p.split_tokens;
-  const int t_end = min(req.kv_len, t_begin + p.split_tokens);
-  if (t_begin >= t_end) return;
-
-  // ---- Q to registers: the tile is staged through shared memory (where the KV
-  // stages go next), rows past the request's rows zero-filled.
-  kd_u32 qa[QK_STEPS_W][MF][4];
-  {
-    const kd_u16* q = (const kd_u16*)p.q;
-    for (int i = threadIdx.x; i < BLOCK_M * QK_CHUNKS; i += THREADS) {
-      int r = i / QK_CHUNKS, chunk = i % QK_CHUNKS;
-      int gr = row0 + r;
-      bool ok = gr < rows_total;
-      long long qrow = ok ? (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group +
-                                gr % p.group
-                          : 0;
-      kd_cp_async16(sk_addr + swizzle<QK_CHUNKS>(r, chunk) * 16, q + qrow * HEAD_DIM + chunk * 8, ok ? 16 : 0);
-    }
-    kd_cp_async_commit();
-    kd_cp_async_wait<0>();
+  // The CTA's segments: its grid point (uniform splits), or its range of the
+  // stream-K unit line (p.stream_ctas > 0; see verify_attention_common.cuh).
+  SegmentWalk& walk = *(SegmentWalk*)(smem_raw + SMEM_WALK);
+  walk_begin(p, walk, (long long*)smem_raw);
+#pragma unroll 1
+  for (bool first = true;; first = false) {
+    __syncthreads();  // the last segment's reads of walk.seg are done
+    if (threadIdx.x == 0) walk_next(p, walk, first);
     __syncthreads();
-    const int r = wm * WARP_ROWS + (lane & 15);
+    if (walk.done) break;
+    const Segment sg = walk.seg;
+    const int kv_head = sg.kv_head;
+    const Request req = load_request(p, sg.b);
+    if (!req.valid) {
+      // Malformed request: one segment per (request, kv head) writes NaN to every
+      // row the request claims (within the node arrays), so nothing stale is left.
+      if (sg.m_tile == 0 && sg.t_begin == 0) {
+        if (p.error_flags && threadIdx.x == 0) atomicOr(p.error_flags, request_errors(p, req));
+        poison_request(p, req, kv_head);
+      }
+      continue;
+    }
+    const int rows_total = req.n_nodes * p.group;
+    const int row0 = sg.m_tile * BLOCK_M;
+    if (row0 >= rows_total) continue;
+    const int t_begin = sg.t_begin;
+    const int t_end = min(req.kv_len, sg.t_end);
+    if (t_begin >= t_end) continue;  // the combine kernel skips splits past kv_len
+
+    // ---- Q to registers: the tile is staged through shared memory (where the KV
+    // stages go next), rows past the request's rows zero-filled.
+    kd_u32 qa[QK_STEPS_W][MF][4];
+    {
+      const kd_u16* q = (const kd_u16*)p.q;
+      for (int i = threadIdx.x; i < BLOCK_M * QK_CHUNKS; i += THREADS) {
+        int r = i / QK_CHUNKS, chunk = i % QK_CHUNKS;
+        int gr = row0 + r;
+        bool ok = gr < rows_total;
+        long long qrow = ok ? (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group +
+                                  gr % p.group
+                            : 0;
+        kd_cp_async16(sk_addr + swizzle<QK_CHUNKS>(r, chunk) * 16, q + qrow * HEAD_DIM + chunk * 8, ok ? 16 : 0);
+      }
+      kd_cp_async_commit();
+      kd_cp_async_wait<0>();
+      __syncthreads();
+      const int r = wm * WARP_ROWS + (lane & 15);
 #pragma unroll
-    for (int ks = 0; ks < QK_STEPS_W; ++ks) {
+      for (int ks = 0; ks < QK_STEPS_W; ++ks) {
 #pragma unroll
-      for (int mf = 0; mf < MF; ++mf) {
-        const int chunk = wn * DIM_CHUNKS_W + 2 * ks + (lane >> 4);
-        kd_ldmatrix_x4(qa[ks][mf], sk_addr + swizzle<QK_CHUNKS>(r + mf * 16, chunk) * 16);
+        for (int mf = 0; mf < MF; ++mf) {
+          const int chunk = wn * DIM_CHUNKS_W + 2 * ks + (lane >> 4);
+          kd_ldmatrix_x4(qa[ks][mf], sk_addr + swizzle<QK_CHUNKS>(r + mf * 16, chunk) * 16);
+        }
+      }
+      __syncthreads();  // every warp has its Q before the KV stages overwrite it
+    }
+
+    bool bad_page = false;
+    KvSource kv_src;
+    kv_src.k_base = (const char*)p.k_cache + (long long)kv_head * HEAD_DIM * 2;
+    kv_src.v_base = kv_src.k_base;
+    kv_src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * 2;
+    kv_src.v_slot_bytes = kv_src.k_slot_bytes;
+    kv_src.pages = p.page_table + (long long)sg.b * p.max_pages_per_req;
+    const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
+#pragma unroll
+    for (int s = 0; s < PREFETCH; ++s) {
+      if (s < n_tiles) load_kv_tile(p, kv_src, t_begin + s * BLOCK_N, t_end, sk_addr + s * K_TILE_BYTES, 0, bad_page);
+      kd_cp_async_commit();
+    }
+
+    float o[MF][O_TILES][4];
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+      for (int j = 0; j < O_TILES; ++j) o[mf][j][0] = o[mf][j][1] = o[mf][j][2] = o[mf][j][3] = 0.f;
+    }
+
+    RowStats st = {-KD_INF, 0.f};  // of the row this lane reduces
+    const TileLanes lanes(wm, wn, lane, sk_addr, spart, sp, salpha, row0, rows_total, req, p.group);
+    if (wm == 0) {
+      tile_loop<0>(p, req, lanes, kv_src, t_begin, t_end, n_tiles, qa, o, st, bad_page);
+    } else {
+      tile_loop<1>(p, req, lanes, kv_src, t_begin, t_end, n_tiles, qa, o, st, bad_page);
+    }
+    kd_cp_async_wait<0>();
+
+    // ---- row sums over the row's lanes, published with the reference maxima.
+#pragma unroll
+    for (int d = 1; d < RED_LANES; d *= 2) st.l += __shfl_xor_sync(0xffffffffu, st.l, d);
+    if (lane % RED_LANES == 0) {
+      srow_l[lanes.red_row] = st.l;
+      srow_m[lanes.red_row] = st.m;
+    }
+    // A bad page or request poisons its rows with NaN (the flag says why).
+    const bool poisoned = __syncthreads_or(bad_page);
+    if (bad_page && p.error_flags) atomicOr(p.error_flags, KDTREE_DEVICE_ERROR_PAGE_INDEX);
+
+    // ---- writing rows: as verify_attention.cu (16-bit out and natural-log LSE, or
+    // the fp32 partials and log2-domain LSE of a split or a stream-K slot).
+    // The segment's target, read again: it holds no registers through the loop.
+  Segment target;
+  target.partial_split = ((volatile Segment&)walk.seg).partial_split;
+  target.partial_slot = ((volatile Segment&)walk.seg).partial_slot;
+  const bool partial = target.partial_split >= 0 || target.partial_slot >= 0;
+  const int out_head0 = ((volatile Segment&)walk.seg).kv_head * p.group;  // the KV head's first query head
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = wm * WARP_ROWS + mf * 16 + lane / 4 + h * 8;
+        const int gr = row0 + r;
+        if (gr >= rows_total) continue;
+        long long orow = (long long)(req.node_base + gr / p.group) * p.num_q_heads + out_head0 + gr % p.group;
+        const float l = srow_l[r];
+        float inv = l > 0.f ? 1.f / l : 0.f;
+        if (poisoned) inv = KD_NAN;
+        float lse2 = l > 0.f ? srow_m[r] + kd_log2(l) : -KD_INF;
+        if (poisoned) lse2 = KD_NAN;
+        if (partial) {
+          const long long prow = partial_row(p, target, r, orow);
+          float* po = p.partial_o + prow * HEAD_DIM_V;
+#pragma unroll
+          for (int j = 0; j < O_TILES; ++j) {
+            int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
+            *(float2*)(po + col) = make_float2(o[mf][j][2 * h] * inv, o[mf][j][2 * h + 1] * inv);
+          }
+          if (wn == 0 && (lane & 3) == 0) p.partial_lse[prow] = lse2;
+        } else {
+          if (l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
+          kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V;
+#pragma unroll
+          for (int j = 0; j < O_TILES; ++j) {
+            int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
+            *(kd_u32*)(out + col) = kd_pack2<IS_BF16>(o[mf][j][2 * h] * inv, o[mf][j][2 * h + 1] * inv);
+          }
+          if (p.lse && wn == 0 && (lane & 3) == 0) p.lse[orow] = lse2 * 0.69314718055994531f;
+        }
       }
     }
-    __syncthreads();  // every warp has its Q before the KV stages overwrite it
-  }
-
-  bool bad_page = false;
-  KvSource kv_src;
-  kv_src.k_base = (const char*)p.k_cache + (long long)kv_head * HEAD_DIM * 2;
-  kv_src.v_base = kv_src.k_base;
-  kv_src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * 2;
-  kv_src.v_slot_bytes = kv_src.k_slot_bytes;
-  kv_src.pages = p.page_table + (long long)b * p.max_pages_per_req;
-  const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
-#pragma unroll
-  for (int s = 0; s < PREFETCH; ++s) {
-    if (s < n_tiles) load_kv_tile(p, kv_src, t_begin + s * BLOCK_N, t_end, sk_addr + s * K_TILE_BYTES, 0, bad_page);
-    kd_cp_async_commit();
-  }
-
-  float o[MF][O_TILES][4];
-#pragma unroll
-  for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-    for (int j = 0; j < O_TILES; ++j) o[mf][j][0] = o[mf][j][1] = o[mf][j][2] = o[mf][j][3] = 0.f;
-  }
-
-  RowStats st = {-KD_INF, 0.f};  // of the row this lane reduces
-  const TileLanes lanes(wm, wn, lane, sk_addr, spart, sp, salpha, row0, rows_total, req, p.group);
-  if (wm == 0) {
-    tile_loop<0>(p, req, lanes, kv_src, t_begin, t_end, n_tiles, qa, o, st, bad_page);
-  } else {
-    tile_loop<1>(p, req, lanes, kv_src, t_begin, t_end, n_tiles, qa, o, st, bad_page);
-  }
-  kd_cp_async_wait<0>();
-
-  // ---- row sums over the row's lanes, published with the reference maxima.
-#pragma unroll
-  for (int d = 1; d < RED_LANES; d *= 2) st.l += __shfl_xor_sync(0xffffffffu, st.l, d);
-  if (lane % RED_LANES == 0) {
-    srow_l[lanes.red_row] = st.l;
-    srow_m[lanes.red_row] = st.m;
-  }
-  // A bad page or request poisons its rows with NaN (the flag says why).
-  const bool poisoned = __syncthreads_or(bad_page);
-  if (bad_page && p.error_flags) atomicOr(p.error_flags, KDTREE_DEVICE_ERROR_PAGE_INDEX);
-
-  // ---- writing rows: as verify_attention.cu (16-bit out and natural-log LSE, or
-  // the fp32 partials and log2-domain LSE of a split).
-  const bool partial = p.num_splits > 1;
-#pragma unroll
-  for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = wm * WARP_ROWS + mf * 16 + lane / 4 + h * 8;
-      const int gr = row0 + r;
-      if (gr >= rows_total) continue;
-      long long orow = (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group + gr % p.group;
-      const float l = srow_l[r];
-      float inv = l > 0.f ? 1.f / l : 0.f;
-      if (poisoned) inv = KD_NAN;
-      float lse2 = l > 0.f ? srow_m[r] + kd_log2(l) : -KD_INF;
-      if (poisoned) lse2 = KD_NAN;
-      if (partial) {
-        float* po = p.partial_o + ((long long)split * p.total_nodes * p.num_q_heads + orow) * HEAD_DIM_V;
-#pragma unroll
-        for (int j = 0; j < O_TILES; ++j) {
-          int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
-          *(float2*)(po + col) = make_float2(o[mf][j][2 * h] * inv, o[mf][j][2 * h + 1] * inv);
-        }
-        if (wn == 0 && (lane & 3) == 0) p.partial_lse[(long long)split * p.total_nodes * p.num_q_heads + orow] = lse2;
-      } else {
-        if (l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
-        kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V;
-#pragma unroll
-        for (int j = 0; j < O_TILES; ++j) {
-          int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
-          *(kd_u32*)(out + col) = kd_pack2<IS_BF16>(o[mf][j][2 * h] * inv, o[mf][j][2 * h + 1] * inv);
-        }
-        if (p.lse && wn == 0 && (lane & 3) == 0) p.lse[orow] = lse2 * 0.69314718055994531f;
-      }
-    }
-  }
+  }  // segments
 }

@@ -374,7 +374,7 @@ void check_page_index_errors(Session& s, const std::vector<kdtree_verify_spec>& 
       VerifyCase m = c;
       m.page_table[size_t(1) * m.max_pages_per_req + 0] = bad;  // request 1's first prefix page
       DeviceCase d = upload(s.rt, m, 3);
-      for (int splits : {1, 3}) {
+      for (int splits : {1, 3, 0}) {
         INFO(m.label("page id " + std::to_string(bad) + ",splits=" + std::to_string(splits)));
         const Launch r = launch(s.rt, m, d, true, splits, 0x00);
         INFO("kdtree_last_error: " << r.error);
@@ -417,7 +417,7 @@ void check_node_count_errors(Session& s, const std::vector<kdtree_verify_spec>& 
               ref_m.out.begin() + size_t(W + 1) * hq * spec.head_dim_v);
     std::copy(ref.lse.begin() + size_t(W) * hq, ref.lse.end(), ref_m.lse.begin() + size_t(W + 1) * hq);
     DeviceCase d = upload(s.rt, m, 3);
-    for (int splits : {1, 3}) {
+    for (int splits : {1, 3, 0}) {
       INFO(m.label("nodes=W+1,splits=" + std::to_string(splits)));
       const Launch r = launch(s.rt, m, d, true, splits, 0x00);
       INFO("kdtree_last_error: " << r.error);
@@ -430,7 +430,7 @@ void check_node_count_errors(Session& s, const std::vector<kdtree_verify_spec>& 
     VerifyCase short_kv = c;
     short_kv.kv_lens[0] = c.node_counts[0] - 1;
     DeviceCase ds = upload(s.rt, short_kv, 3);
-    for (int splits : {1, 3}) {
+    for (int splits : {1, 3, 0}) {
       INFO(short_kv.label("kv_len<nodes,splits=" + std::to_string(splits)));
       const Launch r = launch(s.rt, short_kv, ds, true, splits, 0x00);
       CHECK(r.status == KDTREE_OK);
@@ -445,42 +445,61 @@ TEST_CASE("verify_attention GPU: a node count over W flags NODE_COUNT and NaNs t
   check_node_count_errors(Session::get(), error_specs());
 }
 
-// sm_120's MLA kernel (templates/verify_attention_qsplit.cu: Q in registers) on
-// whatever GPU runs the tests, with KDTREE_VERIFY_TILES set for the test and a
-// runtime of its own (a runtime keeps one module per spec, whatever the tiles).
-struct QsplitSession {
-  static constexpr const char* kTiles = "64,16,8,4,32,qsplit";
-  std::string saved;
+// An environment variable set for a scope, then restored.
+struct ScopedEnv {
+  std::string name, saved;
   bool had = false;
-  std::unique_ptr<Session> session;
-  QsplitSession() {
-    if (const char* v = std::getenv("KDTREE_VERIFY_TILES")) {
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    if (const char* v = std::getenv(n)) {
       had = true;
       saved = v;
     }
-    ::setenv("KDTREE_VERIFY_TILES", kTiles, 1);
-    session = std::make_unique<Session>();
+    ::setenv(n, value, 1);
   }
-  ~QsplitSession() {
-    session.reset();
+  ~ScopedEnv() {
     if (had) {
-      ::setenv("KDTREE_VERIFY_TILES", saved.c_str(), 1);
+      ::setenv(name.c_str(), saved.c_str(), 1);
     } else {
-      ::unsetenv("KDTREE_VERIFY_TILES");
+      ::unsetenv(name.c_str());
     }
   }
 };
 
+// sm_120's MLA kernel (templates/verify_attention_qsplit.cu: Q in registers) on
+// whatever GPU runs the tests, with KDTREE_VERIFY_TILES set for the test and a
+// runtime of its own (a runtime keeps one module per spec, whatever the tiles);
+// `schedule` sets KDTREE_VERIFY_SCHEDULE for its automatic plans ("" leaves the
+// choice to the cost model).
+struct QsplitSession {
+  static constexpr const char* kTiles = "64,16,8,4,32,qsplit";
+  ScopedEnv tiles;
+  ScopedEnv schedule;
+  Session session;
+  explicit QsplitSession(const char* schedule_value = "")
+      : tiles("KDTREE_VERIFY_TILES", kTiles), schedule("KDTREE_VERIFY_SCHEDULE", schedule_value) {}
+};
+
 TEST_CASE("verify_attention GPU parity: mla576/512 qsplit (sm_120's kernel, tiles 64,16,8,4,32)") {
   QsplitSession q;
-  run_head_grid(576, 512, 4, *q.session);
+  run_head_grid(576, 512, 4, q.session);
+}
+
+// Every automatic launch of the grid as stream-K: segments across items and
+// requests, cut items merged from the CTAs' partial slots, and one CTA that runs
+// the whole KV of its items.
+TEST_CASE("verify_attention GPU parity: mla576/512 qsplit stream-K (KDTREE_VERIFY_SCHEDULE=stream)") {
+  QsplitSession q("stream");
+  run_head_grid(576, 512, 5, q.session);
 }
 
 TEST_CASE("verify_attention GPU: qsplit kernel flags and NaNs bad pages and node counts") {
-  QsplitSession q;
   const std::vector<kdtree_verify_spec> mla = {error_specs()[0]};
-  check_page_index_errors(*q.session, mla);
-  check_node_count_errors(*q.session, mla);
+  for (const char* schedule : {"splits", "stream"}) {
+    INFO("KDTREE_VERIFY_SCHEDULE=" << schedule);
+    QsplitSession q(schedule);
+    check_page_index_errors(q.session, mla);
+    check_node_count_errors(q.session, mla);
+  }
 }
 
 TEST_CASE("verify_attention GPU: kv_len over max_kv_len flags KV_LEN and NaNs that request") {
@@ -493,7 +512,7 @@ TEST_CASE("verify_attention GPU: kv_len over max_kv_len flags KV_LEN and NaNs th
     c.max_kv_len = c.kv_lens[0] - 1;  // the host bound is a lie for request 0 only
     REQUIRE(c.kv_lens[1] <= c.max_kv_len);
     DeviceCase d = upload(s.rt, c, 3);
-    for (int splits : {1, 3}) {
+    for (int splits : {1, 3, 0}) {
       INFO(c.label("max_kv_len<kv_len,splits=" + std::to_string(splits)));
       const Launch r = launch(s.rt, c, d, true, splits, 0x00);
       INFO("kdtree_last_error: " << r.error);

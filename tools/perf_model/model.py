@@ -56,6 +56,33 @@ def shape_flops_bytes(plan: dict) -> tuple[float, float]:
     return flops, float(kv + qo)
 
 
+def stream_k(plan: dict) -> dict | None:
+    """A stream-K plan's work per CTA (templates/verify_attention_common.cuh): the
+    unit line of (request, KV head, row tile) items of kv tiles each, cut into
+    stream_ctas ranges of chunk units. Returns the CTAs with work, chunk, the most
+    segments a CTA runs, the partial pieces written and the most pieces of an item;
+    None for a uniform-split plan."""
+    p_ctas = plan.get("stream_ctas", 0)
+    if not p_ctas:
+        return None
+    tiles = math.ceil(plan["kv_len"] / plan["block_n"])
+    items = plan["batch"] * plan["kv_heads"] * plan["active_x"]
+    total = items * tiles
+    chunk = math.ceil(total / p_ctas)
+    ctas = math.ceil(total / chunk)
+    segments = pieces = max_pieces = 0
+    for c in range(ctas):
+        u0, u1 = c * chunk, min(total, (c + 1) * chunk)
+        first, last = u0 // tiles, (u1 - 1) // tiles
+        segments = max(segments, last - first + 1)
+    for i in range(items):
+        c0, c1 = (i * tiles) // chunk, ((i + 1) * tiles - 1) // chunk
+        if c1 > c0:
+            pieces += c1 - c0 + 1
+            max_pieces = max(max_pieces, c1 - c0 + 1)
+    return {"ctas": ctas, "chunk": chunk, "segments": segments, "pieces": pieces, "max_pieces": max_pieces}
+
+
 class Model:
     def __init__(self, rates: dict):
         self.r = rates
@@ -78,6 +105,10 @@ class Model:
         ctas = plan["active_x"] * plan["grid"][1] * plan["splits"]
         tiles = math.ceil(plan["split_tokens"] / plan["block_n"])
         tiles = min(tiles, math.ceil(plan["kv_len"] / plan["block_n"]))
+        segments = 1
+        stream = stream_k(plan)
+        if stream:
+            ctas, tiles, segments = stream["ctas"], stream["chunk"], stream["segments"]
         slots = nsm * occ
         waves = math.ceil(ctas / slots)
         # Fixed work of a CTA: the instructions outside the loop, the pipeline fill
@@ -103,20 +134,27 @@ class Model:
             first = first or t
             fill = max(r["mem_latency"], in_wave * fill_bytes / l2_bpc) if wave == 0 else r["mem_latency"]
             drain = max(r["mem_latency"], in_wave * store_bytes / l2_bpc) if wave == waves - 1 else 0
-            cycles += k.outside_stall_cycles + fill + tiles * t.cycles_per_tile + drain
+            # A stream-K CTA runs its range as segments; each one after the first
+            # loads its Q tile and fills the pipeline again, and stores its rows.
+            refill = (segments - 1) * (k.outside_stall_cycles + 2 * r["mem_latency"])
+            cycles += k.outside_stall_cycles + fill + tiles * t.cycles_per_tile + drain + refill
         main_us = cycles / clk * 1e6
         flops, nbytes = shape_flops_bytes(plan)
         rows = plan["nodes"] * plan["batch"] * plan["q_heads"]
         partial_bytes = plan["splits"] * rows * (plan["head_v"] + 1) * 4 if plan["splits"] > 1 else 0
+        pieces = plan["splits"]  # partials merged per row, at most
+        if stream:
+            partial_bytes = stream["pieces"] * plan["block_m"] * (plan["head_v"] + 1) * 4
+            pieces = stream["max_pieces"]
         dram_us = (nbytes + partial_bytes) / r["dram_bytes_per_s"] * 1e6 + 2 * r["mem_latency"] / clk * 1e6
         binding = self.binding(first)
         if dram_us > main_us:
             main_us, binding = dram_us, "DRAM"
         combine_us = 0.0
-        if plan["splits"] > 1:
+        if plan["splits"] > 1 or (stream and ctas > 1):
             # Each combine thread holds 16 splits' loads in flight per round trip;
             # the partials were just written and are read from L2.
-            batches = math.ceil(plan["splits"] / 16) * max(1, plan["head_v"] // 512)
+            batches = math.ceil(max(1, pieces) / 16) * max(1, plan["head_v"] // 512)
             combine_us = (r["launch_us"] + batches * r["mem_latency"] / clk * 1e6 +
                           (partial_bytes + rows * plan["head_v"] * 2) / r["l2_bytes_per_s"] * 1e6)
         total = r["launch_us"] + main_us + combine_us

@@ -137,16 +137,22 @@ def predictions(args, arch: str, tiles: str | None, compile_arch: str | None = N
 
 
 def tiles_of(plan: dict) -> str:
-    return f"{plan['block_m']},{plan['block_n']},{plan['warps']},{plan['stages']},{plan['warp_rows']}"
+    return (f"{plan['block_m']},{plan['block_n']},{plan['warps']},{plan['stages']},{plan['warp_rows']}"
+            + (",qsplit" if plan.get("qsplit") else ""))
+
+
+def plan_text(plan: dict) -> str:
+    """The split plan: the split count, or sk<CTAs> for stream-K."""
+    return f"sk{plan['stream_ctas']}" if plan.get("stream_ctas") else str(plan["splits"])
 
 
 def print_predictions(rows, out=sys.stdout) -> None:
-    print(f"{'shape':24} {'tiles':16} {'regs':>4} {'spill':>5} {'splits':>6} {'CTA/SM':>6} {'waves':>5} "
+    print(f"{'shape':24} {'tiles':20} {'regs':>4} {'spill':>5} {'splits':>6} {'CTA/SM':>6} {'waves':>5} "
           f"{'tile clk':>8} {'tensor':>6} {'port':>5} {'issue':>5} {'L2':>5} {'us':>8} {'comb us':>7} {'TFLOP/s':>7}  binding",
           file=out)
     for plan, k, p in rows:
-        print(f"{plan['shape']:24} {tiles_of(plan):16} {k.registers:4d} {max(k.spill_instrs, k.spill_bytes, 0):5d} "
-              f"{plan['splits']:6d} {p.ctas_per_sm:6d} {p.waves:5d} {p.tile_cycles:8.0f} {p.tensor_busy:6.0%} "
+        print(f"{plan['shape']:24} {tiles_of(plan):20} {k.registers:4d} {max(k.spill_instrs, k.spill_bytes, 0):5d} "
+              f"{plan_text(plan):>6} {p.ctas_per_sm:6d} {p.waves:5d} {p.tile_cycles:8.0f} {p.tensor_busy:6.0%} "
               f"{p.port_busy:5.0%} {p.issue_busy:5.0%} {p.l2_busy:5.0%} {p.us:8.1f} {p.combine_us:7.1f} {p.tflops:7.1f}  "
               f"{p.binding}", file=out)
 
@@ -208,7 +214,7 @@ def cmd_validate(args) -> int:
     measured = read_measured(args.measured, args.column)
     rows = predictions(args, args.arch, args.tiles)
     print_counts(rows)
-    print(f"{'shape':24} {'tiles':16} {'predicted us':>12} {'measured us':>11} {'error':>7}  binding")
+    print(f"{'shape':24} {'tiles':20} {'predicted us':>12} {'measured us':>11} {'error':>7}  binding")
     worst = 0.0
     missing = []
     for plan, k, p in rows:
@@ -218,7 +224,7 @@ def cmd_validate(args) -> int:
         m = measured[plan["shape"]]
         err = (p.us - m) / m
         worst = max(worst, abs(err))
-        print(f"{plan['shape']:24} {tiles_of(plan):16} {p.us:12.1f} {m:11.1f} {err:+7.1%}  {p.binding}")
+        print(f"{plan['shape']:24} {tiles_of(plan):20} {p.us:12.1f} {m:11.1f} {err:+7.1%}  {p.binding}")
     if missing:
         print(f"not measured: {', '.join(missing)}")
     print(f"worst error {worst:.1%} (limit {args.max_error:.0f}%)")

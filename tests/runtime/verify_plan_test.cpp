@@ -1,0 +1,87 @@
+// The verify_attention split planner (runtime/verify_attention.cpp plan_verify):
+// uniform splits or stream-K for kernels that run it, the KDTREE_VERIFY_SCHEDULE
+// override, and the workspace each plan needs. Host only.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "base/error.hpp"
+#include "codegen/verify_attention.hpp"
+#include "runtime/verify_attention.hpp"
+
+using namespace kdtree;
+
+namespace {
+
+kdtree_verify_spec mla(int heads, int width) {
+  return kdtree_verify_spec{576, 512, heads, 1, 64, width, KDTREE_DTYPE_BF16};
+}
+
+// The plan for `batch` requests of `nodes` nodes each after a prefix, with the
+// kernel generated for sm_<sm> (its default tiles).
+VerifyPlan plan(int sm, const kdtree_verify_spec& s, int batch, int nodes, int prefix, int forced = 0) {
+  const codegen::Arch arch = codegen::arch_from_sm(sm);
+  const codegen::KernelSource src = codegen::generate_verify_attention(codegen::validate_verify_spec(s), arch);
+  return plan_verify(src.launch, arch, s, batch, batch * nodes, prefix + nodes, forced);
+}
+
+struct ScopedSchedule {
+  explicit ScopedSchedule(const char* v) { ::setenv("KDTREE_VERIFY_SCHEDULE", v, 1); }
+  ~ScopedSchedule() { ::unsetenv("KDTREE_VERIFY_SCHEDULE"); }
+};
+
+}  // namespace
+
+TEST_CASE("verify_plan[mla576/512,sm_120]: stream-K where waves would be partial, uniform splits for one request") {
+  ::unsetenv("KDTREE_VERIFY_SCHEDULE");
+  // 8 requests x 32 nodes x 16 heads: 64 row tiles of 258 KV tiles on 188 SMs.
+  const VerifyPlan b8 = plan(120, mla(16, 32), 8, 32, 4096);
+  CHECK(b8.stream_ctas == 188);
+  CHECK(b8.num_splits == 1);
+  CHECK(b8.grid_x == 188);
+  CHECK(b8.grid_y == 1);
+  CHECK(b8.grid_z == 1);
+  CHECK(b8.combine_ctas > 0);
+  CHECK(b8.workspace_bytes == size_t(2) * 188 * 64 * 513 * 4 + size_t(8 + 1) * 8);
+  // One request of 16 nodes: 4 row tiles, split evenly without the segments' cost.
+  const VerifyPlan b1 = plan(120, mla(16, 16), 1, 16, 4096);
+  CHECK(b1.stream_ctas == 0);
+  CHECK(b1.num_splits > 1);
+  CHECK(b1.grid_z == unsigned(b1.num_splits));
+  CHECK(b1.workspace_bytes == verify_workspace_bytes(mla(16, 16), 16, b1.num_splits));
+  // A forced split count is uniform splits.
+  const VerifyPlan forced = plan(120, mla(16, 32), 8, 32, 4096, 3);
+  CHECK(forced.stream_ctas == 0);
+  CHECK(forced.num_splits == 3);
+}
+
+TEST_CASE("verify_plan: KDTREE_VERIFY_SCHEDULE forces stream-K or uniform splits, and is checked") {
+  {
+    ScopedSchedule s("stream");
+    CHECK(plan(120, mla(16, 16), 1, 16, 4096).stream_ctas == 188);
+    // Never more CTAs than units: one row tile of one KV tile.
+    const VerifyPlan tiny = plan(120, mla(16, 16), 1, 1, 0);
+    CHECK(tiny.stream_ctas == 1);
+    CHECK(tiny.workspace_bytes == 0);
+    CHECK(tiny.combine_ctas == 0);
+    CHECK(plan(120, mla(16, 32), 8, 32, 4096, 2).num_splits == 2);  // a forced count still wins
+    CHECK(plan(90, mla(16, 32), 8, 32, 4096).stream_ctas == 0);      // sm_90's kernel has no stream-K
+  }
+  {
+    ScopedSchedule s("splits");
+    const VerifyPlan b8 = plan(120, mla(16, 32), 8, 32, 4096);
+    CHECK(b8.stream_ctas == 0);
+    CHECK(b8.num_splits >= 1);
+  }
+  {
+    ScopedSchedule s("streamk");
+    try {
+      plan(120, mla(16, 32), 8, 32, 4096);
+      FAIL("an unknown schedule was accepted");
+    } catch (const Error& e) {
+      CHECK(e.status() == KDTREE_ERROR_INVALID_ARGUMENT);
+      CHECK(std::string(e.what()).find("KDTREE_VERIFY_SCHEDULE='streamk'") != std::string::npos);
+    }
+  }
+}
