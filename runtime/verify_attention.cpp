@@ -131,7 +131,8 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
     plan.grid_x = static_cast<unsigned>(plan.stream_ctas);
     plan.grid_y = 1;
     if (plan.stream_ctas > 1) {
-      plan.combine_ctas = static_cast<unsigned>(ceil_div((long long)total_nodes * s.num_q_heads, launch.combine_rows));
+      // A group of CTAs per boundary between stream-K CTAs, merging the rows of the item it cuts.
+      plan.combine_ctas = static_cast<unsigned>((stream_ctas - 1) * ceil_div(launch.block_m, launch.combine_rows));
     }
     return plan;
   }

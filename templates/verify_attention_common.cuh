@@ -321,39 +321,88 @@ constexpr int COMBINE_BATCH = 16;
 constexpr int COMBINE_ROWS = COMBINE_THREADS / COMBINE_ROW_THREADS;
 static_assert(HEAD_DIM_V % (4 * COMBINE_ROW_THREADS) == 0, "combine columns");
 
-extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_combine(const kdtree_verify_params p) {
-  const long long rows = (long long)p.total_nodes * p.num_q_heads;
-  const long long row = (long long)blockIdx.x * COMBINE_ROWS + threadIdx.x / COMBINE_ROW_THREADS;
-  const int col0 = (threadIdx.x % COMBINE_ROW_THREADS) * 4;
-  if (row >= rows) return;
-  const int node = (int)(row / p.num_q_heads);
-  // The request that owns this node: binary search of node_indptr.
-  int lo = 0, hi = p.batch_size - 1;
+// A stream-K cut item, found by the combine CTA of one CTA boundary: the item
+// that boundary c cuts, merged by the first boundary inside it.
+struct CutItem {
+  long long u0;     // the item's first unit
+  long long chunk;  // units per stream-K CTA
+  int c0, pieces;   // its first CTA and how many CTAs hold a piece
+  int node_base, rows_total, out_head0, m_tile;
+  int merge;        // 0: nothing to merge here
+};
+
+// Thread 0 of a combine CTA: the item boundary c cuts, if this boundary merges it.
+static __device__ __forceinline__ void find_cut_item(const kdtree_verify_params& p, int c, CutItem& it) {
+  it.merge = 0;
+  const long long total = p.unit_prefix[p.batch_size];
+  const long long chunk = stream_chunk(p, total);
+  const long long u = (long long)c * chunk;
+  if (c < 1 || u >= total) return;
+  int lo = 0, hi = p.batch_size - 1;  // the request holding unit u
   while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (p.node_indptr[mid] <= node) lo = mid; else hi = mid - 1;
+    const int mid = (lo + hi + 1) / 2;
+    if (p.unit_prefix[mid] <= u) lo = mid; else hi = mid - 1;
   }
   const Request req = load_request(p, lo);
-  if (!req.valid) return;  // the main kernel wrote its rows as NaN
-  // The partials of this row: uniform splits s at s * rows + row; stream-K the
-  // slots of the CTAs c0 .. c0 + splits - 1 that share its item (none: the item
-  // was whole, its rows are written).
-  int splits = min(p.num_splits, (req.kv_len + p.split_tokens - 1) / p.split_tokens);
-  long long c0 = 0, chunk = 0, u0 = 0;
-  int r = 0;
+  if (!req.valid) return;  // a malformed request's items are one unit: never cut
+  const StreamRequest sr = stream_request(p, lo);
+  const long long item = (u - p.unit_prefix[lo]) / sr.tiles;
+  const long long u0 = p.unit_prefix[lo] + item * sr.tiles;
+  // Cut by u, and u is the first boundary inside the item.
+  if (u == u0 || (long long)(c - 1) * chunk > u0) return;
+  it.u0 = u0;
+  it.chunk = chunk;
+  it.c0 = (int)(u0 / chunk);
+  it.pieces = (int)((u0 + sr.tiles - 1) / chunk) - it.c0 + 1;
+  it.node_base = req.node_base;
+  it.rows_total = req.n_nodes * p.group;
+  it.out_head0 = (int)(item / sr.m_tiles) * p.group;
+  it.m_tile = (int)(item % sr.m_tiles);
+  it.merge = 1;
+}
+
+// Uniform splits: a CTA merges COMBINE_ROWS output rows, grid over all rows.
+// Stream-K: a CTA merges COMBINE_ROWS rows of the row tile of the item that CTA
+// boundary blockIdx.x / (BLOCK_M / COMBINE_ROWS) + 1 cuts (rows of whole items
+// were written by the main kernel).
+extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_combine(const kdtree_verify_params p) {
+  const long long rows = (long long)p.total_nodes * p.num_q_heads;
+  const int col0 = (threadIdx.x % COMBINE_ROW_THREADS) * 4;
+  long long row;
+  int splits;
+  long long first_prow = 0, prow_step = 0;  // stream-K: slot rows of pieces 1.. are first_prow + s * prow_step
+  long long prow0 = 0;                      // stream-K: piece 0's slot row
   if (p.stream_ctas > 0) {
-    const StreamRequest sr = stream_request(p, lo);
-    const int gr = (node - req.node_base) * p.group + (int)(row % p.num_q_heads) % p.group;
-    const int kv_head = (int)(row % p.num_q_heads) / p.group;
-    r = gr % BLOCK_M;
-    u0 = p.unit_prefix[lo] + ((long long)kv_head * sr.m_tiles + gr / BLOCK_M) * sr.tiles;
-    chunk = stream_chunk(p, p.unit_prefix[p.batch_size]);
-    c0 = u0 / chunk;
-    splits = (int)((u0 + sr.tiles - 1) / chunk - c0 + 1);
-    if (splits == 1) return;
+    __shared__ CutItem cut;
+    constexpr int GROUPS = BLOCK_M / COMBINE_ROWS;
+    if (threadIdx.x == 0) find_cut_item(p, blockIdx.x / GROUPS + 1, cut);
+    __syncthreads();
+    if (!cut.merge) return;
+    const int r = (blockIdx.x % GROUPS) * COMBINE_ROWS + threadIdx.x / COMBINE_ROW_THREADS;
+    const int gr = cut.m_tile * BLOCK_M + r;
+    if (gr >= cut.rows_total) return;
+    row = (long long)(cut.node_base + gr / p.group) * p.num_q_heads + cut.out_head0 + gr % p.group;
+    splits = cut.pieces;
+    prow0 = stream_slot(cut.c0, cut.chunk, cut.u0) * BLOCK_M + r;
+    first_prow = 2ll * cut.c0 * BLOCK_M + r;  // piece s > 0: CTA c0 + s's first segment, slot 2 (c0 + s)
+    prow_step = 2ll * BLOCK_M;
+  } else {
+    row = (long long)blockIdx.x * COMBINE_ROWS + threadIdx.x / COMBINE_ROW_THREADS;
+    if (row >= rows) return;
+    const int node = (int)(row / p.num_q_heads);
+    // The request that owns this node: binary search of node_indptr.
+    int lo = 0, hi = p.batch_size - 1;
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (p.node_indptr[mid] <= node) lo = mid; else hi = mid - 1;
+    }
+    const Request req = load_request(p, lo);
+    if (!req.valid) return;  // the main kernel wrote its rows as NaN
+    splits = min(p.num_splits, (req.kv_len + p.split_tokens - 1) / p.split_tokens);
   }
+  // The partial row of piece s: uniform split s at s * rows + row; stream-K its slot.
   auto partial = [&](int s) -> long long {
-    return p.stream_ctas > 0 ? stream_slot(c0 + s, chunk, u0) * BLOCK_M + r : (long long)s * rows + row;
+    return p.stream_ctas > 0 ? (s == 0 ? prow0 : first_prow + s * prow_step) : (long long)s * rows + row;
   };
   // One pass with a running max: each batch issues all of its COMBINE_BATCH LSE and
   // 16-byte partial loads before using any, so a thread waits on memory once per
