@@ -58,10 +58,9 @@ size_t verify_workspace_bytes(const kdtree_verify_spec& s, int total_nodes, int 
   return size_t(num_splits) * size_t(total_nodes) * size_t(s.num_q_heads) * size_t(s.head_dim_v + 1) * sizeof(float);
 }
 
-size_t verify_stream_workspace_bytes(const kdtree_verify_spec& s, int block_m, int batch_size, int stream_ctas) {
+size_t verify_stream_workspace_bytes(const kdtree_verify_spec& s, int block_m, int stream_ctas) {
   if (stream_ctas <= 1) return 0;
-  return size_t(2) * stream_ctas * block_m * size_t(s.head_dim_v + 1) * sizeof(float) +
-         size_t(batch_size + 1) * sizeof(long long);
+  return size_t(2) * stream_ctas * block_m * size_t(s.head_dim_v + 1) * sizeof(float) + size_t(stream_ctas) * 64;
 }
 
 VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& s,
@@ -127,7 +126,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
     VerifyPlan plan;
     plan.stream_ctas = static_cast<int>(stream_ctas);
     plan.split_tokens = static_cast<int>(kv_tiles * launch.block_n);
-    plan.workspace_bytes = verify_stream_workspace_bytes(s, launch.block_m, batch_size, plan.stream_ctas);
+    plan.workspace_bytes = verify_stream_workspace_bytes(s, launch.block_m, plan.stream_ctas);
     plan.grid_x = static_cast<unsigned>(plan.stream_ctas);
     plan.grid_y = 1;
     if (plan.stream_ctas > 1) {
@@ -214,7 +213,7 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
     const size_t slot_rows = size_t(2) * plan.stream_ctas * launch.block_m;
     p.partial_o = static_cast<float*>(a.workspace);
     p.partial_lse = p.partial_o + slot_rows * spec.head_dim_v;
-    p.unit_prefix = reinterpret_cast<long long*>(p.partial_lse + slot_rows);
+    p.cut_items = p.partial_lse + slot_rows;  // 64 bytes per CTA (8-byte aligned: slot_rows is even)
   } else if (plan.num_splits > 1) {
     size_t rows = static_cast<size_t>(a.total_nodes) * a.spec.num_q_heads;
     p.partial_o = static_cast<float*>(a.workspace);

@@ -32,9 +32,9 @@ void check_verify_sizes(const kdtree_verify_spec& spec, int max_tree_nodes, int 
 
 // Workspace of a call with this many KV splits (0 for one split).
 size_t verify_workspace_bytes(const kdtree_verify_spec& spec, int total_nodes, int num_splits);
-// Workspace of a stream-K call: two partial slots of block_m rows per CTA, and
-// the requests' unit offsets.
-size_t verify_stream_workspace_bytes(const kdtree_verify_spec& spec, int block_m, int batch_size, int stream_ctas);
+// Workspace of a stream-K call: two partial slots of block_m rows per CTA, and a
+// 64-byte record per CTA of the item its start cuts.
+size_t verify_stream_workspace_bytes(const kdtree_verify_spec& spec, int block_m, int stream_ctas);
 
 // The split plan for checked sizes and the generated kernel's launch facts;
 // forced_splits > 0 overrides the choice. With automatic splits a stream-K kernel

@@ -193,7 +193,6 @@ static __device__ __forceinline__ long long stream_slot(long long c, long long c
 // requests; `scan` is THREADS + 2 shared 64-bit words). Returns the total and
 // sets first_b / first_unit to the request holding this CTA's first unit u (and
 // that request's first unit); first_b = batch_size when u is past the total.
-// CTA 0 also writes p.unit_prefix for the combine.
 static __device__ __forceinline__ long long stream_scan(const kdtree_verify_params& p, long long* scan, long long& u, int& first_b,
                                         long long& first_unit) {
   const int per = (p.batch_size + THREADS - 1) / THREADS;
@@ -218,14 +217,12 @@ static __device__ __forceinline__ long long stream_scan(const kdtree_verify_para
   const bool mine = u >= unit && u < unit + sum;
   for (int b = b0; b < b1; ++b) {
     const long long n = stream_request(p, b).units() * p.num_kv_heads;
-    if (blockIdx.x == 0 && p.unit_prefix) p.unit_prefix[b] = unit;
     if (mine && u >= unit && u < unit + n) {
       scan[THREADS] = b;
       scan[THREADS + 1] = unit;
     }
     unit += n;
   }
-  if (blockIdx.x == 0 && p.unit_prefix && threadIdx.x == 0) p.unit_prefix[p.batch_size] = total;
   __syncthreads();
   first_b = (int)scan[THREADS];
   first_unit = scan[THREADS + 1];
@@ -242,6 +239,18 @@ struct Segment {
   int partial_split;        // uniform splits: this split's index when num_splits > 1, else -1
   long long partial_slot;   // stream-K: the slot of a cut item's piece, else -1
 };
+
+// What the combine needs of the item a stream-K CTA boundary c cuts (the item
+// holding unit c * chunk, when that is not the item's first unit), recorded by CTA
+// c for the first boundary inside the item (merge 0 otherwise).
+struct CutItem {
+  long long u0;     // the item's first unit
+  long long chunk;  // units per CTA
+  int c0, pieces;   // the first CTA holding a piece, and how many do
+  int node_base, rows_total, out_head0, m_tile;
+  int merge;
+};
+static_assert(sizeof(CutItem) <= 64, "the host reserves 64 bytes per stream-K CTA");
 
 // The segments of a CTA, walked by thread 0 into shared memory so that the walk
 // holds no registers through the tile loop: the CTA's grid point with uniform
@@ -269,7 +278,10 @@ static __device__ __forceinline__ void walk_next(const kdtree_verify_params& p, 
     return;
   }
   w.done = w.u >= w.u_end;
-  if (w.done) return;
+  if (w.done) {
+    if (first) ((CutItem*)p.cut_items)[blockIdx.x].merge = 0;  // nothing here: no boundary to merge
+    return;
+  }
   StreamRequest sr = stream_request(p, w.b);
   while (w.u >= w.unit + sr.units() * p.num_kv_heads) {  // the next request holds u
     w.unit += sr.units() * p.num_kv_heads;
@@ -277,6 +289,23 @@ static __device__ __forceinline__ void walk_next(const kdtree_verify_params& p, 
   }
   const long long item = (w.u - w.unit) / sr.tiles, item_unit = w.unit + item * sr.tiles;
   const long long seg_end = min(w.u_end, item_unit + sr.tiles);
+  if (first) {  // the record of the boundary at this CTA's start
+    CutItem cut;
+    const long long c = blockIdx.x;
+    cut.merge = w.u != item_unit && (c - 1) * w.chunk <= item_unit;
+    if (cut.merge) {
+      const Request req = load_request(p, w.b);
+      cut.u0 = item_unit;
+      cut.chunk = w.chunk;
+      cut.c0 = (int)(item_unit / w.chunk);
+      cut.pieces = (int)((item_unit + sr.tiles - 1) / w.chunk) - cut.c0 + 1;
+      cut.node_base = req.node_base;
+      cut.rows_total = req.n_nodes * p.group;
+      cut.out_head0 = (int)(item / sr.m_tiles) * p.group;
+      cut.m_tile = (int)(item % sr.m_tiles);
+    }
+    ((CutItem*)p.cut_items)[c] = cut;
+  }
   sg.b = w.b;
   sg.kv_head = (int)(item / sr.m_tiles);
   sg.m_tile = (int)(item % sr.m_tiles);
@@ -321,50 +350,10 @@ constexpr int COMBINE_BATCH = 16;
 constexpr int COMBINE_ROWS = COMBINE_THREADS / COMBINE_ROW_THREADS;
 static_assert(HEAD_DIM_V % (4 * COMBINE_ROW_THREADS) == 0, "combine columns");
 
-// A stream-K cut item, found by the combine CTA of one CTA boundary: the item
-// that boundary c cuts, merged by the first boundary inside it.
-struct CutItem {
-  long long u0;     // the item's first unit
-  long long chunk;  // units per stream-K CTA
-  int c0, pieces;   // its first CTA and how many CTAs hold a piece
-  int node_base, rows_total, out_head0, m_tile;
-  int merge;        // 0: nothing to merge here
-};
-
-// Thread 0 of a combine CTA: the item boundary c cuts, if this boundary merges it.
-static __device__ __forceinline__ void find_cut_item(const kdtree_verify_params& p, int c, CutItem& it) {
-  it.merge = 0;
-  const long long total = p.unit_prefix[p.batch_size];
-  const long long chunk = stream_chunk(p, total);
-  const long long u = (long long)c * chunk;
-  if (c < 1 || u >= total) return;
-  int lo = 0, hi = p.batch_size - 1;  // the request holding unit u
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.unit_prefix[mid] <= u) lo = mid; else hi = mid - 1;
-  }
-  const Request req = load_request(p, lo);
-  if (!req.valid) return;  // a malformed request's items are one unit: never cut
-  const StreamRequest sr = stream_request(p, lo);
-  const long long item = (u - p.unit_prefix[lo]) / sr.tiles;
-  const long long u0 = p.unit_prefix[lo] + item * sr.tiles;
-  // Cut by u, and u is the first boundary inside the item.
-  if (u == u0 || (long long)(c - 1) * chunk > u0) return;
-  it.u0 = u0;
-  it.chunk = chunk;
-  it.c0 = (int)(u0 / chunk);
-  it.pieces = (int)((u0 + sr.tiles - 1) / chunk) - it.c0 + 1;
-  it.node_base = req.node_base;
-  it.rows_total = req.n_nodes * p.group;
-  it.out_head0 = (int)(item / sr.m_tiles) * p.group;
-  it.m_tile = (int)(item % sr.m_tiles);
-  it.merge = 1;
-}
-
 // Uniform splits: a CTA merges COMBINE_ROWS output rows, grid over all rows.
 // Stream-K: a CTA merges COMBINE_ROWS rows of the row tile of the item that CTA
-// boundary blockIdx.x / (BLOCK_M / COMBINE_ROWS) + 1 cuts (rows of whole items
-// were written by the main kernel).
+// boundary blockIdx.x / (BLOCK_M / COMBINE_ROWS) + 1 cuts, from that boundary's
+// CutItem record (rows of whole items were written by the main kernel).
 extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_combine(const kdtree_verify_params p) {
   const long long rows = (long long)p.total_nodes * p.num_q_heads;
   const int col0 = (threadIdx.x % COMBINE_ROW_THREADS) * 4;
@@ -373,10 +362,8 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_comb
   long long first_prow = 0, prow_step = 0;  // stream-K: slot rows of pieces 1.. are first_prow + s * prow_step
   long long prow0 = 0;                      // stream-K: piece 0's slot row
   if (p.stream_ctas > 0) {
-    __shared__ CutItem cut;
     constexpr int GROUPS = BLOCK_M / COMBINE_ROWS;
-    if (threadIdx.x == 0) find_cut_item(p, blockIdx.x / GROUPS + 1, cut);
-    __syncthreads();
+    const CutItem cut = ((const CutItem*)p.cut_items)[blockIdx.x / GROUPS + 1];
     if (!cut.merge) return;
     const int r = (blockIdx.x % GROUPS) * COMBINE_ROWS + threadIdx.x / COMBINE_ROW_THREADS;
     const int gr = cut.m_tile * BLOCK_M + r;

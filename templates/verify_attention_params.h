@@ -17,7 +17,7 @@ typedef struct kdtree_verify_params {
   float* partial_o;                    /* [num_splits, total_nodes * num_q_heads, DV] when num_splits > 1;
                                           stream-K: [2 * stream_ctas, BLOCK_M, DV] (a CTA's first and last segment) */
   float* partial_lse;                  /* the same rows' LSE (log2 domain) */
-  long long* unit_prefix;              /* stream-K: [batch + 1] first KV-tile unit of each request, then the total */
+  void* cut_items;                     /* stream-K: [stream_ctas] 64-byte records, the item each CTA boundary cuts */
   int* error_flags;                    /* or 0 */
   int batch_size;
   int total_nodes;
