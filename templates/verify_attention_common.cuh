@@ -261,7 +261,32 @@ struct SegmentWalk {
   int b;                     // stream-K: the request holding unit u
   int done;                  // no segment left
   Segment seg;               // the current segment
+  // Stream-K: the item this CTA's range starts inside, if its boundary is the
+  // first to cut that item (cut_b its request, else -1), for walk_end.
+  int cut_b;
+  long long cut_item, cut_unit;
 };
+
+// Thread 0, after the CTA's segments: the CutItem record of the boundary at this
+// CTA's start (written after the tile loops, where its work holds no registers).
+static __device__ __forceinline__ void walk_end(const kdtree_verify_params& p, const SegmentWalk& w) {
+  if (p.stream_ctas == 0) return;
+  CutItem cut;
+  cut.merge = w.cut_b >= 0;
+  if (cut.merge) {
+    const Request req = load_request(p, w.cut_b);
+    const StreamRequest sr = stream_request(p, w.cut_b);
+    cut.u0 = w.cut_unit;
+    cut.chunk = w.chunk;
+    cut.c0 = (int)(w.cut_unit / w.chunk);
+    cut.pieces = (int)((w.cut_unit + sr.tiles - 1) / w.chunk) - cut.c0 + 1;
+    cut.node_base = req.node_base;
+    cut.rows_total = req.n_nodes * p.group;
+    cut.out_head0 = (int)(w.cut_item / sr.m_tiles) * p.group;
+    cut.m_tile = (int)(w.cut_item % sr.m_tiles);
+  }
+  ((CutItem*)p.cut_items)[blockIdx.x] = cut;
+}
 
 // Thread 0: the CTA's first segment (first) or its next one, into w.seg (or w.done).
 static __device__ __forceinline__ void walk_next(const kdtree_verify_params& p, SegmentWalk& w, bool first) {
@@ -279,7 +304,7 @@ static __device__ __forceinline__ void walk_next(const kdtree_verify_params& p, 
   }
   w.done = w.u >= w.u_end;
   if (w.done) {
-    if (first) ((CutItem*)p.cut_items)[blockIdx.x].merge = 0;  // nothing here: no boundary to merge
+    if (first) w.cut_b = -1;  // nothing here: no boundary to merge
     return;
   }
   StreamRequest sr = stream_request(p, w.b);
@@ -289,22 +314,10 @@ static __device__ __forceinline__ void walk_next(const kdtree_verify_params& p, 
   }
   const long long item = (w.u - w.unit) / sr.tiles, item_unit = w.unit + item * sr.tiles;
   const long long seg_end = min(w.u_end, item_unit + sr.tiles);
-  if (first) {  // the record of the boundary at this CTA's start
-    CutItem cut;
-    const long long c = blockIdx.x;
-    cut.merge = w.u != item_unit && (c - 1) * w.chunk <= item_unit;
-    if (cut.merge) {
-      const Request req = load_request(p, w.b);
-      cut.u0 = item_unit;
-      cut.chunk = w.chunk;
-      cut.c0 = (int)(item_unit / w.chunk);
-      cut.pieces = (int)((item_unit + sr.tiles - 1) / w.chunk) - cut.c0 + 1;
-      cut.node_base = req.node_base;
-      cut.rows_total = req.n_nodes * p.group;
-      cut.out_head0 = (int)(item / sr.m_tiles) * p.group;
-      cut.m_tile = (int)(item % sr.m_tiles);
-    }
-    ((CutItem*)p.cut_items)[c] = cut;
+  if (first) {  // the item at this CTA's start, for its boundary's CutItem record (walk_end)
+    w.cut_b = w.u != item_unit && ((long long)blockIdx.x - 1) * w.chunk <= item_unit ? w.b : -1;
+    w.cut_item = item;
+    w.cut_unit = item_unit;
   }
   sg.b = w.b;
   sg.kv_head = (int)(item / sr.m_tiles);

@@ -338,7 +338,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     __syncthreads();  // the last segment's reads of walk.seg are done
     if (threadIdx.x == 0) walk_next(p, walk, first);
     __syncthreads();
-    if (walk.done) break;
+    if (walk.done) {
+      if (threadIdx.x == 0) walk_end(p, walk);
+      break;
+    }
     const Segment sg = walk.seg;
     const int kv_head = sg.kv_head;
     const Request req = load_request(p, sg.b);

@@ -113,25 +113,25 @@ def spills(instrs: list[Instr]) -> int:
 
 
 def main_loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
-    """(head, back-edge) of every outermost loop whose body holds HMMA, in program
+    """(head, back-edge) of every innermost loop whose body holds HMMA, in program
     order: one per warp role where the kernel instantiates its tile loop per warp
     row (the qsplit kernel's tile_loop<ROLE>). A backward branch whose span holds
     an EXIT is not a loop: it is the jump back from a block placed after the
     function's end (e.g. a divergent vote's slow path)."""
-    loops: list[tuple[int, int]] = []
+    found = []
     for i, ins in enumerate(instrs):
         if ins.base == "BRA" and ins.target in labels and labels[ins.target] <= i:
             head = labels[ins.target]
             body = instrs[head:i]
             if any(x.base == "HMMA" for x in body) and not any(x.base == "EXIT" for x in body):
-                loops = [lp for lp in loops if not (head <= lp[0] and lp[1] <= i)]  # drop loops nested in it
-                if not any(lp[0] <= head and i <= lp[1] for lp in loops):
-                    loops.append((head, i))
-    return sorted(loops)
+                found.append((head, i))
+    # The tile loops are the innermost: a loop around them (e.g. over a CTA's
+    # stream-K segments) is not one.
+    return sorted(lp for lp in found if not any(o != lp and lp[0] <= o[0] and o[1] <= lp[1] for o in found))
 
 
 def main_loop(instrs: list[Instr], labels: dict[str, int]) -> tuple[int, int]:
-    """(head, back-edge) of the KV-tile loop of a kernel with one: the outermost
+    """(head, back-edge) of the KV-tile loop of a kernel with one: the longest
     loop whose body holds HMMA instructions."""
     loops = main_loops(instrs, labels)
     if not loops:
