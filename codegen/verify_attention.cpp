@@ -276,7 +276,9 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
   const char* kernel_template = tiles.qsplit ? "verify_attention_qsplit" : "verify_attention";
   // The combine kernel: a row is head_dim_v / 4 threads (four columns each, 16-byte
   // loads), at most kCombineThreads; a CTA takes as many rows as fit.
-  constexpr int kCombineThreads = 128;
+  // qsplit: 512 (its stream-K combine merges the rows of a cut item, and small
+  // CTAs would be limited by the rate at which CTAs start).
+  const int kCombineThreads = tiles.qsplit ? 512 : 128;
   const int combine_row_threads = std::min(spec.head_dim_v / 4, kCombineThreads);
   Params params = {
       {"HEAD_DIM_QK", std::to_string(spec.head_dim_qk)},
