@@ -276,9 +276,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
   const char* kernel_template = tiles.qsplit ? "verify_attention_qsplit" : "verify_attention";
   // The combine kernel: a row is head_dim_v / 4 threads (four columns each, 16-byte
   // loads), at most kCombineThreads; a CTA takes as many rows as fit.
-  // qsplit: 512 (its stream-K combine merges the rows of a cut item, and small
-  // CTAs would be limited by the rate at which CTAs start).
-  const int kCombineThreads = tiles.qsplit ? 512 : 128;
+  constexpr int kCombineThreads = 128;
   const int combine_row_threads = std::min(spec.head_dim_v / 4, kCombineThreads);
   Params params = {
       {"HEAD_DIM_QK", std::to_string(spec.head_dim_qk)},
@@ -313,6 +311,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       spec.max_tree_nodes, spec.page_size, dtype_name(spec.dtype));
   set_template_source(src, kernel_template, params, {"verify_attention_params.h", "verify_attention_common.cuh"});
   src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine"};
+  if (tiles.qsplit) src.entry_points.push_back("kdtree_verify_combine_stream");
   src.launch.threads = tiles.warps * 32;
   src.launch.dynamic_smem = smem.bytes;
   src.launch.block_m = tiles.block_m;

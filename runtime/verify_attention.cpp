@@ -234,7 +234,8 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
     LaunchDims combine;
     combine.grid_x = plan.combine_ctas;
     combine.block_x = static_cast<unsigned>(launch.combine_threads);
-    rt.launch(module.function("kdtree_verify_combine"), combine, args, stream, "launching kdtree_verify_combine");
+    const char* entry = plan.stream_ctas > 0 ? "kdtree_verify_combine_stream" : "kdtree_verify_combine";
+    rt.launch(module.function(entry), combine, args, stream, "launching the split combine");
   }
 }
 

@@ -363,61 +363,25 @@ constexpr int COMBINE_BATCH = 16;
 constexpr int COMBINE_ROWS = COMBINE_THREADS / COMBINE_ROW_THREADS;
 static_assert(HEAD_DIM_V % (4 * COMBINE_ROW_THREADS) == 0, "combine columns");
 
-// Uniform splits: a CTA merges COMBINE_ROWS output rows, grid over all rows.
-// Stream-K: a CTA merges COMBINE_ROWS rows of the row tile of the item that CTA
-// boundary blockIdx.x / (BLOCK_M / COMBINE_ROWS) + 1 cuts, from that boundary's
-// CutItem record (rows of whole items were written by the main kernel).
-extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_combine(const kdtree_verify_params p) {
-  const long long rows = (long long)p.total_nodes * p.num_q_heads;
-  const int col0 = (threadIdx.x % COMBINE_ROW_THREADS) * 4;
-  long long row;
-  int splits;
-  long long first_prow = 0, prow_step = 0;  // stream-K: slot rows of pieces 1.. are first_prow + s * prow_step
-  long long prow0 = 0;                      // stream-K: piece 0's slot row
-  if (p.stream_ctas > 0) {
-    constexpr int GROUPS = BLOCK_M / COMBINE_ROWS;
-    const CutItem cut = ((const CutItem*)p.cut_items)[blockIdx.x / GROUPS + 1];
-    if (!cut.merge) return;
-    const int r = (blockIdx.x % GROUPS) * COMBINE_ROWS + threadIdx.x / COMBINE_ROW_THREADS;
-    const int gr = cut.m_tile * BLOCK_M + r;
-    if (gr >= cut.rows_total) return;
-    row = (long long)(cut.node_base + gr / p.group) * p.num_q_heads + cut.out_head0 + gr % p.group;
-    splits = cut.pieces;
-    prow0 = stream_slot(cut.c0, cut.chunk, cut.u0) * BLOCK_M + r;
-    first_prow = 2ll * cut.c0 * BLOCK_M + r;  // piece s > 0: CTA c0 + s's first segment, slot 2 (c0 + s)
-    prow_step = 2ll * BLOCK_M;
-  } else {
-    row = (long long)blockIdx.x * COMBINE_ROWS + threadIdx.x / COMBINE_ROW_THREADS;
-    if (row >= rows) return;
-    const int node = (int)(row / p.num_q_heads);
-    // The request that owns this node: binary search of node_indptr.
-    int lo = 0, hi = p.batch_size - 1;
-    while (lo < hi) {
-      int mid = (lo + hi + 1) / 2;
-      if (p.node_indptr[mid] <= node) lo = mid; else hi = mid - 1;
-    }
-    const Request req = load_request(p, lo);
-    if (!req.valid) return;  // the main kernel wrote its rows as NaN
-    splits = min(p.num_splits, (req.kv_len + p.split_tokens - 1) / p.split_tokens);
-  }
-  // The partial row of piece s: uniform split s at s * rows + row; stream-K its slot.
-  auto partial = [&](int s) -> long long {
-    return p.stream_ctas > 0 ? (s == 0 ? prow0 : first_prow + s * prow_step) : (long long)s * rows + row;
-  };
-  // One pass with a running max: each batch issues all of its COMBINE_BATCH LSE and
-  // 16-byte partial loads before using any, so a thread waits on memory once per
-  // batch rather than once per split.
+// Merges the `splits` partials of output row `row` (this thread's columns col0,
+// col0 + COMBINE_ROW_THREADS * 4, ...); partial(s) is piece s's partial row.
+// One pass with a running max: each batch issues all of its BATCH LSE and 16-byte
+// partial loads before using any, so a thread waits on memory once per batch
+// rather than once per split.
+template <int BATCH, typename PartialRow>
+static __device__ __forceinline__ void merge_row(const kdtree_verify_params& p, long long row, int splits, int col0,
+                                                 PartialRow partial) {
   bool nan = false;
   float m_use = 0.f, wsum = 0.f;
   for (int c = col0; c < HEAD_DIM_V; c += COMBINE_ROW_THREADS * 4) {
     float m = -KD_INF;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     wsum = 0.f;
-    for (int s0 = 0; s0 < splits; s0 += COMBINE_BATCH) {
-      float4 v[COMBINE_BATCH];
-      float w[COMBINE_BATCH];
+    for (int s0 = 0; s0 < splits; s0 += BATCH) {
+      float4 v[BATCH];
+      float w[BATCH];
 #pragma unroll
-      for (int i = 0; i < COMBINE_BATCH; ++i) {
+      for (int i = 0; i < BATCH; ++i) {
         const bool in = s0 + i < splits;
         const long long pr = in ? partial(s0 + i) : 0;
         w[i] = in ? p.partial_lse[pr] : -KD_INF;
@@ -425,7 +389,7 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_comb
       }
       float m_new = m;
 #pragma unroll
-      for (int i = 0; i < COMBINE_BATCH; ++i) {
+      for (int i = 0; i < BATCH; ++i) {
         nan |= w[i] != w[i];
         m_new = fmaxf(m_new, w[i]);
       }
@@ -438,7 +402,7 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_comb
       acc.z *= rescale;
       acc.w *= rescale;
 #pragma unroll
-      for (int i = 0; i < COMBINE_BATCH; ++i) {
+      for (int i = 0; i < BATCH; ++i) {
         const float wi = kd_exp2(w[i] - m_use);
         wsum += wi;
         acc.x += wi * v[i].x;
@@ -453,6 +417,45 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_comb
     out[1] = kd_pack2<IS_BF16>(acc.z * inv, acc.w * inv);
   }
   if (p.lse && col0 == 0) p.lse[row] = nan ? KD_NAN : (m_use + kd_log2(wsum)) * 0.69314718055994531f;
+}
+
+// Uniform splits: a CTA merges COMBINE_ROWS output rows; the grid covers all rows.
+extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_combine(const kdtree_verify_params p) {
+  const long long rows = (long long)p.total_nodes * p.num_q_heads;
+  const long long row = (long long)blockIdx.x * COMBINE_ROWS + threadIdx.x / COMBINE_ROW_THREADS;
+  if (row >= rows) return;
+  const int node = (int)(row / p.num_q_heads);
+  // The request that owns this node: binary search of node_indptr.
+  int lo = 0, hi = p.batch_size - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (p.node_indptr[mid] <= node) lo = mid; else hi = mid - 1;
+  }
+  const Request req = load_request(p, lo);
+  if (!req.valid) return;  // the main kernel wrote its rows as NaN
+  const int splits = min(p.num_splits, (req.kv_len + p.split_tokens - 1) / p.split_tokens);
+  merge_row<COMBINE_BATCH>(p, row, splits, (threadIdx.x % COMBINE_ROW_THREADS) * 4,
+                           [&](int s) { return (long long)s * rows + row; });
+}
+
+// Stream-K: a CTA merges COMBINE_ROWS rows of the row tile of the item that CTA
+// boundary blockIdx.x / (BLOCK_M / COMBINE_ROWS) + 1 cuts, from that boundary's
+// CutItem record (rows of whole items were written by the main kernel). A cut
+// item has few pieces: small batches keep the registers low and the SMs full.
+extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_combine_stream(const kdtree_verify_params p) {
+  constexpr int GROUPS = BLOCK_M / COMBINE_ROWS;
+  const CutItem cut = ((const CutItem*)p.cut_items)[blockIdx.x / GROUPS + 1];
+  if (!cut.merge) return;
+  const int r = (blockIdx.x % GROUPS) * COMBINE_ROWS + threadIdx.x / COMBINE_ROW_THREADS;
+  const int gr = cut.m_tile * BLOCK_M + r;
+  if (gr >= cut.rows_total) return;
+  const long long row = (long long)(cut.node_base + gr / p.group) * p.num_q_heads + cut.out_head0 + gr % p.group;
+  // Piece 0 is CTA c0's last segment (or its first, when the item starts with it);
+  // piece s > 0 is CTA c0 + s's first segment, slot 2 (c0 + s).
+  const long long prow0 = stream_slot(cut.c0, cut.chunk, cut.u0) * BLOCK_M + r;
+  const long long prow1 = 2ll * cut.c0 * BLOCK_M + r;
+  merge_row<4>(p, row, cut.pieces, (threadIdx.x % COMBINE_ROW_THREADS) * 4,
+               [&](int s) { return s == 0 ? prow0 : prow1 + s * (2ll * BLOCK_M); });
 }
 
 #endif  // KDTREE_VERIFY_ATTENTION_COMMON_CUH

@@ -50,7 +50,7 @@
 #define KD_SMEM_STATS 92160  // of the per-row rescale factors, row sums and maxima
 #endif
 #ifndef KD_COMBINE_THREADS
-#define KD_COMBINE_THREADS 512  // threads per combine CTA
+#define KD_COMBINE_THREADS 128  // threads per combine CTA
 #endif
 #ifndef KD_COMBINE_ROW_THREADS
 #define KD_COMBINE_ROW_THREADS 128  // combine threads per row
