@@ -126,6 +126,60 @@ class SimTest(unittest.TestCase):
         self.assertAlmostEqual(res.cycles_per_tile, 100, delta=1)
 
 
+class RolesAndBarriersTest(unittest.TestCase):
+    """The qsplit kernel's structure: a tile loop per warp row inside a segment
+    loop, id barriers handing tiles between the rows, named row barriers."""
+
+    def test_tile_loops_are_the_innermost_hmma_loops_and_skip_out_of_line_jumps(self):
+        text = listing([
+            ".L_x_0",                                           # segment loop
+            ("MOV R1, R2", ctrl()),
+            ".L_x_1",
+            ("HMMA.16816.F32.BF16 R12, R8, R10, R12", ctrl()),
+            ("@P0 BRA `(.L_x_1)", ctrl()),                      # row 0's tile loop
+            ".L_x_2",
+            ("HMMA.16816.F32.BF16 R12, R8, R10, R12", ctrl()),
+            ("BRA.U UP0, `(.L_x_2)", ctrl()),                   # row 1's: a uniform predicate
+            ("@P1 BRA `(.L_x_0)", ctrl()),
+            ("EXIT", ctrl()),
+            ".L_x_9",
+            ("BRA `(.L_x_2)", ctrl()),                          # back from a block after EXIT
+        ])
+        instrs, labels = sass.parse_function(text)
+        self.assertEqual(sass.main_loops(instrs, labels), [(1, 2), (3, 4)])
+        self.assertTrue(instrs[4].conditional)
+        self.assertFalse(instrs[7].conditional)
+
+    def test_loop_exit_branch_is_not_taken_in_a_steady_tile(self):
+        text = listing([
+            ".L_x_1",
+            ("HMMA.16816.F32.BF16 R12, R8, R10, R12", ctrl()),
+            ("@!P0 BRA `(.L_x_2)", ctrl()),
+            ("BRA `(.L_x_1)", ctrl()),
+            ".L_x_2",
+            ("EXIT", ctrl()),
+        ])
+        instrs, labels = sass.parse_function(text)
+        head, back = sass.main_loop(instrs, labels)
+        self.assertEqual([i.base for i in sass.steady_path(instrs, labels, head, back, 0)], ["HMMA", "BRA", "BRA"])
+
+    def test_hand_off_barriers_alternate_two_roles(self):
+        # Row 0 waits on barrier 3 and arrives on 4 before its work; row 1 waits on 4,
+        # works, then arrives on 3. The prologue's first arrival (row 1 on 3) starts
+        # it; then the rows' work overlaps and a tile costs one row's work plus the
+        # two hand-offs (barrier latency 20 each), not both rows' work.
+        def bar(text):
+            ins = sass.Instr(0, "", text.split()[0], text.split(None, 1)[1], 1, False, 7, 7, 0)
+            return sim.compile_path([ins])[0]
+        work = [sim.Step(sim.ALU, 10, 7, 7, 0) for _ in range(10)]
+        row0 = [bar("BAR.SYNC.DEFER_BLOCKING 0x3, 0x100"), bar("BAR.ARV 0x4, 0x100")] + work
+        row1 = [bar("BAR.SYNC.DEFER_BLOCKING 0x4, 0x100")] + work + [bar("BAR.ARV 0x3, 0x100")]
+        self.assertEqual((row0[0].bar_id, row0[0].bar_warps, row0[0].bar_arrive), (3, 8, False))
+        self.assertTrue(row0[1].bar_arrive)
+        res = sim.simulate([row0, row1], warps_per_cta=8, ctas=1, rates=rates_for("sm_120"))
+        self.assertAlmostEqual(res.cycles_per_tile, 100 + 2 * 20, delta=5)
+
+
 class PlanTest(unittest.TestCase):
     PLAN = {"warps": 4, "smem": 66048, "max_smem_per_sm": 102400, "block_n": 64, "head_qk": 64, "head_v": 64}
 
@@ -143,6 +197,19 @@ class PlanTest(unittest.TestCase):
         self.assertEqual(copies_per_thread(self.PLAN), 8)
         mla = {"warps": 8, "block_n": 64, "head_qk": 576, "head_v": 512}
         self.assertEqual(copies_per_thread(mla), 18)  # 2 passes x 9 chunks (the ncu count of v8)
+        qsplit = {"warps": 8, "block_n": 16, "head_qk": 576, "head_v": 512}
+        self.assertEqual(copies_per_thread(qsplit), 5)  # 16 lanes per row: 72 chunks in 5 rounds
+
+    def test_stream_k_work_per_cta(self):
+        from model import stream_k
+        # 8 requests x 2 row tiles of 10 KV tiles on 6 CTAs: 160 units, 27 per CTA.
+        plan = {"stream_ctas": 6, "kv_len": 160, "block_n": 16, "batch": 8, "kv_heads": 1, "active_x": 2}
+        s = stream_k(plan)
+        self.assertEqual((s["ctas"], s["chunk"]), (6, 27))
+        self.assertEqual(s["segments"], 4)      # 27 units over items of 10: up to 4 items touched
+        self.assertEqual(s["max_pieces"], 2)
+        self.assertEqual(s["pieces"], 2 * 5)    # boundaries 27, 54, 81, 108, 135 each cut an item in two
+        self.assertIsNone(stream_k(dict(plan, stream_ctas=0)))
 
     def test_measured_table_and_json(self):
         with tempfile.TemporaryDirectory() as d:
