@@ -112,12 +112,10 @@ def spills(instrs: list[Instr]) -> int:
     return sum(1 for ins in instrs if ins.base in ("LDL", "STL"))
 
 
-def main_loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
-    """(head, back-edge) of every innermost loop whose body holds HMMA, in program
-    order: one per warp role where the kernel instantiates its tile loop per warp
-    row (the qsplit kernel's tile_loop<ROLE>). A backward branch whose span holds
-    an EXIT is not a loop: it is the jump back from a block placed after the
-    function's end (e.g. a divergent vote's slow path)."""
+def _hmma_loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
+    """(head, back-edge) of every loop whose body holds HMMA. A backward branch whose
+    span holds an EXIT is not a loop: it is the jump back from a block placed after
+    the function's end (e.g. a divergent vote's slow path)."""
     found = []
     for i, ins in enumerate(instrs):
         if ins.base == "BRA" and ins.target in labels and labels[ins.target] <= i:
@@ -125,18 +123,24 @@ def main_loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, i
             body = instrs[head:i]
             if any(x.base == "HMMA" for x in body) and not any(x.base == "EXIT" for x in body):
                 found.append((head, i))
-    # The tile loops are the innermost: a loop around them (e.g. over a CTA's
-    # stream-K segments) is not one.
+    return found
+
+
+def main_loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
+    """The tile loops of a kernel that instantiates one per warp row (the qsplit
+    kernel's tile_loop<ROLE>, inside its loop over stream-K segments): the
+    innermost loops with HMMA, in program order."""
+    found = _hmma_loops(instrs, labels)
     return sorted(lp for lp in found if not any(o != lp and lp[0] <= o[0] and o[1] <= lp[1] for o in found))
 
 
 def main_loop(instrs: list[Instr], labels: dict[str, int]) -> tuple[int, int]:
-    """(head, back-edge) of the KV-tile loop of a kernel with one: the longest
+    """(head, back-edge) of the KV-tile loop of a kernel with one: the outermost
     loop whose body holds HMMA instructions."""
-    loops = main_loops(instrs, labels)
-    if not loops:
+    found = _hmma_loops(instrs, labels)
+    if not found:
         raise ValueError("no loop with HMMA instructions (is this kdtree_verify_attention?)")
-    return max(loops, key=lambda lp: lp[1] - lp[0])
+    return max(found, key=lambda lp: lp[1] - lp[0])
 
 
 _MEMORY = ("LDS", "STS", "LDSM", "SHFL", "LDG", "STG", "LDGSTS", "BAR", "ATOMS", "ATOMG", "RED")
