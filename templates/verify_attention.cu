@@ -217,19 +217,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   if (t_begin >= t_end) return;  // the combine kernel skips splits past kv_len
 
   // ---- Q tile: rows past the request's rows are zero-filled (their results are dropped)
-  {
-    const kd_u16* q = (const kd_u16*)p.q;
-    for (int i = threadIdx.x; i < BLOCK_M * QK_CHUNKS; i += THREADS) {
-      int r = i / QK_CHUNKS, chunk = i % QK_CHUNKS;
-      int gr = row0 + r;
-      bool ok = gr < rows_total;
-      long long qrow = ok ? (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group +
-                                gr % p.group
-                          : 0;
-      kd_cp_async16(kd_smem_addr(sq + swizzle<QK_CHUNKS>(r, chunk) * 8), q + qrow * HEAD_DIM + chunk * 8,
-                    ok ? 16 : 0);
-    }
-  }
+  load_q_tile(p, req, row0, rows_total, kv_head, sq_addr);
 
   // ---- the tree node of each of this thread's rows (fragment mf, half h: row
   // lane / 4 + 8 h of the fragment), -1 past the request's rows. The mask words
@@ -421,30 +409,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
       int gr = row0 + wm * WARP_ROWS + mf * 16 + lane / 4 + h * 8;
       if (gr >= rows_total) continue;
       long long orow = (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group + gr % p.group;
-      const float l = l_run[mf][h];
-      float inv = l > 0.f ? 1.f / l : 0.f;
-      if (poisoned) inv = KD_NAN;
-      // log2-domain LSE of this row (over this split); -inf when nothing was visible.
-      float lse2 = l > 0.f ? m_run[mf][h] + kd_log2(l) : -KD_INF;
-      if (poisoned) lse2 = KD_NAN;
-      if (partial) {
-        float* po = p.partial_o + ((long long)split * p.total_nodes * p.num_q_heads + orow) * HEAD_DIM_V;
-#pragma unroll
-        for (int j = 0; j < O_TILES; ++j) {
-          int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
-          *(float2*)(po + col) = make_float2(o[mf][j][2 * h] * inv, o[mf][j][2 * h + 1] * inv);
-        }
-        if (wn == 0 && (lane & 3) == 0) p.partial_lse[(long long)split * p.total_nodes * p.num_q_heads + orow] = lse2;
-      } else {
-        if (l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
-        kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V;
-#pragma unroll
-        for (int j = 0; j < O_TILES; ++j) {
-          int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
-          *(kd_u32*)(out + col) = kd_pack2<IS_BF16>(o[mf][j][2 * h] * inv, o[mf][j][2 * h + 1] * inv);
-        }
-        if (p.lse && wn == 0 && (lane & 3) == 0) p.lse[orow] = lse2 * 0.69314718055994531f;
-      }
+      const long long prow = partial ? (long long)split * p.total_nodes * p.num_q_heads + orow : -1;
+      write_row(p, o[mf], h, orow, prow, l_run[mf][h], m_run[mf][h], poisoned, wn * V_COLS + (lane & 3) * 2,
+                wn == 0 && (lane & 3) == 0);
     }
   }
 }

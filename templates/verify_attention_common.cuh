@@ -158,6 +158,52 @@ static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& 
   }
 }
 
+// ---- Phases both verify kernels run the same way.
+
+// The CTA's Q tile (BLOCK_M rows from row0 of the request's rows) into shared
+// memory at byte address sq, rows swizzled; rows past the request's rows are
+// zero-filled (their results are dropped). cp.async: the caller commits and waits.
+static __device__ __forceinline__ void load_q_tile(const kdtree_verify_params& p, const Request& req, int row0,
+                                                   int rows_total, int kv_head, kd_u32 sq) {
+  const kd_u16* q = (const kd_u16*)p.q;
+  for (int i = threadIdx.x; i < BLOCK_M * QK_CHUNKS; i += THREADS) {
+    int r = i / QK_CHUNKS, chunk = i % QK_CHUNKS;
+    int gr = row0 + r;
+    bool ok = gr < rows_total;
+    long long qrow =
+        ok ? (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group + gr % p.group : 0;
+    kd_cp_async16(sq + swizzle<QK_CHUNKS>(r, chunk) * 16, q + qrow * HEAD_DIM + chunk * 8, ok ? 16 : 0);
+  }
+}
+
+// A thread's share of one output row: its N_TILES column pairs (n8 tiles of the mma
+// C layout, row half h) from column col, scaled by 1 / l, as the 16-bit out and the
+// natural-log LSE, or (prow >= 0) as the fp32 partial and the log2-domain LSE of a
+// split or stream-K piece. l is the row sum, m_ref its reference max (log2
+// domain); lse_lane: the one lane of the row that writes the LSE.
+template <int N_TILES>
+static __device__ __forceinline__ void write_row(const kdtree_verify_params& p, const float (&o)[N_TILES][4], int h,
+                                                 long long orow, long long prow, float l, float m_ref, bool poisoned,
+                                                 int col, bool lse_lane) {
+  float inv = l > 0.f ? 1.f / l : 0.f;
+  if (poisoned) inv = KD_NAN;
+  // log2-domain LSE of this row (over this split); -inf when nothing was visible.
+  float lse2 = l > 0.f ? m_ref + kd_log2(l) : -KD_INF;
+  if (poisoned) lse2 = KD_NAN;
+  if (prow >= 0) {
+    float* po = p.partial_o + prow * HEAD_DIM_V + col;
+#pragma unroll
+    for (int j = 0; j < N_TILES; ++j) *(float2*)(po + j * 8) = make_float2(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+    if (lse_lane) p.partial_lse[prow] = lse2;
+  } else {
+    if (l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
+    kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V + col;
+#pragma unroll
+    for (int j = 0; j < N_TILES; ++j) *(kd_u32*)(out + j * 8) = kd_pack2<IS_BF16>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+    if (p.lse && lse_lane) p.lse[orow] = lse2 * 0.69314718055994531f;
+  }
+}
+
 // ---- Stream-K (p.stream_ctas > 0). The work is a line of units, one per KV tile
 // of an item; items are (request, KV head, row tile) in that order, each with its
 // request's KV tiles. The line is cut into stream_ctas equal ranges of

@@ -365,16 +365,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     // stages go next), rows past the request's rows zero-filled.
     kd_u32 qa[QK_STEPS_W][MF][4];
     {
-      const kd_u16* q = (const kd_u16*)p.q;
-      for (int i = threadIdx.x; i < BLOCK_M * QK_CHUNKS; i += THREADS) {
-        int r = i / QK_CHUNKS, chunk = i % QK_CHUNKS;
-        int gr = row0 + r;
-        bool ok = gr < rows_total;
-        long long qrow = ok ? (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group +
-                                  gr % p.group
-                            : 0;
-        kd_cp_async16(sk_addr + swizzle<QK_CHUNKS>(r, chunk) * 16, q + qrow * HEAD_DIM + chunk * 8, ok ? 16 : 0);
-      }
+      load_q_tile(p, req, row0, rows_total, kv_head, sk_addr);
       kd_cp_async_commit();
       kd_cp_async_wait<0>();
       __syncthreads();
@@ -434,11 +425,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     // ---- writing rows: as verify_attention.cu (16-bit out and natural-log LSE, or
     // the fp32 partials and log2-domain LSE of a split or a stream-K slot).
     // The segment's target, read again: it holds no registers through the loop.
-  Segment target;
-  target.partial_split = ((volatile Segment&)walk.seg).partial_split;
-  target.partial_slot = ((volatile Segment&)walk.seg).partial_slot;
-  const bool partial = target.partial_split >= 0 || target.partial_slot >= 0;
-  const int out_head0 = ((volatile Segment&)walk.seg).kv_head * p.group;  // the KV head's first query head
+    Segment target;
+    target.partial_split = ((volatile Segment&)walk.seg).partial_split;
+    target.partial_slot = ((volatile Segment&)walk.seg).partial_slot;
+    const bool partial = target.partial_split >= 0 || target.partial_slot >= 0;
+    const int out_head0 = ((volatile Segment&)walk.seg).kv_head * p.group;  // the KV head's first query head
 #pragma unroll
     for (int mf = 0; mf < MF; ++mf) {
 #pragma unroll
@@ -447,30 +438,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         const int gr = row0 + r;
         if (gr >= rows_total) continue;
         long long orow = (long long)(req.node_base + gr / p.group) * p.num_q_heads + out_head0 + gr % p.group;
-        const float l = srow_l[r];
-        float inv = l > 0.f ? 1.f / l : 0.f;
-        if (poisoned) inv = KD_NAN;
-        float lse2 = l > 0.f ? srow_m[r] + kd_log2(l) : -KD_INF;
-        if (poisoned) lse2 = KD_NAN;
-        if (partial) {
-          const long long prow = partial_row(p, target, r, orow);
-          float* po = p.partial_o + prow * HEAD_DIM_V;
-#pragma unroll
-          for (int j = 0; j < O_TILES; ++j) {
-            int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
-            *(float2*)(po + col) = make_float2(o[mf][j][2 * h] * inv, o[mf][j][2 * h + 1] * inv);
-          }
-          if (wn == 0 && (lane & 3) == 0) p.partial_lse[prow] = lse2;
-        } else {
-          if (l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
-          kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V;
-#pragma unroll
-          for (int j = 0; j < O_TILES; ++j) {
-            int col = wn * V_COLS + j * 8 + (lane & 3) * 2;
-            *(kd_u32*)(out + col) = kd_pack2<IS_BF16>(o[mf][j][2 * h] * inv, o[mf][j][2 * h + 1] * inv);
-          }
-          if (p.lse && wn == 0 && (lane & 3) == 0) p.lse[orow] = lse2 * 0.69314718055994531f;
-        }
+        const long long prow = partial ? partial_row(p, target, r, orow) : -1;
+        write_row(p, o[mf], h, orow, prow, srow_l[r], srow_m[r], poisoned, wn * V_COLS + (lane & 3) * 2,
+                  wn == 0 && (lane & 3) == 0);
       }
     }
   }  // segments
