@@ -232,8 +232,9 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
     // 32-row warps (2 x 4) read each V fragment for two m16 fragments.
     // Where a 64-row Q tile and 32-token stages do not fit (99 KB parts), Q moves to
     // registers (qsplit): still 64 rows and 2 x 4 warps, with 16-token stages, four
-    // of them (copies two tiles ahead: tools/perf_model predicts 1532 us for
-    // bench_verify's mla B=4 H=128 on the RTX PRO 6000, against 2079 with three, before the skew).
+    // of them: its skewed warp rows keep the copies two tiles ahead only with four
+    // (tools/perf_model, bench_verify's mla B=4 H=128 on the RTX PRO 6000 when this
+    // was chosen: 1662 us against 1995 with three).
     candidates = {{64, 64, 8, 2, 32}, {64, 32, 8, 2, 32}, {64, 16, 8, 4, 32, true}, {64, 16, 8, 3, 32, true},
                   {32, 16, 4, 3, 16}};
   } else if (spec.head_dim_v <= 128) {
