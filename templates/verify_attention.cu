@@ -162,18 +162,6 @@ static __device__ __forceinline__ bool online_softmax(float (&s)[MF][S_TILES][4]
   return rescale;
 }
 
-static __device__ __forceinline__ void rescale_o(float (&o)[MF][O_TILES][4], const float (&alpha)[MF][2]) {
-#pragma unroll
-  for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-    for (int j = 0; j < O_TILES; ++j) {
-      o[mf][j][0] *= alpha[mf][0];
-      o[mf][j][1] *= alpha[mf][0];
-      o[mf][j][2] *= alpha[mf][1];
-      o[mf][j][3] *= alpha[mf][1];
-    }
-  }
-}
 
 // The kernel reads as its phases: the Q tile, then per KV tile QK, mask and row
 // max, the CTA row exchange, online softmax, PV; then the row sums (the exchange

@@ -176,6 +176,22 @@ static __device__ __forceinline__ void load_q_tile(const kdtree_verify_params& p
   }
 }
 
+// O *= alpha per row: a thread's N_TILES n8 tiles of each of its MF row fragments
+// (alpha[mf][h]: the factor of row half h).
+template <int N_TILES>
+static __device__ __forceinline__ void rescale_o(float (&o)[MF][N_TILES][4], const float (&alpha)[MF][2]) {
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+    for (int j = 0; j < N_TILES; ++j) {
+      o[mf][j][0] *= alpha[mf][0];
+      o[mf][j][1] *= alpha[mf][0];
+      o[mf][j][2] *= alpha[mf][1];
+      o[mf][j][3] *= alpha[mf][1];
+    }
+  }
+}
+
 // A thread's share of one output row: its N_TILES column pairs (n8 tiles of the mma
 // C layout, row half h) from column col, scaled by 1 / l, as the 16-bit out and the
 // natural-log LSE, or (prow >= 0) as the fp32 partial and the log2-domain LSE of a

@@ -101,18 +101,7 @@ static __device__ __forceinline__ void compute_pv(float (&o)[MF][O_TILES][4], co
       rescale |= alpha[mf][h] != 1.f;
     }
   }
-  if (__any_sync(0xffffffffu, rescale)) {
-#pragma unroll
-    for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-      for (int j = 0; j < O_TILES; ++j) {
-        o[mf][j][0] *= alpha[mf][0];
-        o[mf][j][1] *= alpha[mf][0];
-        o[mf][j][2] *= alpha[mf][1];
-        o[mf][j][3] *= alpha[mf][1];
-      }
-    }
-  }
+  if (__any_sync(0xffffffffu, rescale)) rescale_o(o, alpha);
   kd_u32 pa[MF][4];
 #pragma unroll
   for (int mf = 0; mf < MF; ++mf) kd_ldmatrix_x4(pa[mf], p_lane + mf * 16 * P_CHUNKS * 16);
