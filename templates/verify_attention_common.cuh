@@ -332,7 +332,7 @@ struct SegmentWalk {
 // Thread 0, after the CTA's segments: the CutItem record of the boundary at this
 // CTA's start (written after the tile loops, where its work holds no registers).
 static __device__ __forceinline__ void walk_end(const kdtree_verify_params& p, const SegmentWalk& w) {
-  if (p.stream_ctas == 0) return;
+  if (p.stream_ctas <= 1) return;  // uniform splits, or one CTA: nothing is cut (and no workspace)
   CutItem cut;
   cut.merge = w.cut_b >= 0;
   if (cut.merge) {

@@ -492,6 +492,25 @@ TEST_CASE("verify_attention GPU parity: mla576/512 qsplit stream-K (KDTREE_VERIF
   run_head_grid(576, 512, 5, q.session);
 }
 
+// Stream-K with fewer units than SMs: one CTA (a single KV tile, no workspace),
+// and a few CTAs whose ranges cut one item into one-tile pieces.
+TEST_CASE("verify_attention GPU parity: qsplit stream-K with one and with a few CTAs") {
+  QsplitSession q("stream");
+  q.session.bind();
+  uint64_t seed = base_seed() * 1000 + 990;
+  for (const auto& shape : {std::pair<int, int>{0, 1}, {40, 3}, {70, 16}}) {  // prefix, nodes
+    VerifyCaseOptions o;
+    o.prefix_lens = {shape.first};
+    o.node_counts = {shape.second};
+    const VerifyCase c = kdtree::ref::build_verify_case(make_verify_spec(576, 512, 16, 1, 16, 16, KDTREE_DTYPE_BF16), 1,
+                                                        seed++, o);
+    const auto ref = kdtree::ref::verify_attention(c.host_inputs());
+    DeviceCase d = upload(q.session.rt, c, 3);
+    check_launch(q.session.rt, c, ref, d, 0, true);
+    check_launch(q.session.rt, c, ref, d, 0, false);
+  }
+}
+
 TEST_CASE("verify_attention GPU: qsplit kernel flags and NaNs bad pages and node counts") {
   const std::vector<kdtree_verify_spec> mla = {error_specs()[0]};
   for (const char* schedule : {"splits", "stream"}) {
