@@ -255,8 +255,8 @@ static __device__ __forceinline__ long long stream_slot(long long c, long long c
 // requests; `scan` is THREADS + 2 shared 64-bit words). Returns the total and
 // sets first_b / first_unit to the request holding this CTA's first unit u (and
 // that request's first unit); first_b = batch_size when u is past the total.
-static __device__ __forceinline__ long long stream_scan(const kdtree_verify_params& p, long long* scan, long long& u, int& first_b,
-                                        long long& first_unit) {
+static __device__ __forceinline__ long long stream_scan(const kdtree_verify_params& p, long long* scan, long long& u,
+                                                        int& first_b, long long& first_unit) {
   const int per = (p.batch_size + THREADS - 1) / THREADS;
   const int b0 = min(p.batch_size, (int)threadIdx.x * per), b1 = min(p.batch_size, b0 + per);
   long long sum = 0;
@@ -276,14 +276,16 @@ static __device__ __forceinline__ long long stream_scan(const kdtree_verify_para
   const long long total = scan[THREADS - 1];
   u = (long long)blockIdx.x * stream_chunk(p, total);
   long long unit = scan[threadIdx.x] - sum;  // this thread's first request's first unit
-  const bool mine = u >= unit && u < unit + sum;
-  for (int b = b0; b < b1; ++b) {
-    const long long n = stream_request(p, b).units() * p.num_kv_heads;
-    if (mine && u >= unit && u < unit + n) {
-      scan[THREADS] = b;
-      scan[THREADS + 1] = unit;
+  if (u >= unit && u < unit + sum) {         // one thread's run holds u: it finds the request
+    for (int b = b0; b < b1; ++b) {
+      const long long n = stream_request(p, b).units() * p.num_kv_heads;
+      if (u < unit + n) {
+        scan[THREADS] = b;
+        scan[THREADS + 1] = unit;
+        break;
+      }
+      unit += n;
     }
-    unit += n;
   }
   __syncthreads();
   first_b = (int)scan[THREADS];
