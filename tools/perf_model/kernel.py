@@ -18,10 +18,9 @@ class Kernel:
     spill_instrs: int           # LDL/STL in the SASS
     spill_bytes: int            # ptxas: spill stores + loads (bytes), -1 when no log
     counts: dict                # per warp and KV tile, by class
-    steps: list                 # sim.Step per instruction of the steady path (of warp role 0)
+    role_steps: list            # sim.Step per instruction of the steady path, per warp role (warp rows in turn)
     outside_stall_cycles: int   # sum of stall counts outside the loop (prologue + epilogue, one pass)
     port_bytes_per_warp: int    # shared-memory port bytes per warp and tile
-    role_steps: list = dataclasses.field(default_factory=list)  # steps per warp role (warp rows in turn)
 
 
 def resource_usage(cubin: str) -> int:
@@ -71,7 +70,6 @@ def analyse(cubin: str, copies_per_thread: int, log_text: str | None = None, rol
         spill_instrs=sass.spills(instrs),
         spill_bytes=ptxas_spills(log_text) if log_text is not None else -1,
         counts=sass.count(path),
-        steps=sim.compile_path(path),
         outside_stall_cycles=outside,
         port_bytes_per_warp=sum(sass.access_bytes(i) for i in path if i.pred != "@!PT"),
         role_steps=[sim.compile_path(p) for p in paths],

@@ -94,7 +94,7 @@ class Model:
             r = dict(self.r)
             # The L2 bandwidth is shared by the SMs that are running.
             r["l2_bytes_per_s"] = self.r["l2_bytes_per_s"] * self.r["num_sms"] / max(1, active_sms)
-            self._sim[key] = sim.simulate(k.role_steps or [k.steps], warps, ctas, r)
+            self._sim[key] = sim.simulate(k.role_steps, warps, ctas, r)
         return self._sim[key]
 
     def predict(self, plan: dict, k: Kernel) -> Prediction:
