@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/env_var.hpp"
+
 namespace kdtree::cache::test {
 
 namespace fs = std::filesystem;
@@ -169,27 +171,7 @@ class OpenCounter {
   std::string unavailable_;
 };
 
-// Sets (or unsets, for nullopt) an environment variable for one scope.
-class EnvVar {
- public:
-  EnvVar(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value->c_str(), 1);
-    else
-      ::unsetenv(name);
-  }
-  ~EnvVar() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using kdtree::test::EnvVar;
 
 // A child process that holds an exclusive flock on `path` (creating it) until
 // this object is destroyed: a live lock holder of another process.

@@ -21,6 +21,7 @@
 #include "reference/verify_attention.hpp"
 #include "reference/verify_case.hpp"
 #include "tests/support/device.hpp"
+#include "tests/support/env_var.hpp"
 
 namespace {
 
@@ -445,26 +446,6 @@ TEST_CASE("verify_attention GPU: a node count over W flags NODE_COUNT and NaNs t
   check_node_count_errors(Session::get(), error_specs());
 }
 
-// An environment variable set for a scope, then restored.
-struct ScopedEnv {
-  std::string name, saved;
-  bool had = false;
-  ScopedEnv(const char* n, const char* value) : name(n) {
-    if (const char* v = std::getenv(n)) {
-      had = true;
-      saved = v;
-    }
-    ::setenv(n, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had) {
-      ::setenv(name.c_str(), saved.c_str(), 1);
-    } else {
-      ::unsetenv(name.c_str());
-    }
-  }
-};
-
 // sm_120's MLA kernel (templates/verify_attention_qsplit.cu: Q in registers) on
 // whatever GPU runs the tests, with KDTREE_VERIFY_TILES set for the test and a
 // runtime of its own (a runtime keeps one module per spec, whatever the tiles);
@@ -472,8 +453,8 @@ struct ScopedEnv {
 // choice to the cost model).
 struct QsplitSession {
   static constexpr const char* kTiles = "64,16,8,4,32,qsplit";
-  ScopedEnv tiles;
-  ScopedEnv schedule;
+  kdtree::test::EnvVar tiles;
+  kdtree::test::EnvVar schedule;
   Session session;
   explicit QsplitSession(const char* schedule_value = "")
       : tiles("KDTREE_VERIFY_TILES", kTiles), schedule("KDTREE_VERIFY_SCHEDULE", schedule_value) {}

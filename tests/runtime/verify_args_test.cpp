@@ -11,6 +11,7 @@
 
 #include "kdtree/kdtree.h"
 #include "tests/support/c_api_fixture.hpp"
+#include "tests/support/env_var.hpp"
 
 using namespace kdtree::test;
 
@@ -302,9 +303,8 @@ struct OfflineFixture {
 };
 
 // Sets KDTREE_VERIFY_TILES for one scope.
-struct TilesEnv {
-  explicit TilesEnv(const char* value) { ::setenv("KDTREE_VERIFY_TILES", value, 1); }
-  ~TilesEnv() { ::unsetenv("KDTREE_VERIFY_TILES"); }
+struct TilesEnv : kdtree::test::EnvVar {
+  explicit TilesEnv(const char* value) : EnvVar("KDTREE_VERIFY_TILES", value) {}
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "base/error.hpp"
 #include "codegen/verify_attention.hpp"
 #include "runtime/verify_attention.hpp"
+#include "tests/support/env_var.hpp"
 
 using namespace kdtree;
 
@@ -26,15 +27,15 @@ VerifyPlan plan(int sm, const kdtree_verify_spec& s, int batch, int nodes, int p
   return plan_verify(src.launch, arch, s, batch, batch * nodes, prefix + nodes, forced);
 }
 
-struct ScopedSchedule {
-  explicit ScopedSchedule(const char* v) { ::setenv("KDTREE_VERIFY_SCHEDULE", v, 1); }
-  ~ScopedSchedule() { ::unsetenv("KDTREE_VERIFY_SCHEDULE"); }
+// KDTREE_VERIFY_SCHEDULE for one scope.
+struct ScopedSchedule : test::EnvVar {
+  explicit ScopedSchedule(const char* v) : EnvVar("KDTREE_VERIFY_SCHEDULE", v) {}
 };
 
 }  // namespace
 
 TEST_CASE("verify_plan[mla576/512,sm_120]: stream-K where waves would be partial, uniform splits for one request") {
-  ::unsetenv("KDTREE_VERIFY_SCHEDULE");
+  const ScopedSchedule unset("");  // the cost model's own choice
   // 8 requests x 32 nodes x 16 heads: 64 row tiles of 258 KV tiles on 188 SMs.
   const VerifyPlan b8 = plan(120, mla(16, 32), 8, 32, 4096);
   CHECK(b8.stream_ctas == 188);
