@@ -6,6 +6,13 @@
 #include "codegen/ops.hpp"
 
 namespace kdtree::codegen {
+
+std::vector<std::string> default_heads() {
+  std::vector<std::string> names;
+  for (const HeadShape& h : supported_heads()) names.push_back(h.name);
+  return names;
+}
+
 namespace {
 
 void require_nonempty(bool nonempty, const char* option) {

@@ -8,13 +8,18 @@
 
 #include "codegen/arch.hpp"
 #include "codegen/kernel_source.hpp"
+#include "codegen/shapes.hpp"
 #include "kdtree/kdtree.h"
 
 namespace kdtree::codegen {
 
+// Every name of supported_heads().
+std::vector<std::string> default_heads();
+
 struct GridOptions {
-  std::vector<std::string> heads{"mla576/512", "gqa64", "gqa128", "gqa256"};
-  std::vector<int> widths{16, 32, 64, 128};
+  // Every head and width of codegen/shapes.hpp; the common page sizes.
+  std::vector<std::string> heads{default_heads()};
+  std::vector<int> widths{supported_widths()};
   std::vector<int> page_sizes{1, 16, 64};
   std::vector<kdtree_dtype> dtypes{KDTREE_DTYPE_BF16, KDTREE_DTYPE_F16};
   bool attention = true;

@@ -6,12 +6,10 @@
 
 namespace kdtree::codegen {
 
-bool is_supported_tree_width(int w) { return w == 16 || w == 32 || w == 64 || w == 128; }
-
 void validate_tree_width(const char* op, int w) {
   if (!is_supported_tree_width(w)) {
     fail(KDTREE_ERROR_UNSUPPORTED,
-         fmt::format("{}: max_tree_nodes = {} is not supported: use 16, 32, 64 or 128", op, w));
+         fmt::format("{}: max_tree_nodes = {} is not supported: use {}", op, w, supported_widths_text()));
   }
 }
 

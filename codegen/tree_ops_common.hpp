@@ -6,11 +6,9 @@
 
 #include "codegen/kernel_source.hpp"
 #include "codegen/render.hpp"
+#include "codegen/shapes.hpp"
 
 namespace kdtree::codegen {
-
-// True for the tree widths W (max_tree_nodes) kernels are built for: 16, 32, 64, 128.
-bool is_supported_tree_width(int max_tree_nodes);
 
 // Throws KDTREE_ERROR_UNSUPPORTED: "<op>: max_tree_nodes = W is not supported:
 // use 16, 32, 64 or 128".

@@ -11,36 +11,6 @@
 #include "codegen/render.hpp"
 
 namespace kdtree::codegen {
-namespace {
-
-constexpr int kWidths[] = {16, 32, 64, 128};
-
-template <size_t N>
-bool contains(const int (&values)[N], int v) {
-  return std::find(std::begin(values), std::end(values), v) != std::end(values);
-}
-
-}  // namespace
-
-const std::vector<int>& supported_page_sizes() {
-  static const std::vector<int> sizes{1, 16, 32, 64, 128};
-  return sizes;
-}
-
-bool is_supported_page_size(int page_size) {
-  const std::vector<int>& sizes = supported_page_sizes();
-  return std::find(sizes.begin(), sizes.end(), page_size) != sizes.end();
-}
-
-std::string supported_page_sizes_text() {
-  const std::vector<int>& sizes = supported_page_sizes();
-  std::string text;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    text += (i == 0 ? "" : i + 1 == sizes.size() ? " or " : ", ") + std::to_string(sizes[i]);
-  }
-  return text;
-}
-
 const char* dtype_name(kdtree_dtype dtype) {
   switch (dtype) {
     case KDTREE_DTYPE_BF16: return "bf16";
@@ -58,19 +28,14 @@ kdtree_dtype parse_dtype(const std::string& name) {
 }
 
 void parse_head_name(const std::string& name, int* head_dim_qk, int* head_dim_v) {
-  if (name == "mla576/512" || name == "mla") {
-    *head_dim_qk = 576;
-    *head_dim_v = 512;
-    return;
-  }
-  for (int d : {64, 128, 256}) {
-    if (name == fmt::format("gqa{}", d)) {
-      *head_dim_qk = *head_dim_v = d;
+  for (const HeadShape& h : supported_heads()) {
+    if (name == h.name || (h.mla && name == "mla")) {
+      *head_dim_qk = h.head_dim_qk;
+      *head_dim_v = h.head_dim_v;
       return;
     }
   }
-  fail(KDTREE_ERROR_UNSUPPORTED,
-       fmt::format("head '{}' is not supported (use mla576/512, gqa64, gqa128 or gqa256)", name));
+  fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("head '{}' is not supported (use {})", name, head_names_text()));
 }
 
 std::string VerifySpec::head_name() const {
@@ -87,23 +52,23 @@ std::string VerifySpec::fast_key() const {
 
 VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
   const kdtree_dtype dtype = checked_dtype(s.dtype, "dtype");  // before anything loads s.dtype
-  bool mla = s.head_dim_qk == 576 && s.head_dim_v == 512;
-  bool gqa = s.head_dim_qk == s.head_dim_v && (s.head_dim_qk == 64 || s.head_dim_qk == 128 || s.head_dim_qk == 256);
-  if (!mla && !gqa) {
+  const HeadShape* head = find_head(s.head_dim_qk, s.head_dim_v);
+  if (!head) {
     fail(KDTREE_ERROR_UNSUPPORTED,
          fmt::format("head_dim_qk/head_dim_v {}/{} is not supported (MLA 576/512, or GQA 64/64, 128/128, "
                      "256/256)",
                      s.head_dim_qk, s.head_dim_v));
   }
-  if (!contains(kWidths, s.max_tree_nodes)) {
+  if (!is_supported_tree_width(s.max_tree_nodes)) {
     fail(KDTREE_ERROR_UNSUPPORTED,
-         fmt::format("max_tree_nodes {} is not supported (16, 32, 64 or 128)", s.max_tree_nodes));
+         fmt::format("max_tree_nodes {} is not supported ({})", s.max_tree_nodes, supported_widths_text()));
   }
   if (!is_supported_page_size(s.page_size)) {
     fail(KDTREE_ERROR_UNSUPPORTED,
          fmt::format("page_size {} is not supported ({})", s.page_size, supported_page_sizes_text()));
   }
-  if (dtype != KDTREE_DTYPE_BF16 && dtype != KDTREE_DTYPE_F16) {
+  const std::vector<kdtree_dtype>& dtypes = supported_attention_dtypes();
+  if (std::find(dtypes.begin(), dtypes.end(), dtype) == dtypes.end()) {
     fail(KDTREE_ERROR_UNSUPPORTED,
          fmt::format("dtype {} is not supported for verify_attention (bf16 or f16)", dtype_name(dtype)));
   }
@@ -111,7 +76,7 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
   require(s.num_kv_heads >= 1, "num_kv_heads {} must be >= 1", s.num_kv_heads);
   require(s.num_q_heads % s.num_kv_heads == 0, "num_q_heads {} is not a multiple of num_kv_heads {}", s.num_q_heads,
           s.num_kv_heads);
-  if (mla) {
+  if (head->mla) {
     require(s.num_kv_heads == 1, "MLA has one latent KV head: num_kv_heads must be 1 (got {})", s.num_kv_heads);
   }
   VerifySpec v;

@@ -5,6 +5,7 @@
 
 #include "codegen/arch.hpp"
 #include "codegen/kernel_source.hpp"
+#include "codegen/shapes.hpp"
 #include "kdtree/kdtree.h"
 
 namespace kdtree::codegen {
@@ -24,14 +25,6 @@ struct VerifySpec {
   std::string label() const;
   std::string fast_key() const;
 };
-
-// The page sizes (KV tokens per page) that verify_attention and kv_compact
-// kernels are built for, ascending: 1, 16, 32, 64, 128. The one list that
-// validation, messages and kdtree-gen's flags use.
-const std::vector<int>& supported_page_sizes();
-bool is_supported_page_size(int page_size);
-// "1, 16, 32, 64 or 128"
-std::string supported_page_sizes_text();
 
 // Throws KDTREE_ERROR_UNSUPPORTED naming the supported values, or
 // KDTREE_ERROR_INVALID_ARGUMENT for inconsistent head counts.

@@ -3,6 +3,7 @@
 // through guarded(), which turns exceptions into a status and the message.
 #include <string>
 
+#include "codegen/shapes.hpp"
 #include "runtime/c_api.hpp"
 #include "runtime/tree_ops.hpp"
 #include "runtime/verify_attention.hpp"
@@ -21,6 +22,11 @@ using kdtree::unwrap;
 extern "C" {
 
 const char* kdtree_version(void) { return KDTREE_VERSION_STRING; }
+
+const char* kdtree_supported_shapes_json(void) {
+  static const std::string json = kdtree::codegen::supported_shapes_json();  // built once, never fails
+  return json.c_str();
+}
 
 const char* kdtree_last_error(void) { return kdtree::t_last_error.c_str(); }
 

@@ -119,7 +119,7 @@ bool parse_int(const std::string& text, int* value) {
 std::string check_width(const std::string& v) {
   int w = 0;
   if (!parse_int(v, &w)) return fmt::format("'{}' is not an integer", v);
-  return codegen::is_supported_tree_width(w) ? "" : fmt::format("{} is not supported (use 16, 32, 64 or 128)", w);
+  return codegen::is_supported_tree_width(w) ? "" : fmt::format("{} is not supported (use {})", w, codegen::supported_widths_text());
 }
 
 std::string check_page(const std::string& v) {
@@ -486,6 +486,7 @@ int run_info(const std::string& cache_dir, bool as_json) {
                     {"driver", dev.no_gpu.empty() ? json(dev.driver) : "null"},
                     {"no_gpu", dev.no_gpu.empty() ? "null" : json(dev.no_gpu)},
                     {"devices", json_array(devs)},
+                    {"supported", codegen::supported_shapes_json()},
                     {"cache", json_object({{"dir", dir.empty() ? "null" : json(dir)},
                                            {"exists", json(exists)},
                                            {"files", std::to_string(t.files)},

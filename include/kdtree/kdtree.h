@@ -53,6 +53,17 @@ typedef struct kdtree_runtime kdtree_runtime;
 /* Library version "MAJOR.MINOR.PATCH"; static storage. */
 const char* kdtree_version(void);
 
+/* What kdtree generates, as one JSON object (static storage, never NULL):
+ * {"heads":[{"name":"mla576/512","head_dim_qk":576,"head_dim_v":512,"mla":true},
+ *           {"name":"gqa64",...},...],
+ *  "widths":[16,32,64,128],            max_tree_nodes W (every operation)
+ *  "page_sizes":[1,16,32,64,128],      verify_attention and kv_compact
+ *  "dtypes":["bf16","f16"],            q / caches / out of verify_attention and kv_compact
+ *  "archs":["sm_80",...,"sm_121"],
+ *  "default_grid":{...}}               what `kdtree-gen warm` compiles without grid options
+ * The one list of these values; bindings read it instead of keeping their own. */
+const char* kdtree_supported_shapes_json(void);
+
 /* Thread-local message of the last failed call on this thread ("" if none has
  * failed). Successful calls leave it unchanged, so it is only meaningful right
  * after a call returned a status other than KDTREE_OK. Valid until the next
