@@ -36,10 +36,10 @@ namespace {
 
 long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
-// The name a kernel's cubin and JSON line carry: its file stem, arch and tiles.
+// The name a kernel's cubin and JSON line carry: its file stem, arch, family and tiles.
 std::string kernel_name(const std::string& stem, const std::string& arch, const kdtree::codegen::VerifyTiles& t) {
-  return fmt::format("{}-{}-{}_{}_{}_{}_{}{}", stem, arch, t.block_m, t.block_n, t.warps, t.stages, t.warp_rows,
-                     t.qsplit ? "_qsplit" : "");
+  return fmt::format("{}-{}-{}_{}_{}_{}_{}_{}", stem, arch, kdtree::codegen::kernel_name(t.kernel), t.block_m,
+                     t.block_n, t.warps, t.stages, t.warp_rows);
 }
 
 void write_module(const kdtree::CompiledModule& m, const std::string& dir, const std::string& kernel) {
@@ -96,11 +96,11 @@ int run_grid(kdtree::Engine& rt, const std::string& cubin_dir, int jobs) {
     const kdtree::codegen::VerifyTiles& t = it.tiles;
     std::printf(
         "{\"arch\":\"%s\",\"head_qk\":%d,\"head_v\":%d,\"width\":%d,\"page\":%d,\"dtype\":\"%s\","
-        "\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,\"warp_rows\":%d,\"qsplit\":%s,\"smem\":%d,"
-        "\"kernel\":\"%s\"}\n",
+        "\"family\":\"%s\",\"tiles\":\"%s\",\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,"
+        "\"warp_rows\":%d,\"smem\":%d,\"kernel\":\"%s\"}\n",
         arch.name().c_str(), it.spec.head_dim_qk, it.spec.head_dim_v, it.spec.max_tree_nodes, it.spec.page_size,
-        kdtree::codegen::dtype_name(it.spec.dtype), t.block_m, t.block_n, t.warps, t.stages, t.warp_rows,
-        t.qsplit ? "true" : "false", kdtree::codegen::verify_smem_layout(it.spec, t).bytes, it.kernel.c_str());
+        kdtree::codegen::dtype_name(it.spec.dtype), kdtree::codegen::kernel_name(t.kernel), t.str().c_str(), t.block_m,
+        t.block_n, t.warps, t.stages, t.warp_rows, kdtree::codegen::verify_smem_bytes(it.spec, t), it.kernel.c_str());
   }
   return 0;
 }
@@ -168,13 +168,14 @@ int run(int argc, char** argv) {
     std::printf(
         "{\"shape\":\"%s\",\"arch\":\"%s\",\"num_sms\":%d,\"max_smem_per_sm\":%d,\"batch\":%d,\"q_heads\":%d,"
         "\"kv_heads\":%d,\"nodes\":%d,\"kv_len\":%d,\"head_qk\":%d,\"head_v\":%d,\"page\":%d,\"width\":%d,"
-        "\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,\"warp_rows\":%d,\"warps_n\":%d,\"qsplit\":%s,"
-        "\"smem\":%d,"
+        "\"family\":\"%s\",\"tiles\":\"%s\",\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,"
+        "\"warp_rows\":%d,\"warps_n\":%d,\"smem\":%d,\"ctas_per_sm\":%d,"
         "\"splits\":%d,\"stream_ctas\":%d,\"split_tokens\":%d,\"grid\":[%u,%u,%d],\"active_x\":%lld,\"combine_ctas\":%u,"
         "\"kernel\":\"%s\"}\n",
         s.name, arch.name().c_str(), arch.num_sms, arch.max_smem_per_sm, s.batch, s.q_heads, s.kv_heads, s.nodes,
-        kv_len, s.head_qk, s.head_v, s.page, width, t.block_m, t.block_n, t.warps, t.stages, t.warp_rows, t.warps_n(),
-        t.qsplit ? "true" : "false", source.launch.dynamic_smem, plan.num_splits, plan.stream_ctas, plan.split_tokens, plan.grid_x, plan.grid_y,
+        kv_len, s.head_qk, s.head_v, s.page, width, kdtree::codegen::kernel_name(t.kernel), t.str().c_str(), t.block_m,
+        t.block_n, t.warps, t.stages, t.warp_rows, t.warps_n(), source.launch.dynamic_smem,
+        kdtree::codegen::ctas_per_sm(arch, source.launch.dynamic_smem, source.launch.threads), plan.num_splits, plan.stream_ctas, plan.split_tokens, plan.grid_x, plan.grid_y,
         plan.grid_z, active_x,
         plan.combine_ctas, kernel.c_str());
   }

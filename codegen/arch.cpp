@@ -1,5 +1,7 @@
 #include "codegen/arch.hpp"
 
+#include <algorithm>
+
 #include <cctype>
 
 #include <fmt/format.h>
@@ -38,6 +40,13 @@ std::string supported_arch_list() {
   std::string list;
   for (const KnownArch& k : kKnownArches) list += (list.empty() ? "sm_" : ", sm_") + std::to_string(k.sm);
   return list;
+}
+
+int ctas_per_sm(const Arch& arch, int dynamic_smem, int threads) {
+  constexpr int kRegistersPerSm = 65536, kRegistersPerThread = 240, kReservedSmemPerCta = 1024;
+  const int by_smem = arch.max_smem_per_sm / (dynamic_smem + kReservedSmemPerCta);
+  const int by_registers = kRegistersPerSm / (std::max(threads, 1) * kRegistersPerThread);
+  return std::max(1, std::min(by_smem, by_registers));
 }
 
 Arch arch_from_sm(int sm) {

@@ -17,6 +17,12 @@ struct Arch {
   std::string name() const { return "sm_" + std::to_string(sm); }
 };
 
+// CTAs of `threads` threads and `dynamic_smem` bytes that one SM holds at once (at
+// least 1): by shared memory (1 KB reserved per CTA) and by registers (kernels are
+// budgeted at 240 per thread). The one occupancy estimate the tile choice and the
+// split planner use.
+int ctas_per_sm(const Arch& arch, int dynamic_smem, int threads);
+
 // Limits of a supported arch (no device needed). Throws UNSUPPORTED, listing the
 // supported arches, for any other value (below sm_80, or unknown like sm_999).
 Arch arch_from_sm(int sm);

@@ -10,6 +10,7 @@ namespace kdtree::codegen {
 // the source, so the host reads it here rather than recomputing or mirroring it.
 // Fields an operation does not use stay 0.
 struct LaunchFacts {
+  std::string kernel;       // verify_attention: the family and tiles, as VerifyTiles::str() (logs, tools)
   int threads = 0;          // threads per CTA of entry_points[0]
   int dynamic_smem = 0;     // dynamic shared memory of entry_points[0], bytes
   int block_m = 0;          // verify_attention: (node, head) rows per CTA

@@ -58,23 +58,13 @@ std::string config_prelude(std::string_view config_name, std::string_view config
   return out;
 }
 
-std::string device_errors_header() {
-  return fmt::format(
-      "/* kdtree.h's device error bits (include/kdtree/kdtree_device_errors.h), as built. */\n"
-      "#ifndef KDTREE_DEVICE_ERRORS_H\n#define KDTREE_DEVICE_ERRORS_H\n"
-      "enum {{\n  KDTREE_DEVICE_ERROR_NODE_COUNT = {},\n  KDTREE_DEVICE_ERROR_KV_LEN = {},\n"
-      "  KDTREE_DEVICE_ERROR_PAGE_INDEX = {},\n  KDTREE_DEVICE_ERROR_TREE = {},\n  KDTREE_DEVICE_ERROR_PATH = {}\n}};\n"
-      "#endif\n",
-      int(KDTREE_DEVICE_ERROR_NODE_COUNT), int(KDTREE_DEVICE_ERROR_KV_LEN), int(KDTREE_DEVICE_ERROR_PAGE_INDEX),
-      int(KDTREE_DEVICE_ERROR_TREE), int(KDTREE_DEVICE_ERROR_PATH));
-}
-
 void set_template_source(KernelSource& ks, const std::string& name, const Params& params,
                          const std::vector<std::string>& headers) {
   const std::string config_name = name + "_config.h";
   const std::string config = template_text(config_name);
   ks.source = config_prelude(config_name, config, params) + template_text(name + ".cu");
-  ks.headers = {{"common.cuh", template_text("common.cuh")}, {"kdtree/kdtree_device_errors.h", device_errors_header()}};
+  ks.headers = {{"common.cuh", template_text("common.cuh")},
+                {"kdtree/kdtree_device_errors.h", template_text("kdtree/kdtree_device_errors.h")}};
   for (const std::string& h : headers.empty() ? std::vector<std::string>{name + "_params.h"} : headers) {
     ks.headers.emplace_back(h, template_text(h));
   }

@@ -21,13 +21,9 @@ using Params = std::map<std::string, std::string>;
 // naming both, so a template and its generator cannot drift apart silently.
 std::string config_prelude(std::string_view config_name, std::string_view config, const Params& params);
 
-// The text NVRTC receives as "kdtree/kdtree_device_errors.h": kdtree.h's device
-// error enum with the values this build was compiled with (the header itself is
-// not embedded).
-std::string device_errors_header();
-
 // Sets ks.source (the config prelude, then templates/<name>.cu) and ks.headers
-// (common.cuh, kdtree/kdtree_device_errors.h, <name>_config.h and `headers`:
+// (common.cuh, kdtree/kdtree_device_errors.h as embedded from include/,
+// <name>_config.h and `headers`:
 // by default <name>_params.h; templates sharing device code name their shared
 // headers here).
 void set_template_source(KernelSource& ks, const std::string& name, const Params& params,

@@ -19,7 +19,10 @@ extern const EmbeddedTemplate kEmbeddedTemplates[];
 extern const int kEmbeddedTemplateCount;
 
 std::string template_text(const std::string& name) {
-  if (const char* dir = std::getenv("KDTREE_TEMPLATE_DIR"); dir && *dir) {
+  // Public headers ("kdtree/...") are embedded as the library was built, never
+  // taken from a development template directory.
+  const bool public_header = name.rfind("kdtree/", 0) == 0;
+  if (const char* dir = std::getenv("KDTREE_TEMPLATE_DIR"); dir && *dir && !public_header) {
     std::string path = fmt::format("{}/{}", dir, name);
     std::ifstream in(path, std::ios::binary);
     if (!in) {
@@ -38,7 +41,9 @@ std::string template_text(const std::string& name) {
 
 std::vector<std::string> template_names() {
   std::vector<std::string> names;
-  for (int i = 0; i < kEmbeddedTemplateCount; ++i) names.emplace_back(kEmbeddedTemplates[i].name);
+  for (int i = 0; i < kEmbeddedTemplateCount; ++i) {
+    if (std::string(kEmbeddedTemplates[i].name).rfind("kdtree/", 0) != 0) names.emplace_back(kEmbeddedTemplates[i].name);
+  }
   return names;
 }
 

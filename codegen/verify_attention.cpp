@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 #include "base/error.hpp"
 #include "codegen/dtype_check.hpp"
 #include "codegen/render.hpp"
+#include "verify_attention_layout.h"
 
 namespace kdtree::codegen {
 const char* dtype_name(kdtree_dtype dtype) {
@@ -88,49 +90,95 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
   return v;
 }
 
-VerifySmemLayout verify_smem_layout(const VerifySpec& spec, const VerifyTiles& t) {
-  const int warps_n = t.warps_n();
-  const int k_tile = t.block_n * spec.head_dim_qk * 2;
-  const int v_tile = spec.mla() ? 0 : t.block_n * spec.head_dim_v * 2;  // MLA: V is the K row's head
-  VerifySmemLayout l;
-  if (t.qsplit) {
-    l.k = 0;
-    l.v = l.k + t.stages * k_tile;
-    l.red = l.v + t.stages * v_tile;
-    l.p = l.red + t.warps * t.warp_rows * t.block_n * 4;
-    l.stats = l.p + t.block_m * t.block_n * 2;
-    // Stats: per-row rescale factors, sums and maxima, then 128 bytes of segment walk.
-    l.bytes = std::max(l.stats + 3 * t.block_m * 4 + 128, t.block_m * spec.head_dim_qk * 2);
-    return l;
+const char* kernel_name(VerifyKernel kernel) {
+  switch (kernel) {
+    case VerifyKernel::flash: return "flash";
+    case VerifyKernel::qsplit: return "qsplit";
   }
-  l.k = t.block_m * spec.head_dim_qk * 2;
-  l.v = l.k + t.stages * k_tile;
-  l.p = l.v + t.stages * v_tile;
-  l.red = l.p + (warps_n > 1 ? t.block_m * t.block_n * 2 : 0);  // P only when a row spans warps
-  l.stats = l.red + warps_n * t.block_m * 4;
-  l.bytes = l.stats;
-  return l;
+  return "unknown";
+}
+
+bool parse_kernel_name(const std::string& name, VerifyKernel* kernel) {
+  for (VerifyKernel k : {VerifyKernel::flash, VerifyKernel::qsplit}) {
+    if (name == kernel_name(k)) {
+      *kernel = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string VerifyTiles::str() const {
+  return fmt::format("kernel={},block_m={},block_n={},warps={},stages={},warp_rows={}", kernel_name(kernel), block_m,
+                     block_n, warps, stages, warp_rows);
+}
+
+std::string FlashSmemLayout::str() const {
+  return fmt::format("q={},k={},v={},p={},red={},bytes={}", q, k, v, p, red, bytes);
+}
+
+std::string QsplitSmemLayout::str() const {
+  return fmt::format("k={},part_s={},p={},stats={},walk={},bytes={}", k, part_s, p, stats, walk, bytes);
 }
 
 namespace {
 
-// One field of KDTREE_VERIFY_TILES: a decimal integer in [lo, hi] and nothing else.
-int tiles_field(const std::string& text, const std::string& field, const char* name, int lo, int hi) {
-  bool ok = !field.empty() && field.size() <= 9;
-  for (char c : field) ok = ok && c >= '0' && c <= '9';
-  const int v = ok ? std::stoi(field) : -1;
-  if (!ok || v < lo || v > hi) {
-    fail(KDTREE_ERROR_INVALID_ARGUMENT,
-         fmt::format("KDTREE_VERIFY_TILES='{}': {} '{}' must be an integer in {}..{} (format "
-                     "block_m,block_n,warps,stages[,warp_rows[,kernel]])",
-                     text, name, field, lo, hi));
-  }
-  return v;
+int k_tile_bytes(const VerifySpec& spec, const VerifyTiles& t) { return t.block_n * spec.head_dim_qk * 2; }
+// MLA: V is the K row's first head_dim_v dims, no stages of its own.
+int v_tile_bytes(const VerifySpec& spec, const VerifyTiles& t) {
+  return spec.mla() ? 0 : t.block_n * spec.head_dim_v * 2;
 }
 
 }  // namespace
 
-VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, const Arch& arch) {
+FlashSmemLayout flash_smem_layout(const VerifySpec& spec, const VerifyTiles& t) {
+  FlashSmemLayout l;
+  l.q = 0;
+  l.k = t.block_m * spec.head_dim_qk * 2;
+  l.v = l.k + t.stages * k_tile_bytes(spec, t);
+  l.p = l.v + t.stages * v_tile_bytes(spec, t);
+  l.red = l.p + (t.warps_n() > 1 ? t.block_m * t.block_n * 2 : 0);  // P only when a row spans warps
+  l.bytes = l.red + t.warps_n() * t.block_m * 4;
+  return l;
+}
+
+QsplitSmemLayout qsplit_smem_layout(const VerifySpec& spec, const VerifyTiles& t) {
+  QsplitSmemLayout l;
+  l.k = 0;
+  l.part_s = l.k + t.stages * (k_tile_bytes(spec, t) + v_tile_bytes(spec, t));
+  l.p = l.part_s + t.warps * t.warp_rows * t.block_n * 4;
+  l.stats = l.p + t.block_m * t.block_n * 2;
+  l.walk = l.stats + KDTREE_QSPLIT_STATS * t.block_m * 4;
+  // Q is staged in the K stages before the loop: the block holds at least Q.
+  l.bytes = std::max(l.walk + KDTREE_SEGMENT_WALK_BYTES, t.block_m * spec.head_dim_qk * 2);
+  return l;
+}
+
+int verify_smem_bytes(const VerifySpec& spec, const VerifyTiles& tiles) {
+  switch (tiles.kernel) {
+    case VerifyKernel::flash: return flash_smem_layout(spec, tiles).bytes;
+    case VerifyKernel::qsplit: return qsplit_smem_layout(spec, tiles).bytes;
+  }
+  fail(KDTREE_ERROR_INTERNAL, "verify_smem_bytes: unknown kernel family");
+}
+
+namespace {
+
+constexpr const char* kTileKeys[] = {"kernel", "block_m", "block_n", "warps", "stages", "warp_rows"};
+
+// One integer value of KDTREE_VERIFY_TILES: decimal digits only, in [lo, hi].
+int tiles_int(const std::string& text, const std::string& key, const std::string& value, int lo, int hi) {
+  bool ok = !value.empty() && value.size() <= 9;
+  for (char c : value) ok = ok && c >= '0' && c <= '9';
+  const int v = ok ? std::stoi(value) : -1;
+  if (!ok || v < lo || v > hi) {
+    fail(KDTREE_ERROR_INVALID_ARGUMENT,
+         fmt::format("KDTREE_VERIFY_TILES='{}': {} '{}' must be an integer in {}..{}", text, key, value, lo, hi));
+  }
+  return v;
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> fields(1);
   for (char c : text) {
     if (c == ',') {
@@ -139,22 +187,23 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
       fields.back().push_back(c);
     }
   }
-  auto bad = [&](const std::string& why) {
-    fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("KDTREE_VERIFY_TILES='{}' for {}: {}", text, spec.label(), why));
-  };
-  if (fields.size() < 4 || fields.size() > 6) {
-    bad(fmt::format("{} fields, expected block_m,block_n,warps,stages[,warp_rows[,kernel]]", fields.size()));
+  return fields;
+}
+
+// The key=value spelling of the removed positional form
+// block_m,block_n,warps,stages[,warp_rows[,kernel]], for the error message.
+std::string positional_to_keys(const std::vector<std::string>& fields) {
+  std::string keys;
+  for (std::size_t i = 0; i < fields.size() && i < 6; ++i) {
+    const int key = i == 5 ? 0 : int(i) + 1;  // the kernel came last
+    keys += fmt::format("{}{}={}", keys.empty() ? "" : ",", kTileKeys[key], fields[i]);
   }
-  VerifyTiles t;
-  t.block_m = tiles_field(text, fields[0], "block_m", 16, 256);
-  t.block_n = tiles_field(text, fields[1], "block_n", 16, 256);
-  t.warps = tiles_field(text, fields[2], "warps", 1, 32);
-  t.stages = tiles_field(text, fields[3], "stages", 2, 8);
-  if (fields.size() >= 5) t.warp_rows = tiles_field(text, fields[4], "warp_rows", 16, 32);
-  if (fields.size() == 6) {
-    if (fields[5] != "flash" && fields[5] != "qsplit") bad(fmt::format("kernel '{}' must be flash or qsplit", fields[5]));
-    t.qsplit = fields[5] == "qsplit";
-  }
+  return keys;
+}
+
+// The rules of each family's template (see VerifyKernel and parse_verify_tiles).
+void check_tiles(const VerifyTiles& t, const VerifySpec& spec, const Arch& arch,
+                 const std::function<void(const std::string&)>& bad) {
   if (t.warp_rows != 16 && t.warp_rows != 32) bad("warp_rows must be 16 or 32");
   if (t.block_m % t.warp_rows) bad(fmt::format("block_m must be a multiple of warp_rows ({})", t.warp_rows));
   if (t.warps % t.warps_m()) {
@@ -165,19 +214,64 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
   if (spec.head_dim_v % (64 * warps_n)) {
     bad(fmt::format("{} column warps do not divide head_dim_v {} into multiples of 64", warps_n, spec.head_dim_v));
   }
-  if (t.block_n % 16 || (!t.qsplit && t.block_n % (8 * warps_n))) {  // qsplit: every warp has all columns
-    bad(fmt::format("block_n must be a multiple of 16 and of 8 x {} column warps", warps_n));
+  switch (t.kernel) {
+    case VerifyKernel::flash:
+      if (t.block_n % 16 || t.block_n % (8 * warps_n)) {
+        bad(fmt::format("block_n must be a multiple of 16 and of 8 x {} column warps", warps_n));
+      }
+      break;
+    case VerifyKernel::qsplit:  // every warp has all columns; the row reduction takes 8 rows of 16-token tiles
+      if (!spec.mla() || t.block_n != 16 || t.warp_rows != 8 * warps_n || warps_n < 2 ||
+          spec.head_dim_qk % (16 * warps_n)) {
+        bad("the qsplit kernel is for MLA with block_n 16 and warp_rows = 8 x the column warps "
+            "(e.g. kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32)");
+      }
+      break;
   }
-  if (t.qsplit && (!spec.mla() || t.block_n != 16 || t.warp_rows != 8 * warps_n || warps_n < 2 ||
-                   spec.head_dim_qk % (16 * warps_n))) {
-    // The template's row reduction: 16-token tiles, 8 rows per reducing warp.
-    bad("the qsplit kernel is for MLA with block_n 16 and warp_rows = 8 x the column warps (e.g. 64,16,8,3,32)");
-  }
-  const int bytes = verify_smem_layout(spec, t).bytes;
+  const int bytes = verify_smem_bytes(spec, t);
   if (bytes > arch.max_smem_per_block) {
     bad(fmt::format("{} bytes of shared memory do not fit {} ({} per block)", bytes, arch.name(),
                     arch.max_smem_per_block));
   }
+}
+
+}  // namespace
+
+VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, const Arch& arch) {
+  auto bad = [&](const std::string& why) {
+    fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("KDTREE_VERIFY_TILES='{}' for {}: {}", text, spec.label(), why));
+  };
+  const std::vector<std::string> fields = split_commas(text);
+  if (text.find('=') == std::string::npos) {
+    bad(fmt::format("the positional form is gone: write key=value pairs, e.g. {} (keys kernel, block_m, block_n, "
+                    "warps, stages, warp_rows)",
+                    positional_to_keys(fields)));
+  }
+  VerifyTiles t = choose_verify_tiles(spec, arch);  // keys left out keep the generator's choice
+  std::vector<std::string> seen;
+  for (const std::string& field : fields) {
+    const std::size_t eq = field.find('=');
+    const std::string key = field.substr(0, eq), value = eq == std::string::npos ? "" : field.substr(eq + 1);
+    if (eq == std::string::npos || key.empty()) bad(fmt::format("'{}' is not key=value", field));
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) bad(fmt::format("{} is given twice", key));
+    seen.push_back(key);
+    if (key == "kernel") {
+      if (!parse_kernel_name(value, &t.kernel)) bad(fmt::format("kernel '{}' must be flash or qsplit", value));
+    } else if (key == "block_m") {
+      t.block_m = tiles_int(text, key, value, 16, 256);
+    } else if (key == "block_n") {
+      t.block_n = tiles_int(text, key, value, 16, 256);
+    } else if (key == "warps") {
+      t.warps = tiles_int(text, key, value, 1, 32);
+    } else if (key == "stages") {
+      t.stages = tiles_int(text, key, value, 2, 8);
+    } else if (key == "warp_rows") {
+      t.warp_rows = tiles_int(text, key, value, 16, 32);
+    } else {
+      bad(fmt::format("unknown key '{}' (keys: kernel, block_m, block_n, warps, stages, warp_rows)", key));
+    }
+  }
+  check_tiles(t, spec, arch, bad);
   return t;
 }
 
@@ -190,7 +284,8 @@ VerifyTiles verify_tiles(const VerifySpec& spec, const Arch& arch) {
 VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   // Candidates in order of preference; the first that fits the arch's shared memory wins.
   std::vector<VerifyTiles> candidates;
-  // Fields: block_m, block_n, warps, stages, warp_rows.
+  constexpr VerifyKernel flash = VerifyKernel::flash, qsplit = VerifyKernel::qsplit;
+  // Fields: kernel, block_m, block_n, warps, stages, warp_rows.
   if (spec.mla()) {
     // MLA's 576-wide rows make Q and K tiles large: V columns are split over
     // column warps so the O accumulator (64 x 512 fp32 per CTA) fits in registers;
@@ -200,30 +295,39 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
     // of them: its skewed warp rows keep the copies two tiles ahead only with four
     // (tools/perf_model, bench_verify's mla B=4 H=128 on the RTX PRO 6000 when this
     // was chosen: 1662 us against 1995 with three).
-    candidates = {{64, 64, 8, 2, 32}, {64, 32, 8, 2, 32}, {64, 16, 8, 4, 32, true}, {64, 16, 8, 3, 32, true},
-                  {32, 16, 4, 3, 16}};
+    candidates = {{flash, 64, 64, 8, 2, 32},  {flash, 64, 32, 8, 2, 32}, {qsplit, 64, 16, 8, 4, 32},
+                  {qsplit, 64, 16, 8, 3, 32}, {flash, 32, 16, 4, 3, 16}};
   } else if (spec.head_dim_v <= 128) {
     // GQA: one column warp, P stays in registers. 32-row warps where the O slice
     // (32 x head_dim fp32) and S leave room without spills (gqa128: 32 KV tokens
     // per tile); deepest pipeline that fits.
     const int bn = spec.head_dim_v == 64 ? 64 : 32;
-    candidates = {{128, bn, 4, 3, 32}, {128, bn, 4, 2, 32}, {64, 64, 4, 3, 16}, {64, 64, 4, 2, 16}};
+    candidates = {{flash, 128, bn, 4, 3, 32},
+                  {flash, 128, bn, 4, 2, 32},
+                  {flash, 64, 64, 4, 3, 16},
+                  {flash, 64, 64, 4, 2, 16}};
   } else {
     // gqa256: a 32-row O slice over all 256 columns would not fit in registers;
     // two column warps (P through shared memory) take 128 columns each.
-    candidates = {{128, 64, 8, 2, 32}, {64, 64, 4, 3, 16}, {64, 64, 4, 2, 16}, {64, 32, 4, 3, 16}, {64, 32, 4, 2, 16}};
+    candidates = {{flash, 128, 64, 8, 2, 32},
+                  {flash, 64, 64, 4, 3, 16},
+                  {flash, 64, 64, 4, 2, 16},
+                  {flash, 64, 32, 4, 3, 16},
+                  {flash, 64, 32, 4, 2, 16}};
   }
   for (const VerifyTiles& c : candidates) {
-    const int bytes = verify_smem_layout(spec, c).bytes;
+    const int bytes = verify_smem_bytes(spec, c);
     if (bytes > arch.max_smem_per_block) continue;
     // One stage fewer where that fits a second CTA on the SM (gqa64 on the 100 KB
     // parts: 8 warps instead of 4 hide the latency a deeper pipeline would;
     // tools/perf_model predicts 191 -> 164 us for bench_verify's gqa64 on the RTX PRO 6000).
     VerifyTiles shallower = c;
     shallower.stages = c.stages - 1;
-    const int shallower_bytes = verify_smem_layout(spec, shallower).bytes;
-    auto per_sm = [&](int b) { return arch.max_smem_per_sm / (b + 1024); };
-    if (shallower.stages >= 2 && per_sm(bytes) == 1 && per_sm(shallower_bytes) >= 2) return shallower;
+    const int threads = c.warps * 32;
+    if (shallower.stages >= 2 && ctas_per_sm(arch, bytes, threads) == 1 &&
+        ctas_per_sm(arch, verify_smem_bytes(spec, shallower), threads) >= 2) {
+      return shallower;
+    }
     return c;
   }
   fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("{} does not fit {} ({} bytes of shared memory per block)", spec.label(),
@@ -235,11 +339,10 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch)
 }
 
 KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch, const VerifyTiles& tiles) {
-  // One kernel family (mma.sync) for every supported arch: the arch shows in the
-  // tiles. A second family (sm_90a wgmma) would be dispatched on it here.
+  // The mma.sync families serve every supported arch; the arch shows in the tiles
+  // (choose_verify_tiles). An arch-specific family (sm_90a wgmma) is a VerifyKernel
+  // value with its own template, layout and options, dispatched here.
   (void)arch;
-  const VerifySmemLayout smem = verify_smem_layout(spec, tiles);
-  const char* kernel_template = tiles.qsplit ? "verify_attention_qsplit" : "verify_attention";
   // The combine kernel: a row is head_dim_v / 4 threads (four columns each, 16-byte
   // loads), at most kCombineThreads; a CTA takes as many rows as fit.
   constexpr int kCombineThreads = 128;
@@ -257,17 +360,9 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       {"WARPS_N", std::to_string(tiles.warps_n())},
       {"WARP_ROWS", std::to_string(tiles.warp_rows)},
       {"STAGES", std::to_string(tiles.stages)},
-      {"SMEM_P", std::to_string(smem.p)},
-      {"SMEM_RED", std::to_string(smem.red)},
       {"COMBINE_THREADS", std::to_string(kCombineThreads)},
       {"COMBINE_ROW_THREADS", std::to_string(combine_row_threads)},
   };
-  if (tiles.qsplit) {
-    params["SMEM_STATS"] = std::to_string(smem.stats);
-  } else {
-    params["SMEM_K"] = std::to_string(smem.k);
-    params["SMEM_V"] = std::to_string(smem.v);
-  }
   KernelSource src;
   src.op = "verify_attention";
   src.label = spec.label();
@@ -275,16 +370,43 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       "verify_attention-{}-W{}-p{}-{}",
       spec.mla() ? fmt::format("mla{}x{}", spec.head_dim_qk, spec.head_dim_v) : fmt::format("gqa{}", spec.head_dim_qk),
       spec.max_tree_nodes, spec.page_size, dtype_name(spec.dtype));
-  set_template_source(src, kernel_template, params, {"verify_attention_params.h", "verify_attention_common.cuh"});
-  src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine"};
-  if (tiles.qsplit) src.entry_points.push_back("kdtree_verify_combine_stream");
+  std::string kernel_template;
+  std::vector<std::string> headers = {"verify_attention_params.h", "verify_attention_layout.h",
+                                      "verify_attention_common.cuh", "verify_attention_combine.cuh"};
+  switch (tiles.kernel) {
+    case VerifyKernel::flash: {
+      const FlashSmemLayout smem = flash_smem_layout(spec, tiles);
+      kernel_template = "verify_attention";
+      params["SMEM_K"] = std::to_string(smem.k);
+      params["SMEM_V"] = std::to_string(smem.v);
+      params["SMEM_P"] = std::to_string(smem.p);
+      params["SMEM_RED"] = std::to_string(smem.red);
+      src.launch.dynamic_smem = smem.bytes;
+      src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine"};
+      break;
+    }
+    case VerifyKernel::qsplit: {
+      const QsplitSmemLayout smem = qsplit_smem_layout(spec, tiles);
+      kernel_template = "verify_attention_qsplit";
+      params["SMEM_PART_S"] = std::to_string(smem.part_s);
+      params["SMEM_P"] = std::to_string(smem.p);
+      params["SMEM_STATS"] = std::to_string(smem.stats);
+      params["SMEM_WALK"] = std::to_string(smem.walk);
+      src.launch.dynamic_smem = smem.bytes;
+      // Its segment walk runs stream-K plans, merged by their own combine.
+      src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine", "kdtree_verify_combine_stream"};
+      src.launch.stream_k = true;
+      headers.push_back("verify_attention_combine_stream.cuh");
+      break;
+    }
+  }
+  set_template_source(src, kernel_template, params, headers);
+  src.launch.kernel = tiles.str();
   src.launch.threads = tiles.warps * 32;
-  src.launch.dynamic_smem = smem.bytes;
   src.launch.block_m = tiles.block_m;
   src.launch.block_n = tiles.block_n;
   src.launch.combine_threads = kCombineThreads;
   src.launch.combine_rows = kCombineThreads / combine_row_threads;
-  src.launch.stream_k = tiles.qsplit;  // templates/verify_attention_qsplit.cu walks stream-K segments
   return src;
 }
 

@@ -37,49 +37,76 @@ void parse_head_name(const std::string& name, int* head_dim_qk, int* head_dim_v)
 const char* dtype_name(kdtree_dtype dtype);  // "bf16", "f16", "f32"
 kdtree_dtype parse_dtype(const std::string& name);
 
-// A verify_attention kernel's tiling.
+// The verify_attention kernel families. Each is one template with its own
+// shared-memory layout and tile rules; the generator picks one per spec and arch
+// (choose_verify_tiles), KDTREE_VERIFY_TILES can force one for tuning.
+enum class VerifyKernel {
+  // templates/verify_attention.cu: Q tile in shared memory, the column warps of a
+  // warp row split the KV columns of S and the V columns of O (sm_80 .. sm_90).
+  flash,
+  // templates/verify_attention_qsplit.cu: MLA with Q in registers, column warps
+  // split its head dim; shared memory holds KV stages and exchanges only, for
+  // 99 KB parts (sm_86/89, sm_120). Runs stream-K plans.
+  qsplit,
+};
+const char* kernel_name(VerifyKernel kernel);  // "flash", "qsplit"
+// The kernel named `name`, or false.
+bool parse_kernel_name(const std::string& name, VerifyKernel* kernel);
+
+// A verify_attention kernel's tiling: the family and its tile fields.
 struct VerifyTiles {
-  int block_m = 64;  // rows (node x head) per CTA
-  int block_n = 64;  // KV tokens per pipeline stage
-  int warps = 4;
-  int stages = 2;
+  VerifyKernel kernel = VerifyKernel::flash;
+  int block_m = 64;    // rows (node x head) per CTA
+  int block_n = 64;    // KV tokens per pipeline stage
+  int warps = 4;       // warps per CTA: warps_m() warp rows x warps_n() column warps
+  int stages = 2;      // cp.async pipeline depth
   int warp_rows = 16;  // rows per warp (16 or 32): 32 halves the B-operand loads per mma
-  // The kernel structure: false = templates/verify_attention.cu (Q tile in shared
-  // memory, column warps split the KV columns of S); true =
-  // templates/verify_attention_qsplit.cu (MLA: Q in registers, column warps split its
-  // head dim; shared memory holds only KV stages and exchanges, for 99 KB parts).
-  bool qsplit = false;
 
   int warps_m() const { return block_m / warp_rows; }  // warp rows
   int warps_n() const { return warps / warps_m(); }    // column warps per warp row
+  // "kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32": the
+  // KDTREE_VERIFY_TILES spelling, used in logs, bench output and tools.
+  std::string str() const;
 };
 
-// The dynamic shared memory of one CTA, in byte offsets. The template places its
-// buffers at these offsets; the launch asks for `bytes`.
-// flash:  Q (at 0) | K stages | V stages (GQA) | P (column warps > 1) | the row
-//         exchange ([warps_n][block_m] floats).
-// qsplit: K stages (at 0; Q is staged there before the loop) | partial S
-//         ([warps][warp_rows][block_n] floats) | P | stats ([3][block_m] floats,
-//         then 128 bytes of segment walk); at least Q's size.
-struct VerifySmemLayout {
-  int k = 0, v = 0, p = 0, red = 0, stats = 0;  // offsets
-  int bytes = 0;                                // total
+// The dynamic shared memory of one CTA of each family, in byte offsets. The
+// template places its buffers at these offsets (the generator passes them as
+// KD_SMEM_*); the launch asks for `bytes`. str() prints "name=offset,...,bytes=N".
+// flash: Q | K stages | V stages (GQA) | P (column warps > 1) | the row exchange
+// ([warps_n][block_m] floats).
+struct FlashSmemLayout {
+  int q = 0, k = 0, v = 0, p = 0, red = 0;
+  int bytes = 0;
+  std::string str() const;
 };
-VerifySmemLayout verify_smem_layout(const VerifySpec& spec, const VerifyTiles& tiles);
+// qsplit: K stages (Q is staged at 0 before the loop) | partial S
+// ([warps][warp_rows][block_n] floats) | P | stats ([KDTREE_QSPLIT_STATS][block_m]
+// floats) | the segment walk (KDTREE_SEGMENT_WALK_BYTES); at least Q's size.
+struct QsplitSmemLayout {
+  int k = 0, part_s = 0, p = 0, stats = 0, walk = 0;
+  int bytes = 0;
+  std::string str() const;
+};
+FlashSmemLayout flash_smem_layout(const VerifySpec& spec, const VerifyTiles& tiles);
+QsplitSmemLayout qsplit_smem_layout(const VerifySpec& spec, const VerifyTiles& tiles);
+// The bytes of the layout of tiles.kernel.
+int verify_smem_bytes(const VerifySpec& spec, const VerifyTiles& tiles);
 
 // The generator's choice for an arch: the first candidate (in order of
 // preference) whose shared memory fits. Pure: no environment is read.
 VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch);
 
-// The tuning override KDTREE_VERIFY_TILES="block_m,block_n,warps,stages[,warp_rows[,kernel]]"
-// (kernel: flash or qsplit, default flash; qsplit is MLA's 64,16,8,S,32 only),
-// outside the generator's normal path. Every field must be an integer in range
-// (block_m 16..256, a multiple of warp_rows; block_n 16..256, a multiple of 16
-// and of 8 * the column warps; warps 1..32, a multiple of block_m / warp_rows;
-// stages 2..8; warp_rows 16 or 32; head_dim_v a multiple of 64 * the column
-// warps) with nothing else in the text, and the tiles must fit the arch's shared
-// memory. Throws KDTREE_ERROR_INVALID_ARGUMENT naming KDTREE_VERIFY_TILES and the
-// field otherwise.
+// The tuning override KDTREE_VERIFY_TILES="key=value,..." with the keys of
+// VerifyTiles::str() (kernel, block_m, block_n, warps, stages, warp_rows), each at
+// most once; a key left out keeps the generator's choice for the spec and arch
+// (choose_verify_tiles). Ranges: kernel flash or qsplit; block_m 16..256, a multiple
+// of warp_rows; block_n 16..256, a multiple of 16 (flash: and of 8 x the column
+// warps); warps 1..32, a multiple of block_m / warp_rows; stages 2..8; warp_rows 16
+// or 32; head_dim_v a multiple of 64 x the column warps; qsplit is MLA only, with
+// block_n 16 and warp_rows = 8 x the column warps. The tiles must fit the arch's
+// shared memory. Throws KDTREE_ERROR_INVALID_ARGUMENT naming KDTREE_VERIFY_TILES
+// and the key otherwise; the old positional form ("64,16,8,4,32,qsplit") is refused
+// with its key=value spelling.
 VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, const Arch& arch);
 
 // The tiles kernels are generated with: parse_verify_tiles of KDTREE_VERIFY_TILES

@@ -10,6 +10,7 @@
 
 #include "codegen/verify_attention.hpp"
 #include "runtime/arg_checks.hpp"
+#include "verify_attention_layout.h"
 #include "verify_attention_params.h"
 
 namespace kdtree {
@@ -19,6 +20,15 @@ namespace {
 constexpr long long kMaxGridYZ = 65535;
 
 long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
+
+// A plan value computed in 64 bits, for a 32-bit kernel parameter: check_verify_sizes'
+// bounds keep it in range, so failing here is a kdtree bug, never a silent wrap.
+int checked_int(long long v, const char* what) {
+  if (v < 0 || v > INT32_MAX) {
+    fail(KDTREE_ERROR_INTERNAL, fmt::format("verify_attention plan: {} = {} does not fit 32 bits", what, v));
+  }
+  return static_cast<int>(v);
+}
 
 codegen::KernelSource generate(Engine& rt, const codegen::VerifySpec& spec) {
   return codegen::generate_verify_attention(spec, rt.arch());
@@ -41,7 +51,9 @@ void check_verify_sizes(const kdtree_verify_spec& s, int max_tree_nodes, int bat
   require(total_nodes >= batch_size && total_nodes <= (long long)batch_size * max_tree_nodes,
           "total_nodes {} is out of range: each of the {} requests has 1..{} (max_tree_nodes) nodes", total_nodes,
           batch_size, max_tree_nodes);
-  require(max_kv_len >= 1, "max_kv_len {} must be >= 1", max_kv_len);
+  require(max_kv_len >= 1 && max_kv_len <= KDTREE_MAX_KV_LEN,
+          "max_kv_len {} is out of range: 1..{} (KDTREE_MAX_KV_LEN; KV positions are 32-bit on the device)", max_kv_len,
+          KDTREE_MAX_KV_LEN);
   require(num_splits >= 0 && num_splits <= kMaxGridYZ,
           "num_splits {} is out of range: 0 (automatic) or 1..{} (the grid's z limit)", num_splits, kMaxGridYZ);
   // One CTA row per (request, KV head): grid y.
@@ -53,14 +65,31 @@ void check_verify_sizes(const kdtree_verify_spec& s, int max_tree_nodes, int bat
           "total_nodes {} x num_q_heads {} exceeds 2^31 - 1 output rows: split the batch", total_nodes, s.num_q_heads);
 }
 
+VerifyWorkspace verify_workspace(const kdtree_verify_spec& s, int total_nodes, int num_splits) {
+  VerifyWorkspace w;
+  if (num_splits <= 1) return w;
+  const size_t rows = size_t(num_splits) * size_t(total_nodes) * size_t(s.num_q_heads);
+  w.partial_lse = rows * s.head_dim_v * sizeof(float);
+  w.bytes = w.partial_lse + rows * sizeof(float);
+  return w;
+}
+
+VerifyWorkspace verify_stream_workspace(const kdtree_verify_spec& s, int block_m, int stream_ctas) {
+  VerifyWorkspace w;
+  if (stream_ctas <= 1) return w;  // one CTA cuts nothing: it writes whole items only
+  const size_t rows = size_t(KDTREE_STREAM_SLOT_ROWS(stream_ctas, block_m));
+  w.partial_lse = rows * s.head_dim_v * sizeof(float);
+  w.cut_items = w.partial_lse + rows * sizeof(float);
+  w.bytes = w.cut_items + size_t(stream_ctas) * KDTREE_CUT_ITEM_BYTES;
+  return w;
+}
+
 size_t verify_workspace_bytes(const kdtree_verify_spec& s, int total_nodes, int num_splits) {
-  if (num_splits <= 1) return 0;
-  return size_t(num_splits) * size_t(total_nodes) * size_t(s.num_q_heads) * size_t(s.head_dim_v + 1) * sizeof(float);
+  return verify_workspace(s, total_nodes, num_splits).bytes;
 }
 
 size_t verify_stream_workspace_bytes(const kdtree_verify_spec& s, int block_m, int stream_ctas) {
-  if (stream_ctas <= 1) return 0;
-  return size_t(2) * stream_ctas * block_m * size_t(s.head_dim_v + 1) * sizeof(float) + size_t(stream_ctas) * 64;
+  return verify_stream_workspace(s, block_m, stream_ctas).bytes;
 }
 
 VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& s,
@@ -72,8 +101,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   }
   const int group = s.num_q_heads / s.num_kv_heads;
   const long long kv_tiles = ceil_div(max_kv_len, launch.block_n);
-  const int ctas_per_sm =
-      std::max(1, std::min(arch.max_smem_per_sm / (launch.dynamic_smem + 1024), 65536 / (launch.threads * 240)));
+  const int ctas_per_sm = codegen::ctas_per_sm(arch, launch.dynamic_smem, launch.threads);
   long long splits = forced_splits;
   long long stream_ctas = 0;
   if (splits == 0) {
@@ -125,7 +153,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   if (stream_ctas > 0) {
     VerifyPlan plan;
     plan.stream_ctas = static_cast<int>(stream_ctas);
-    plan.split_tokens = static_cast<int>(kv_tiles * launch.block_n);
+    plan.split_tokens = checked_int(kv_tiles * launch.block_n, "split_tokens");
     plan.workspace_bytes = verify_stream_workspace_bytes(s, launch.block_m, plan.stream_ctas);
     plan.grid_x = static_cast<unsigned>(plan.stream_ctas);
     plan.grid_y = 1;
@@ -137,7 +165,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   }
   VerifyPlan plan;
   plan.num_splits = static_cast<int>(splits);
-  plan.split_tokens = static_cast<int>(ceil_div(kv_tiles, splits) * launch.block_n);
+  plan.split_tokens = checked_int(ceil_div(kv_tiles, splits) * launch.block_n, "split_tokens");
   plan.workspace_bytes = verify_workspace_bytes(s, total_nodes, plan.num_splits);
   plan.grid_x = static_cast<unsigned>(ceil_div((long long)s.max_tree_nodes * group, launch.block_m));
   plan.grid_y = static_cast<unsigned>(batch_size * s.num_kv_heads);
@@ -209,15 +237,14 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   p.split_tokens = plan.split_tokens;
   p.stream_ctas = plan.stream_ctas;
   p.scale_log2 = a.sm_scale * 1.4426950408889634f;
-  if (plan.stream_ctas > 1) {
-    const size_t slot_rows = size_t(2) * plan.stream_ctas * launch.block_m;
-    p.partial_o = static_cast<float*>(a.workspace);
-    p.partial_lse = p.partial_o + slot_rows * spec.head_dim_v;
-    p.cut_items = p.partial_lse + slot_rows;  // 64 bytes per CTA (8-byte aligned: slot_rows is even)
-  } else if (plan.num_splits > 1) {
-    size_t rows = static_cast<size_t>(a.total_nodes) * a.spec.num_q_heads;
-    p.partial_o = static_cast<float*>(a.workspace);
-    p.partial_lse = p.partial_o + plan.num_splits * rows * spec.head_dim_v;
+  const VerifyWorkspace ws = plan.stream_ctas > 0
+                                ? verify_stream_workspace(a.spec, launch.block_m, plan.stream_ctas)
+                                : verify_workspace(a.spec, a.total_nodes, plan.num_splits);
+  if (ws.bytes > 0) {
+    char* base = static_cast<char*>(a.workspace);
+    p.partial_o = reinterpret_cast<float*>(base);
+    p.partial_lse = reinterpret_cast<float*>(base + ws.partial_lse);
+    p.cut_items = ws.cut_items ? base + ws.cut_items : nullptr;
   }
   void* args[] = {&p};
   CUstream stream = static_cast<CUstream>(a.stream);

@@ -30,10 +30,18 @@ struct VerifyPlan {
 void check_verify_sizes(const kdtree_verify_spec& spec, int max_tree_nodes, int batch_size, int total_nodes,
                         int max_kv_len, int num_splits);
 
-// Workspace of a call with this many KV splits (0 for one split).
+// Where the parts of a call's workspace start, in bytes (templates/verify_attention_layout.h
+// says the layout the kernels read): partial O at 0, partial LSE, and stream-K's cut
+// records; bytes 0 when the plan needs none.
+struct VerifyWorkspace {
+  size_t partial_lse = 0, cut_items = 0;
+  size_t bytes = 0;
+};
+// Of a call with this many uniform KV splits (none for one split).
+VerifyWorkspace verify_workspace(const kdtree_verify_spec& spec, int total_nodes, int num_splits);
+// Of a stream-K call: two partial slots of block_m rows per CTA, and a cut record per CTA.
+VerifyWorkspace verify_stream_workspace(const kdtree_verify_spec& spec, int block_m, int stream_ctas);
 size_t verify_workspace_bytes(const kdtree_verify_spec& spec, int total_nodes, int num_splits);
-// Workspace of a stream-K call: two partial slots of block_m rows per CTA, and a
-// 64-byte record per CTA of the item its start cuts.
 size_t verify_stream_workspace_bytes(const kdtree_verify_spec& spec, int block_m, int stream_ctas);
 
 // The split plan for checked sizes and the generated kernel's launch facts;

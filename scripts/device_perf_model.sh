@@ -5,7 +5,7 @@
 # parity tests of the sm_120 tile sets. Runs on the GPU over .carry/
 # (scripts/pack_device_carry.sh). Back here:
 #   python3 tools/perf_model/perf_model.py validate --measured $OUT/bench_default.txt
-#   python3 tools/perf_model/perf_model.py --shape mla validate --measured $OUT/bench_sm120_mla.txt --tiles 64,16,8,4,32,qsplit
+#   python3 tools/perf_model/perf_model.py --shape mla validate --measured $OUT/bench_sm120_mla.txt --tiles kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32
 #   python3 tools/perf_model/perf_model.py --shape gqa64 validate --measured $OUT/bench_sm120_gqa64.txt --tiles 128,64,4,2,32
 #   python3 tools/perf_model/perf_model.py --shape gqa256 validate --measured $OUT/bench_sm120_gqa256.txt --tiles 64,32,4,2
 # (add --clock-ghz with the median of $OUT/sm_clock_mhz.txt / 1000 to use the measured clock).
@@ -24,18 +24,19 @@ bench() {  # NAME TILES SHAPE
   KDTREE_VERIFY_TILES=$2 "$carry/bin/bench_verify" --iters 20 ${3:+--shape $3} | tee "$out/bench_$1.txt" || status=1
 }
 bench default "" ""
-bench sm120_mla 64,16,8,4,32,qsplit mla
-bench sm120_gqa64 128,64,4,2,32 gqa64
-bench sm120_gqa256 64,32,4,2 gqa256
+bench sm120_mla kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32 mla
+bench sm120_gqa64 kernel=flash,block_m=128,block_n=64,warps=4,stages=2,warp_rows=32 gqa64
+bench sm120_gqa256 kernel=flash,block_m=64,block_n=32,warps=4,stages=2,warp_rows=16 gqa256
 kill "$sampler" 2>/dev/null
 sort -n "$out/sm_clock_mhz.txt" | awk '{a[NR]=$1} END {if (NR) print "SM clock while benchmarking: median " a[int((NR+1)/2)] " MHz, min " a[1] ", max " a[NR] " (" NR " samples)"}' | tee "$out/sm_clock_summary.txt"
 # Parity of the sm_120 tile sets that differ from the sm_90 ones (each applies to its head only;
-# sm_120's MLA kernel, 64,16,8,4,32,qsplit, has its own test case in every GPU test run).
-for run in "128,64,4,2,32 *parity: gqa64*" "64,32,4,2 *parity: gqa256*"; do
+# sm_120's MLA kernel, kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32, has its own test case in every GPU test run).
+for run in "kernel=flash,block_m=128,block_n=64,warps=4,stages=2,warp_rows=32 *parity: gqa64*" \
+  "kernel=flash,block_m=64,block_n=32,warps=4,stages=2,warp_rows=16 *parity: gqa256*"; do
   tiles=${run%% *}
   filter=${run#* }
   echo "== parity with tiles $tiles ($filter)"
-  KDTREE_VERIFY_TILES=$tiles "$carry/bin/kdtree_gpu_tests" -tc="$filter" > "$out/parity_${tiles//,/_}.log" 2>&1 || status=1
-  grep -E "parity|test cases" "$out/parity_${tiles//,/_}.log"
+  KDTREE_VERIFY_TILES=$tiles "$carry/bin/kdtree_gpu_tests" -tc="$filter" > "$out/parity_${tiles//[,=]/_}.log" 2>&1 || status=1
+  grep -E "parity|test cases" "$out/parity_${tiles//[,=]/_}.log"
 done
 exit $status

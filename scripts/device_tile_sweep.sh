@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tile sweep for verify_attention on the device: the benchmark under each
-# KDTREE_VERIFY_TILES candidate. Usage: bash scripts/device_tile_sweep.sh PREFIX TILES...
+# KDTREE_VERIFY_TILES candidate (key=value, e.g. kernel=flash,block_m=64,block_n=32,stages=3).
+# Usage: bash scripts/device_tile_sweep.sh PREFIX TILES...
 set -uo pipefail
 carry=$PWD/.carry
 export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}

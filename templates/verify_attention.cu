@@ -13,6 +13,7 @@
 
 #include "verify_attention_config.h"
 #include "verify_attention_common.cuh"
+#include "verify_attention_combine.cuh"
 
 // Byte offsets of the K stages, V stages, P and the row exchange in dynamic shared memory (Q at 0).
 constexpr int SMEM_K = KD_SMEM_K;
@@ -129,11 +130,8 @@ static __device__ __forceinline__ void cta_row_exchange(float (&v)[MF][2], float
 }
 
 // Online softmax: P = exp2(S * scale - m) in place, l and the reference max m
-// updated, alpha the factor O must be rescaled by. The reference max moves only
-// when the row max passes it by more than LAZY_MAX_LOG2: P stays
-// <= 2^LAZY_MAX_LOG2 (far inside the range of every 16-bit type) and l shares the
-// reference, so the result is the same while most tiles of a long prefix skip
-// the O rescale. Returns whether any of this thread's alphas is not 1.
+// updated (lazy_max_update), alpha the factor O must be rescaled by. Returns
+// whether any of this thread's alphas is not 1.
 static __device__ __forceinline__ bool online_softmax(float (&s)[MF][S_TILES][4], const float (&mx)[MF][2],
                                                       float (&m_run)[MF][2], float (&l_run)[MF][2],
                                                       float (&alpha)[MF][2], float scale_log2) {
@@ -142,18 +140,13 @@ static __device__ __forceinline__ bool online_softmax(float (&s)[MF][S_TILES][4]
   for (int mf = 0; mf < MF; ++mf) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float mx2 = mx[mf][h] * scale_log2;  // log2 domain
-      float m_new = mx2 > m_run[mf][h] + LAZY_MAX_LOG2 ? mx2 : m_run[mf][h];
-      float m_use = m_new == -KD_INF ? 0.f : m_new;  // a fully masked row stays at zero
-      alpha[mf][h] = kd_exp2(m_run[mf][h] - m_use);
+      const float m_use = lazy_max_update(mx[mf][h], scale_log2, m_run[mf][h], l_run[mf][h], alpha[mf][h]);
       rescale |= alpha[mf][h] != 1.f;
-      m_run[mf][h] = m_new;
-      l_run[mf][h] *= alpha[mf][h];
 #pragma unroll
       for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          s[mf][j][2 * h + c] = kd_exp2(fmaf(s[mf][j][2 * h + c], scale_log2, -m_use));
+          s[mf][j][2 * h + c] = lazy_exp(s[mf][j][2 * h + c], scale_log2, m_use);
           l_run[mf][h] += s[mf][j][2 * h + c];
         }
       }
@@ -237,11 +230,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   }
 
   float o[MF][O_TILES][4];
+  zero_frags(o);
   float m_run[MF][2], l_run[MF][2];  // reference row max (log2 domain, see LAZY_MAX_LOG2); this thread's share of the row sum
 #pragma unroll
   for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-    for (int j = 0; j < O_TILES; ++j) o[mf][j][0] = o[mf][j][1] = o[mf][j][2] = o[mf][j][3] = 0.f;
     m_run[mf][0] = m_run[mf][1] = -KD_INF;
     l_run[mf][0] = l_run[mf][1] = 0.f;
   }
@@ -275,11 +267,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 
     // ---- S = Q K^T for this warp's WARP_ROWS rows x BLOCK_N / WARPS_N columns
     float s[MF][S_TILES][4];
-#pragma unroll
-    for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-      for (int j = 0; j < S_TILES; ++j) s[mf][j][0] = s[mf][j][1] = s[mf][j][2] = s[mf][j][3] = 0.f;
-    }
+    zero_frags(s);
     // Fragments are double-buffered in registers: step k + 1's ldmatrix are issued
     // before step k's mma, so their latency hides under the mma (the schedule ptxas
     // picks for the plain loop too; written out so the source says what it relies on).
@@ -293,7 +281,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     // ---- mask (prefix visible; tree tokens by the mask bits; past t_end hidden) and
     // row max on the raw scores: the scale is positive (checked by the host), so it
     // is applied once per row max and folded into the exponent's FFMA.
-    const bool edge = t0 + BLOCK_N > req.prefix || t0 + BLOCK_N > t_end;
+    const bool edge = is_edge_tile(t0, req, t_end);
     float mx[MF][2];
 #pragma unroll
     for (int mf = 0; mf < MF; ++mf) {
@@ -301,22 +289,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
       for (int h = 0; h < 2; ++h) {
         mx[mf][h] = -KD_INF;
         kd_u64 words[MASK_WORDS];
-        if (edge) {
-#pragma unroll
-          for (int w = 0; w < MASK_WORDS; ++w)
-            words[w] = row_node[mf][h] >= 0 ? __ldg(p.tree_mask + (long long)row_node[mf][h] * MASK_WORDS + w) : 0ull;
-        }
+        if (edge) load_mask_words(p, row_node[mf][h], words);
 #pragma unroll
         for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             float v = s[mf][j][2 * h + c];
-            if (edge) {
-              int t = t0 + s_col0 + j * 8 + (lane & 3) * 2 + c;
-              int tree = t - req.prefix;
-              bool visible = t < t_end && (tree < 0 || mask_bit(words, tree));
-              v = visible ? v : -KD_INF;
-            }
+            if (edge) v = mask_score(v, t0 + s_col0 + j * 8 + (lane & 3) * 2 + c, t_end, req, words);
             s[mf][j][2 * h + c] = v;
             mx[mf][h] = fmaxf(mx[mf][h], v);
           }
@@ -396,7 +375,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     for (int h = 0; h < 2; ++h) {
       int gr = row0 + wm * WARP_ROWS + mf * 16 + lane / 4 + h * 8;
       if (gr >= rows_total) continue;
-      long long orow = (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group + gr % p.group;
+      const long long orow = out_row(p, req.node_base, gr, kv_head * p.group);
       const long long prow = partial ? (long long)split * p.total_nodes * p.num_q_heads + orow : -1;
       write_row(p, o[mf], h, orow, prow, l_run[mf][h], m_run[mf][h], poisoned, wn * V_COLS + (lane & 3) * 2,
                 wn == 0 && (lane & 3) == 0);

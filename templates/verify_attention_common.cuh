@@ -8,6 +8,7 @@
 
 #include "common.cuh"
 #include "verify_attention_params.h"
+#include "verify_attention_layout.h"
 
 constexpr int HEAD_DIM = KD_HEAD_DIM_QK;
 constexpr int HEAD_DIM_V = KD_HEAD_DIM_V;
@@ -160,6 +161,68 @@ static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& 
 
 // ---- Phases both verify kernels run the same way.
 
+// Row gr of a request's (node, head) rows (node gr / group, query head head0 +
+// gr % group, head0 the KV head's first query head) as a row of q, out and lse.
+static __device__ __forceinline__ long long out_row(const kdtree_verify_params& p, int node_base, int gr, int head0) {
+  return (long long)(node_base + gr / p.group) * p.num_q_heads + head0 + gr % p.group;
+}
+
+// Zeroes a thread's mma accumulators: N n8 tiles of each of its MF row fragments.
+template <int N>
+static __device__ __forceinline__ void zero_frags(float (&x)[MF][N][4]) {
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) x[mf][j][0] = x[mf][j][1] = x[mf][j][2] = x[mf][j][3] = 0.f;
+  }
+}
+
+// ---- Tile masking. Only edge tiles are masked: those that reach the tree part
+// (t >= prefix) or run past the segment's end; every prefix token is visible.
+static __device__ __forceinline__ bool is_edge_tile(int t0, const Request& req, int t_end) {
+  return t0 + BLOCK_N > req.prefix || t0 + BLOCK_N > t_end;
+}
+
+// The tree-mask words of tree node `node` (0 past the request's rows, node < 0),
+// read through L1 on edge tiles only, so they hold no registers through the loop.
+static __device__ __forceinline__ void load_mask_words(const kdtree_verify_params& p, int node,
+                                                       kd_u64 (&words)[MASK_WORDS]) {
+#pragma unroll
+  for (int w = 0; w < MASK_WORDS; ++w) words[w] = node >= 0 ? __ldg(p.tree_mask + (long long)node * MASK_WORDS + w) : 0ull;
+}
+
+// Score v of KV token t for the row whose mask words are `words`: kept if t is a
+// prefix token or one of the node's ancestors (itself included) and before t_end,
+// else -inf.
+static __device__ __forceinline__ float mask_score(float v, int t, int t_end, const Request& req,
+                                                   const kd_u64 (&words)[MASK_WORDS]) {
+  const int tree = t - req.prefix;
+  const bool visible = t < t_end && (tree < 0 || mask_bit(words, tree));
+  return visible ? v : -KD_INF;
+}
+
+// ---- The lazy online softmax of one row (log2 domain). The reference max m_run
+// moves only when the row max passes it by more than LAZY_MAX_LOG2: P stays
+// <= 2^LAZY_MAX_LOG2 (far inside every 16-bit type's range) and l shares the
+// reference, so the result is the same while most tiles of a long prefix skip the
+// O rescale. Given the tile's raw row max mx, updates m_run and scales l_run by
+// alpha (the factor O must be rescaled by); returns the max P is taken against.
+static __device__ __forceinline__ float lazy_max_update(float mx, float scale_log2, float& m_run, float& l_run,
+                                                        float& alpha) {
+  const float mx2 = mx * scale_log2;  // the scale is positive (checked by the host): applied once per row max
+  const float m_new = mx2 > m_run + LAZY_MAX_LOG2 ? mx2 : m_run;
+  const float m_use = m_new == -KD_INF ? 0.f : m_new;  // a fully masked row stays at zero
+  alpha = kd_exp2(m_run - m_use);
+  m_run = m_new;
+  l_run *= alpha;
+  return m_use;
+}
+
+// P of raw score s against m_use (the scale folded into the exponent's FFMA).
+static __device__ __forceinline__ float lazy_exp(float s, float scale_log2, float m_use) {
+  return kd_exp2(fmaf(s, scale_log2, -m_use));
+}
+
 // The CTA's Q tile (BLOCK_M rows from row0 of the request's rows) into shared
 // memory at byte address sq, rows swizzled; rows past the request's rows are
 // zero-filled (their results are dropped). cp.async: the caller commits and waits.
@@ -170,8 +233,7 @@ static __device__ __forceinline__ void load_q_tile(const kdtree_verify_params& p
     int r = i / QK_CHUNKS, chunk = i % QK_CHUNKS;
     int gr = row0 + r;
     bool ok = gr < rows_total;
-    long long qrow =
-        ok ? (long long)(req.node_base + gr / p.group) * p.num_q_heads + kv_head * p.group + gr % p.group : 0;
+    long long qrow = ok ? out_row(p, req.node_base, gr, kv_head * p.group) : 0;
     kd_cp_async16(sq + swizzle<QK_CHUNKS>(r, chunk) * 16, q + qrow * HEAD_DIM + chunk * 8, ok ? 16 : 0);
   }
 }
@@ -304,17 +366,8 @@ struct Segment {
   long long partial_slot;   // stream-K: the slot of a cut item's piece, else -1
 };
 
-// What the combine needs of the item a stream-K CTA boundary c cuts (the item
-// holding unit c * chunk, when that is not the item's first unit), recorded by CTA
-// c for the first boundary inside the item (merge 0 otherwise).
-struct CutItem {
-  long long u0;     // the item's first unit
-  long long chunk;  // units per CTA
-  int c0, pieces;   // the first CTA holding a piece, and how many do
-  int node_base, rows_total, out_head0, m_tile;
-  int merge;
-};
-static_assert(sizeof(CutItem) <= 64, "the host reserves 64 bytes per stream-K CTA");
+// The stream-K cut record (verify_attention_layout.h, which the host sizes the workspace by).
+typedef kdtree_cut_item CutItem;
 
 // The segments of a CTA, walked by thread 0 into shared memory so that the walk
 // holds no registers through the tile loop: the CTA's grid point with uniform
@@ -416,110 +469,6 @@ static __device__ __forceinline__ long long partial_row(const kdtree_verify_para
                                                         long long orow) {
   return sg.partial_slot >= 0 ? sg.partial_slot * BLOCK_M + r
                               : (long long)sg.partial_split * p.total_nodes * p.num_q_heads + orow;
-}
-
-// Merges the split partials of each (node, head) row by their LSE. A row is
-// HEAD_DIM_V / 4 threads, each owning four columns (16-byte loads).
-// The generator launches COMBINE_THREADS threads and COMBINE_ROWS rows per CTA.
-constexpr int COMBINE_THREADS = KD_COMBINE_THREADS;
-constexpr int COMBINE_ROW_THREADS = KD_COMBINE_ROW_THREADS;
-constexpr int COMBINE_BATCH = 16;
-constexpr int COMBINE_ROWS = COMBINE_THREADS / COMBINE_ROW_THREADS;
-static_assert(HEAD_DIM_V % (4 * COMBINE_ROW_THREADS) == 0, "combine columns");
-
-// Merges the `splits` partials of output row `row` (this thread's columns col0,
-// col0 + COMBINE_ROW_THREADS * 4, ...); partial(s) is piece s's partial row.
-// One pass with a running max: each batch issues all of its BATCH LSE and 16-byte
-// partial loads before using any, so a thread waits on memory once per batch
-// rather than once per split.
-template <int BATCH, typename PartialRow>
-static __device__ __forceinline__ void merge_row(const kdtree_verify_params& p, long long row, int splits, int col0,
-                                                 PartialRow partial) {
-  bool nan = false;
-  float m_use = 0.f, wsum = 0.f;
-  for (int c = col0; c < HEAD_DIM_V; c += COMBINE_ROW_THREADS * 4) {
-    float m = -KD_INF;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    wsum = 0.f;
-    for (int s0 = 0; s0 < splits; s0 += BATCH) {
-      float4 v[BATCH];
-      float w[BATCH];
-#pragma unroll
-      for (int i = 0; i < BATCH; ++i) {
-        const bool in = s0 + i < splits;
-        const long long pr = in ? partial(s0 + i) : 0;
-        w[i] = in ? p.partial_lse[pr] : -KD_INF;
-        v[i] = in ? *(const float4*)(p.partial_o + pr * HEAD_DIM_V + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-      float m_new = m;
-#pragma unroll
-      for (int i = 0; i < BATCH; ++i) {
-        nan |= w[i] != w[i];
-        m_new = fmaxf(m_new, w[i]);
-      }
-      m_use = m_new == -KD_INF ? 0.f : m_new;  // splits that saw nothing weigh 0
-      const float rescale = kd_exp2(m - m_use);
-      m = m_new;
-      wsum *= rescale;
-      acc.x *= rescale;
-      acc.y *= rescale;
-      acc.z *= rescale;
-      acc.w *= rescale;
-#pragma unroll
-      for (int i = 0; i < BATCH; ++i) {
-        const float wi = kd_exp2(w[i] - m_use);
-        wsum += wi;
-        acc.x += wi * v[i].x;
-        acc.y += wi * v[i].y;
-        acc.z += wi * v[i].z;
-        acc.w += wi * v[i].w;
-      }
-    }
-    const float inv = nan ? KD_NAN : (wsum > 0.f ? 1.f / wsum : KD_NAN);
-    kd_u32* out = (kd_u32*)((kd_u16*)p.out + row * HEAD_DIM_V + c);
-    out[0] = kd_pack2<IS_BF16>(acc.x * inv, acc.y * inv);
-    out[1] = kd_pack2<IS_BF16>(acc.z * inv, acc.w * inv);
-  }
-  if (p.lse && col0 == 0) p.lse[row] = nan ? KD_NAN : (m_use + kd_log2(wsum)) * 0.69314718055994531f;
-}
-
-// Uniform splits: a CTA merges COMBINE_ROWS output rows; the grid covers all rows.
-extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_combine(const kdtree_verify_params p) {
-  const long long rows = (long long)p.total_nodes * p.num_q_heads;
-  const long long row = (long long)blockIdx.x * COMBINE_ROWS + threadIdx.x / COMBINE_ROW_THREADS;
-  if (row >= rows) return;
-  const int node = (int)(row / p.num_q_heads);
-  // The request that owns this node: binary search of node_indptr.
-  int lo = 0, hi = p.batch_size - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (p.node_indptr[mid] <= node) lo = mid; else hi = mid - 1;
-  }
-  const Request req = load_request(p, lo);
-  if (!req.valid) return;  // the main kernel wrote its rows as NaN
-  const int splits = min(p.num_splits, (req.kv_len + p.split_tokens - 1) / p.split_tokens);
-  merge_row<COMBINE_BATCH>(p, row, splits, (threadIdx.x % COMBINE_ROW_THREADS) * 4,
-                           [&](int s) { return (long long)s * rows + row; });
-}
-
-// Stream-K: a CTA merges COMBINE_ROWS rows of the row tile of the item that CTA
-// boundary blockIdx.x / (BLOCK_M / COMBINE_ROWS) + 1 cuts, from that boundary's
-// CutItem record (rows of whole items were written by the main kernel). A cut
-// item has few pieces: small batches keep the registers low and the SMs full.
-extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_combine_stream(const kdtree_verify_params p) {
-  constexpr int GROUPS = BLOCK_M / COMBINE_ROWS;
-  const CutItem cut = ((const CutItem*)p.cut_items)[blockIdx.x / GROUPS + 1];
-  if (!cut.merge) return;
-  const int r = (blockIdx.x % GROUPS) * COMBINE_ROWS + threadIdx.x / COMBINE_ROW_THREADS;
-  const int gr = cut.m_tile * BLOCK_M + r;
-  if (gr >= cut.rows_total) return;
-  const long long row = (long long)(cut.node_base + gr / p.group) * p.num_q_heads + cut.out_head0 + gr % p.group;
-  // Piece 0 is CTA c0's last segment (or its first, when the item starts with it);
-  // piece s > 0 is CTA c0 + s's first segment, slot 2 (c0 + s).
-  const long long prow0 = stream_slot(cut.c0, cut.chunk, cut.u0) * BLOCK_M + r;
-  const long long prow1 = 2ll * cut.c0 * BLOCK_M + r;
-  merge_row<4>(p, row, cut.pieces, (threadIdx.x % COMBINE_ROW_THREADS) * 4,
-               [&](int s) { return s == 0 ? prow0 : prow1 + s * (2ll * BLOCK_M); });
 }
 
 #endif  // KDTREE_VERIFY_ATTENTION_COMMON_CUH

@@ -1,7 +1,7 @@
 // Compile-time configuration of templates/verify_attention.cu. The generator defines every
 // KD_* value in the prelude it puts before the kernel source (codegen/verify_attention.cpp),
 // and must define exactly these. The defaults (MLA 576/512, W=64, page 64, bf16,
-// sm_90's tiles 64,64,8,2,32) only let editors and
+// sm_90's tiles kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32) only let editors and
 // `nvcc -fdevice-syntax-only -I templates -I include` read the template alone.
 
 #ifndef KD_HEAD_DIM_QK

@@ -24,14 +24,17 @@
 
 #include "verify_attention_qsplit_config.h"
 #include "verify_attention_common.cuh"
+#include "verify_attention_combine_stream.cuh"
 
-// Byte offsets in dynamic shared memory: K stages at 0 (Q is staged there first),
-// partial S, P, per-row stats. The generator sizes the block for both uses.
-constexpr int SMEM_RED = KD_SMEM_RED;
+// Byte offsets in dynamic shared memory (codegen's QsplitSmemLayout): K stages at 0
+// (Q is staged there first), partial S, P, per-row stats, the segment walk. The
+// generator sizes the block for both uses.
+constexpr int SMEM_PART_S = KD_SMEM_PART_S;
 constexpr int SMEM_P = KD_SMEM_P;
-constexpr int SMEM_STATS = KD_SMEM_STATS;
-constexpr int SMEM_WALK = SMEM_STATS + 3 * BLOCK_M * 4;  // after the stats: the CTA's SegmentWalk
-static_assert(sizeof(SegmentWalk) <= 128 && SMEM_WALK % 8 == 0, "the generator's 128 bytes for the segment walk");
+constexpr int SMEM_STATS = KD_SMEM_STATS;  // [KDTREE_QSPLIT_STATS][BLOCK_M] floats
+constexpr int SMEM_WALK = KD_SMEM_WALK;
+static_assert(SMEM_WALK == SMEM_STATS + KDTREE_QSPLIT_STATS * BLOCK_M * 4, "the stats rows end at the walk");
+static_assert(sizeof(SegmentWalk) <= KDTREE_SEGMENT_WALK_BYTES && SMEM_WALK % 8 == 0, "the walk's bytes");
 
 constexpr int DIMS_W = HEAD_DIM / WARPS_N;  // Q/K dims of a column warp
 constexpr int QK_STEPS_W = DIMS_W / 16;     // its k16 steps
@@ -199,11 +202,7 @@ static __device__ __forceinline__ void tile_loop(const kdtree_verify_params& p, 
     // fragment of step ks + 1 is loaded before step ks's mma.
     {
       float s[MF][S_TILES][4];
-#pragma unroll
-      for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-        for (int j = 0; j < S_TILES; ++j) s[mf][j][0] = s[mf][j][1] = s[mf][j][2] = s[mf][j][3] = 0.f;
-      }
+      zero_frags(s);
       kd_u32 kb[2][S_TILES / 2][4];
       auto load_k = [&](kd_u32(&f)[S_TILES / 2][4], int ks) {
         const kd_u32 a = tk_addr + L.k_lane + ((L.k_chunk0 + 2 * ks) ^ L.k_xor) * 16;
@@ -264,33 +263,22 @@ static __device__ __forceinline__ void tile_loop(const kdtree_verify_params& p, 
         v[2] = acc.z;
         v[3] = acc.w;
       }
-      if (t0 + BLOCK_N > req.prefix || t0 + BLOCK_N > t_end) {
+      if (is_edge_tile(t0, req, t_end)) {
         kd_u64 words[MASK_WORDS];
+        load_mask_words(p, L.red_node, words);
 #pragma unroll
-        for (int w = 0; w < MASK_WORDS; ++w)
-          words[w] = L.red_node >= 0 ? __ldg(p.tree_mask + (long long)L.red_node * MASK_WORDS + w) : 0ull;
-#pragma unroll
-        for (int c = 0; c < RED_COLS; ++c) {
-          const int t = t0 + L.red_col0 + c;
-          const int tree = t - req.prefix;
-          const bool visible = t < t_end && (tree < 0 || mask_bit(words, tree));
-          v[c] = visible ? v[c] : -KD_INF;
-        }
+        for (int c = 0; c < RED_COLS; ++c) v[c] = mask_score(v[c], t0 + L.red_col0 + c, t_end, req, words);
       }
       float mx = v[0];
 #pragma unroll
       for (int c = 1; c < RED_COLS; ++c) mx = fmaxf(mx, v[c]);
 #pragma unroll
       for (int d = 1; d < RED_LANES; d *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
-      const float mx2 = mx * p.scale_log2;  // log2 domain
-      const float m_new = mx2 > st.m + LAZY_MAX_LOG2 ? mx2 : st.m;
-      const float m_use = m_new == -KD_INF ? 0.f : m_new;  // a fully masked row stays at zero
-      const float alpha = kd_exp2(st.m - m_use);
-      st.m = m_new;
-      st.l *= alpha;
+      float alpha;
+      const float m_use = lazy_max_update(mx, p.scale_log2, st.m, st.l, alpha);
 #pragma unroll
       for (int c = 0; c < RED_COLS; ++c) {
-        v[c] = kd_exp2(fmaf(v[c], p.scale_log2, -m_use));
+        v[c] = lazy_exp(v[c], p.scale_log2, m_use);
         st.l += v[c];
       }
       *(uint2*)(L.sp + L.red_row * BLOCK_N + p_chunk(L.red_row, L.red_col0 / 8) * 8 + L.red_col0 % 8) =
@@ -307,7 +295,7 @@ static __device__ __forceinline__ void tile_loop(const kdtree_verify_params& p, 
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  float* spart = (float*)(smem_raw + SMEM_RED);         // [WARPS_M][WARPS_N][WARP_ROWS][BLOCK_N]
+  float* spart = (float*)(smem_raw + SMEM_PART_S);         // [WARPS_M][WARPS_N][WARP_ROWS][BLOCK_N]
   kd_u16* sp = (kd_u16*)(smem_raw + SMEM_P);            // [BLOCK_M][BLOCK_N]
   float* salpha = (float*)(smem_raw + SMEM_STATS);      // [BLOCK_M] this tile's O rescale
   float* srow_l = salpha + BLOCK_M;                     // [BLOCK_M] row sums, at the end
@@ -385,11 +373,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     }
 
     float o[MF][O_TILES][4];
-#pragma unroll
-    for (int mf = 0; mf < MF; ++mf) {
-#pragma unroll
-      for (int j = 0; j < O_TILES; ++j) o[mf][j][0] = o[mf][j][1] = o[mf][j][2] = o[mf][j][3] = 0.f;
-    }
+    zero_frags(o);
 
     RowStats st = {-KD_INF, 0.f};  // of the row this lane reduces
     const TileLanes lanes(wm, wn, lane, sk_addr, spart, sp, salpha, row0, rows_total, req, p.group);
@@ -426,7 +410,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         const int r = wm * WARP_ROWS + mf * 16 + lane / 4 + h * 8;
         const int gr = row0 + r;
         if (gr >= rows_total) continue;
-        long long orow = (long long)(req.node_base + gr / p.group) * p.num_q_heads + out_head0 + gr % p.group;
+        const long long orow = out_row(p, req.node_base, gr, out_head0);
         const long long prow = partial ? partial_row(p, target, r, orow) : -1;
         write_row(p, o[mf], h, orow, prow, srow_l[r], srow_m[r], poisoned, wn * V_COLS + (lane & 3) * 2,
                   wn == 0 && (lane & 3) == 0);

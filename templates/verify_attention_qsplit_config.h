@@ -1,7 +1,7 @@
 // Compile-time configuration of templates/verify_attention_qsplit.cu. The generator defines
 // every KD_* value in the prelude it puts before the kernel source (codegen/verify_attention.cpp),
 // and must define exactly these. The defaults (MLA 576/512, W=64, page 64, bf16, sm_120's
-// tiles 64,16,8,4,32) only let editors and `nvcc -fdevice-syntax-only -I templates -I include`
+// tiles kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32) only let editors and `nvcc -fdevice-syntax-only -I templates -I include`
 // read the template alone.
 
 #ifndef KD_HEAD_DIM_QK
@@ -40,14 +40,17 @@
 #ifndef KD_STAGES
 #define KD_STAGES 4  // cp.async pipeline depth (copies STAGES - 2 tiles ahead)
 #endif
-#ifndef KD_SMEM_RED
-#define KD_SMEM_RED 73728  // byte offset of the partial S tiles (K stages at 0; Q is staged at 0 first)
+#ifndef KD_SMEM_PART_S
+#define KD_SMEM_PART_S 73728  // byte offset of the partial S tiles (K stages at 0; Q is staged at 0 first)
 #endif
 #ifndef KD_SMEM_P
 #define KD_SMEM_P 90112  // of P
 #endif
 #ifndef KD_SMEM_STATS
 #define KD_SMEM_STATS 92160  // of the per-row rescale factors, row sums and maxima
+#endif
+#ifndef KD_SMEM_WALK
+#define KD_SMEM_WALK 92928  // of the CTA's segment walk (KDTREE_SEGMENT_WALK_BYTES)
 #endif
 #ifndef KD_COMBINE_THREADS
 #define KD_COMBINE_THREADS 128  // threads per combine CTA

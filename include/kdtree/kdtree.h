@@ -48,6 +48,11 @@ typedef enum kdtree_dtype {
  * sources include it too). */
 #include "kdtree/kdtree_device_errors.h"
 
+/* The largest max_kv_len (KV tokens of one request) verify_attention takes: 2^30.
+ * KV positions, split sizes and page counts are 32-bit on the device; the bound
+ * leaves room for a split rounded up to whole tiles. */
+#define KDTREE_MAX_KV_LEN (1 << 30)
+
 typedef struct kdtree_runtime kdtree_runtime;
 
 /* Library version "MAJOR.MINOR.PATCH"; static storage. */
@@ -122,7 +127,7 @@ typedef struct kdtree_verify_args {
   int batch_size;             /* >= 1; batch_size * num_kv_heads <= 65535 (one CTA row per request and KV head) */
   int total_nodes;            /* = node_indptr[batch_size]; host copy, sizes out and lse; batch_size..batch_size *
                                  max_tree_nodes, and total_nodes * num_q_heads <= 2^31 - 1 */
-  int max_kv_len;             /* host upper bound of kv_lens[b]; plans the KV split */
+  int max_kv_len;             /* host upper bound of kv_lens[b], 1..2^30 (KDTREE_MAX_KV_LEN); plans the KV split */
   int num_pages;              /* physical pages in the caches; page ids are checked against it */
   const void* q;              /* device [total_nodes, num_q_heads, head_dim_qk] */
   const int32_t* node_indptr; /* device [batch_size + 1]; request b owns nodes [indptr[b], indptr[b+1]) */

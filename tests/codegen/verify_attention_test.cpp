@@ -5,9 +5,13 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "base/error.hpp"
 #include "codegen/kv_compact.hpp"
 #include "codegen/verify_attention.hpp"
+#include "tests/support/env_var.hpp"
+#include "verify_attention_layout.h"
 
 using namespace kdtree::codegen;
 
@@ -95,9 +99,9 @@ TEST_CASE("tiles fit each arch's shared memory") {
       parse_head_name(head, &spec.head_dim_qk, &spec.head_dim_v);
       VerifyTiles t = choose_verify_tiles(spec, arch);
       INFO(spec.label() << " on " << arch.name());
-      CHECK(verify_smem_layout(spec, t).bytes <= arch.max_smem_per_block);
+      CHECK(verify_smem_bytes(spec, t) <= arch.max_smem_per_block);
       // The launch asks for the shared memory the generator laid out.
-      CHECK(generate_verify_attention(spec, arch).launch.dynamic_smem == verify_smem_layout(spec, t).bytes);
+      CHECK(generate_verify_attention(spec, arch).launch.dynamic_smem == verify_smem_bytes(spec, t));
       CHECK((t.warp_rows == 16 || t.warp_rows == 32));
       CHECK(t.block_m % t.warp_rows == 0);
       CHECK(t.stages >= 2);
@@ -109,28 +113,43 @@ TEST_CASE("tiles fit each arch's shared memory") {
   VerifyTiles g120 = choose_verify_tiles(gqa64, arch_from_sm(120));
   CHECK(g120.block_m == 128);
   CHECK(g120.stages == 2);
-  CHECK(2 * (verify_smem_layout(gqa64, g120).bytes + 1024) <= arch_from_sm(120).max_smem_per_sm);
+  CHECK(ctas_per_sm(arch_from_sm(120), verify_smem_bytes(gqa64, g120), g120.warps * 32) == 2);
   CHECK(choose_verify_tiles(gqa64, arch_from_sm(90)).stages == 3);
   // MLA on the 99 KB parts: Q in registers (qsplit) keeps 64 rows in 2 x 4 warps.
   VerifySpec mla;
   for (int sm : {86, 89, 120}) {
     const VerifyTiles m = choose_verify_tiles(mla, arch_from_sm(sm));
     INFO("sm_" << sm);
-    CHECK(m.qsplit);
+    CHECK(m.kernel == VerifyKernel::qsplit);
     CHECK(m.block_m == 64);
     CHECK(m.warps == 8);
     CHECK(generate_verify_attention(mla, arch_from_sm(sm)).source.find("Q lives in registers") != std::string::npos);
   }
-  CHECK_FALSE(choose_verify_tiles(mla, arch_from_sm(90)).qsplit);
-  CHECK_FALSE(choose_verify_tiles(mla, arch_from_sm(80)).qsplit);
-  // Its layout: K stages, partial S, P, row stats in order; Q is staged over them first.
+  CHECK(choose_verify_tiles(mla, arch_from_sm(90)).kernel == VerifyKernel::flash);
+  CHECK(choose_verify_tiles(mla, arch_from_sm(80)).kernel == VerifyKernel::flash);
+  // Its layout: K stages, partial S, P, row stats, the segment walk in order; Q is staged over them first.
   const VerifyTiles q120 = choose_verify_tiles(mla, arch_from_sm(120));
-  const VerifySmemLayout l = verify_smem_layout(mla, q120);
-  CHECK(l.red == q120.stages * q120.block_n * 576 * 2);
-  CHECK(l.p == l.red + q120.warps * q120.warp_rows * q120.block_n * 4);
+  CHECK(q120.str() == "kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32");
+  const QsplitSmemLayout l = qsplit_smem_layout(mla, q120);
+  CHECK(l.part_s == q120.stages * q120.block_n * 576 * 2);
+  CHECK(l.p == l.part_s + q120.warps * q120.warp_rows * q120.block_n * 4);
   CHECK(l.stats == l.p + q120.block_m * q120.block_n * 2);
-  CHECK(l.bytes >= l.stats + 3 * q120.block_m * 4);
+  CHECK(l.walk == l.stats + KDTREE_QSPLIT_STATS * q120.block_m * 4);
+  CHECK(l.bytes >= l.walk + KDTREE_SEGMENT_WALK_BYTES);
   CHECK(l.bytes >= q120.block_m * 576 * 2);
+  CHECK(l.str() == fmt::format("k=0,part_s={},p={},stats={},walk={},bytes={}", l.part_s, l.p, l.stats, l.walk, l.bytes));
+  // The flash layout: Q at 0, K and V stages, P (column warps > 1), the row exchange.
+  const VerifyTiles f90 = choose_verify_tiles(mla, arch_from_sm(90));
+  const FlashSmemLayout fl = flash_smem_layout(mla, f90);
+  CHECK(f90.str() == "kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32");
+  CHECK(fl.k == 64 * 576 * 2);
+  CHECK(fl.v == fl.k + 2 * 64 * 576 * 2);
+  CHECK(fl.p == fl.v);  // MLA: no V stages
+  CHECK(fl.red == fl.p + 64 * 64 * 2);
+  CHECK(fl.bytes == fl.red + 4 * 64 * 4);
+  CHECK(fl.str() == fmt::format("q=0,k={},v={},p={},red={},bytes={}", fl.k, fl.v, fl.p, fl.red, fl.bytes));
+  // The generator carries the tiles' name with the launch facts (logs, tools).
+  CHECK(generate_verify_attention(mla, arch_from_sm(120)).launch.kernel == q120.str());
   // sm_120 is held to 99 KB per block.
   CHECK(arch_from_sm(120).max_smem_per_block == 99 * 1024);
   CHECK_THROWS_AS(arch_from_sm(75), kdtree::Error);
@@ -170,8 +189,9 @@ TEST_CASE("KDTREE_VERIFY_TILES overrides the tiles and is validated") {
   VerifySpec mla;
   VerifySpec gqa64;
   gqa64.head_dim_qk = gqa64.head_dim_v = 64;
-  ::setenv("KDTREE_VERIFY_TILES", "32,16,4,3", 1);
+  const kdtree::test::EnvVar env("KDTREE_VERIFY_TILES", "kernel=flash,block_m=32,block_n=16,warps=4,stages=3,warp_rows=16");
   VerifyTiles t = verify_tiles(mla, arch_from_sm(90));
+  CHECK(t.kernel == VerifyKernel::flash);
   CHECK(t.block_m == 32);
   CHECK(t.block_n == 16);
   CHECK(t.warps == 4);
@@ -179,52 +199,69 @@ TEST_CASE("KDTREE_VERIFY_TILES overrides the tiles and is validated") {
   CHECK(t.warp_rows == 16);
   // The generator's own choice does not read the environment.
   CHECK(choose_verify_tiles(mla, arch_from_sm(90)).block_n == 64);
+  // Keys left out keep the generator's choice: only the stages change.
+  ::setenv("KDTREE_VERIFY_TILES", "stages=3", 1);
+  VerifyTiles chosen = choose_verify_tiles(mla, arch_from_sm(120));
+  chosen.stages = 3;
+  CHECK(verify_tiles(mla, arch_from_sm(120)).str() == chosen.str());
   // gqa64 split over two column warps would cut a swizzle group: rejected by name.
+  ::setenv("KDTREE_VERIFY_TILES", "block_m=32,block_n=16,warps=4,stages=3,warp_rows=16", 1);
   CHECK_THROWS_AS(verify_tiles(gqa64, arch_from_sm(90)), kdtree::Error);
-  // The fifth field sets the rows per warp: 64 rows of 32-row warps, 8 warps = 2 x 4.
-  ::setenv("KDTREE_VERIFY_TILES", "64,64,8,2,32", 1);
+  // 64 rows of 32-row warps, 8 warps = 2 x 4.
+  ::setenv("KDTREE_VERIFY_TILES", "kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32", 1);
   t = verify_tiles(mla, arch_from_sm(90));
   CHECK(t.warp_rows == 32);
   const KernelSource src = generate_verify_attention(mla, arch_from_sm(90));
   CHECK(src.source.find("#define KD_WARP_ROWS 32\n") != std::string::npos);
   CHECK(src.launch.threads == 256);
   CHECK(src.launch.block_n == 64);
+  CHECK(src.launch.kernel == t.str());
   ::unsetenv("KDTREE_VERIFY_TILES");
   CHECK(verify_tiles(mla, arch_from_sm(90)).block_n == 64);
 }
 
-TEST_CASE("KDTREE_VERIFY_TILES: every field is checked, nothing trailing, an override that does not fit is an error") {
+TEST_CASE("KDTREE_VERIFY_TILES: every key is checked, nothing trailing, an override that does not fit is an error") {
   VerifySpec mla;
   const Arch sm90 = arch_from_sm(90), sm120 = arch_from_sm(120);
-  CHECK(tiles_error("32,16,4,3", mla, sm90).empty());
-  CHECK(tiles_error("64,64,8,2,32", mla, sm90).empty());
-  CHECK(tiles_error("64,64,8,2,32,flash", mla, sm90).empty());
-  CHECK(tiles_error("64,16,8,3,32,qsplit", mla, sm90).empty());
-  CHECK(tiles_error("64,16,8,4,32,qsplit", mla, sm120).empty());
+  CHECK(tiles_error("block_m=32,block_n=16,warps=4,stages=3,warp_rows=16", mla, sm90).empty());
+  CHECK(tiles_error("kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32", mla, sm90).empty());
+  CHECK(tiles_error("kernel=qsplit,block_m=64,block_n=16,warps=8,stages=3,warp_rows=32", mla, sm90).empty());
+  CHECK(tiles_error("kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32", mla, sm120).empty());
+  // Only the kernel: sm_90's flash tiles (64-token stages) do not suit qsplit, which says why.
+  CHECK(tiles_error("kernel=qsplit", mla, sm90).find("block_n 16") != std::string::npos);
   VerifySpec gqa128;
   gqa128.head_dim_qk = gqa128.head_dim_v = 128;
-  CHECK(tiles_error("64,16,8,3,32,qsplit", gqa128, sm90).find("qsplit") != std::string::npos);  // MLA only
+  CHECK(tiles_error("kernel=qsplit,block_m=64,block_n=16,warps=8,stages=3,warp_rows=32", gqa128, sm90).find("qsplit") !=
+        std::string::npos);  // MLA only
   struct Bad {
     const char* text;
     const char* names;  // what the message must name
   };
+  const std::string base = "kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32";
   // A zero or negative block once reached the split plan's ceil_div (SIGFPE).
   for (const Bad& bad :
-       {Bad{"64,0,8,2,32", "block_n"}, Bad{"64,-16,8,2", "block_n"}, Bad{"0,64,8,2", "block_m"},
-        Bad{"-64,64,8,2,32", "block_m"}, Bad{"64,64,0,2,32", "warps"}, Bad{"64,64,8,1,32", "stages"},
-        Bad{"64,64,8,2,24", "warp_rows"}, Bad{"64,64,8,2,32x", "warp_rows"}, Bad{"64,64,8,2,32,1", "kernel"},
-        Bad{"64,64,8,2,32,flash,1", "fields"}, Bad{"64,32,8,2,32,qsplit", "qsplit"}, Bad{"64,16,4,3,16,qsplit", "qsplit"},
-        Bad{"64,16,8,3,32,Qsplit", "kernel"},
-        Bad{"64,64", "fields"}, Bad{"64,64,8,2,", "warp_rows"}, Bad{" 64,64,8,2", "block_m"},
-        Bad{"64,64,8,2 ", "stages"}, Bad{"64,72,8,2,32", "block_n"}, Bad{"48,64,8,2,32", "block_m"},
-        Bad{"64,64,6,2,32", "warps"}, Bad{"64,64,8,2,99999999999", "warp_rows"}}) {
+       {Bad{"block_n=0", "block_n"}, Bad{"block_n=-16", "block_n"}, Bad{"block_m=0", "block_m"},
+        Bad{"block_m=-64", "block_m"}, Bad{"warps=0", "warps"}, Bad{"stages=1", "stages"},
+        Bad{"warp_rows=24", "warp_rows"}, Bad{"warp_rows=32x", "warp_rows"}, Bad{"kernel=1", "kernel"},
+        Bad{"kernel=Qsplit", "kernel"}, Bad{"kernel=qsplit,block_n=32", "qsplit"},
+        Bad{"kernel=qsplit,block_n=16,warps=4,stages=3,warp_rows=16", "qsplit"}, Bad{"stages=2,stages=3", "twice"},
+        Bad{"block_m", "key=value"}, Bad{"=64", "key=value"}, Bad{"block_m=64,", "key=value"},
+        Bad{"tile=64", "unknown key 'tile'"}, Bad{" block_m=64", "unknown key ' block_m'"},
+        Bad{"stages=2 ", "stages"}, Bad{"block_n=72", "block_n"}, Bad{"block_m=48", "block_m"},
+        Bad{"warps=6", "warps"}, Bad{"warp_rows=99999999999", "warp_rows"}}) {
     const std::string message = tiles_error(bad.text, mla, sm90);
     INFO(bad.text << ": " << message);
     CHECK(message.find("KDTREE_VERIFY_TILES") != std::string::npos);
     CHECK(message.find(bad.names) != std::string::npos);
   }
+  // The old positional form is refused, with its key=value spelling.
+  const std::string old = tiles_error("64,16,8,4,32,qsplit", mla, sm120);
+  INFO(old);
+  CHECK(old.find("positional form") != std::string::npos);
+  CHECK(old.find("kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32") == std::string::npos);
+  CHECK(old.find("block_m=64,block_n=16,warps=8,stages=4,warp_rows=32,kernel=qsplit") != std::string::npos);
   // sm_90's MLA tiles need ~150 KB of shared memory: on sm_120 that is an error, not ignored.
-  const std::string too_big = tiles_error("64,64,8,2,32", mla, sm120);
+  const std::string too_big = tiles_error(base, mla, sm120);
   INFO(too_big);
   CHECK(too_big.find("do not fit sm_120") != std::string::npos);
 }

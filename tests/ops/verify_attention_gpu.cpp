@@ -452,7 +452,7 @@ TEST_CASE("verify_attention GPU: a node count over W flags NODE_COUNT and NaNs t
 // `schedule` sets KDTREE_VERIFY_SCHEDULE for its automatic plans ("" leaves the
 // choice to the cost model).
 struct QsplitSession {
-  static constexpr const char* kTiles = "64,16,8,4,32,qsplit";
+  static constexpr const char* kTiles = "kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32";
   kdtree::test::EnvVar tiles;
   kdtree::test::EnvVar schedule;
   Session session;
@@ -460,7 +460,7 @@ struct QsplitSession {
       : tiles("KDTREE_VERIFY_TILES", kTiles), schedule("KDTREE_VERIFY_SCHEDULE", schedule_value) {}
 };
 
-TEST_CASE("verify_attention GPU parity: mla576/512 qsplit (sm_120's kernel, tiles 64,16,8,4,32)") {
+TEST_CASE("verify_attention GPU parity: mla576/512 qsplit (sm_120's kernel, tiles kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32)") {
   QsplitSession q;
   run_head_grid(576, 512, 4, q.session);
 }

@@ -311,7 +311,7 @@ struct TilesEnv : kdtree::test::EnvVar {
 
 TEST_CASE("verify_args: KDTREE_VERIFY_TILES with a zero or negative block is an error, not SIGFPE") {
   // These once passed the override's checks and divided by zero in the split plan.
-  for (const char* tiles : {"64,0,8,2,32", "64,-16,8,2"}) {
+  for (const char* tiles : {"block_m=64,block_n=0,warps=8,stages=2,warp_rows=32", "block_n=-16"}) {
     INFO("KDTREE_VERIFY_TILES=" << tiles);
     OfflineFixture fx;  // a fresh runtime: sources are generated once per runtime
     TilesEnv env(tiles);

@@ -86,3 +86,23 @@ TEST_CASE("verify_plan: KDTREE_VERIFY_SCHEDULE forces stream-K or uniform splits
     }
   }
 }
+
+TEST_CASE("verify_plan: max_kv_len at KDTREE_MAX_KV_LEN plans positive splits; past it is refused") {
+  const ScopedSchedule unset("");
+  const kdtree_verify_spec gqa64{64, 64, 8, 1, 64, 16, KDTREE_DTYPE_BF16};
+  for (int sm : {90, 120}) {
+    // Forced one split (the whole KV in one CTA), and the automatic plans (MLA on sm_120: stream-K).
+    const VerifyPlan one = plan(sm, gqa64, 1, 16, KDTREE_MAX_KV_LEN - 16, 1);
+    CHECK(one.num_splits == 1);
+    CHECK(one.split_tokens >= KDTREE_MAX_KV_LEN);
+    for (const kdtree_verify_spec& s : {gqa64, mla(16, 16)}) {
+      const VerifyPlan automatic = plan(sm, s, 1, 16, KDTREE_MAX_KV_LEN - 16);
+      CHECK(automatic.split_tokens > 0);
+      CHECK(int64_t(automatic.split_tokens) * std::max(1, automatic.num_splits) >= KDTREE_MAX_KV_LEN);
+    }
+  }
+  CHECK_NOTHROW(check_verify_sizes(gqa64, 16, 1, 16, KDTREE_MAX_KV_LEN, 1));
+  for (int bad : {KDTREE_MAX_KV_LEN + 1, INT32_MAX, 0}) {
+    CHECK_THROWS_WITH_AS(check_verify_sizes(gqa64, 16, 1, 16, bad, 1), doctest::Contains("max_kv_len"), kdtree::Error);
+  }
+}

@@ -2,7 +2,7 @@
 """Performance model of verify_attention from the kernels' SASS (docs/PERFORMANCE.md,
 "Performance model").
 
-  perf_model.py predict  --arch sm_120 [--tiles B_M,B_N,W,S[,R]] [--json FILE] [--compile-arch ARCH] [--splits N]
+  perf_model.py predict  --arch sm_120 [--tiles kernel=K,block_m=M,...] [--json FILE] [--compile-arch ARCH] [--splits N]
   perf_model.py validate --measured BENCH_OUTPUT [--arch sm_90] [--tiles ...] [--column graph_us] [--max-error 20]
   perf_model.py grid     [--arch sm_120]          SASS counts and spills of the whole verify_attention grid
   perf_model.py check    --baseline tools/perf_model/baseline_sm120.json [--update] [--tolerance 0.10]
@@ -46,7 +46,7 @@ def copies_per_thread(plan: dict) -> int:
 
 def warp_roles(plan: dict) -> int:
     """Warp rows that run different steady paths: the qsplit kernel's two skewed rows."""
-    return 2 if plan.get("qsplit") else 1
+    return 2 if plan.get("family") == "qsplit" else 1
 
 
 def load(arch: str, tiles: str | None, plan_tool: str, cache_dir: str | None, shape: str | None,
@@ -137,8 +137,8 @@ def predictions(args, arch: str, tiles: str | None, compile_arch: str | None = N
 
 
 def tiles_of(plan: dict) -> str:
-    return (f"{plan['block_m']},{plan['block_n']},{plan['warps']},{plan['stages']},{plan['warp_rows']}"
-            + (",qsplit" if plan.get("qsplit") else ""))
+    """The family and tiles as KDTREE_VERIFY_TILES spells them (verify_plan's "tiles")."""
+    return plan["tiles"]
 
 
 def plan_text(plan: dict) -> str:
@@ -147,11 +147,11 @@ def plan_text(plan: dict) -> str:
 
 
 def print_predictions(rows, out=sys.stdout) -> None:
-    print(f"{'shape':24} {'tiles':20} {'regs':>4} {'spill':>5} {'splits':>6} {'CTA/SM':>6} {'waves':>5} "
+    print(f"{'shape':24} {'tiles':66} {'regs':>4} {'spill':>5} {'splits':>6} {'CTA/SM':>6} {'waves':>5} "
           f"{'tile clk':>8} {'tensor':>6} {'port':>5} {'issue':>5} {'L2':>5} {'us':>8} {'comb us':>7} {'TFLOP/s':>7}  binding",
           file=out)
     for plan, k, p in rows:
-        print(f"{plan['shape']:24} {tiles_of(plan):20} {k.registers:4d} {max(k.spill_instrs, k.spill_bytes, 0):5d} "
+        print(f"{plan['shape']:24} {tiles_of(plan):66} {k.registers:4d} {max(k.spill_instrs, k.spill_bytes, 0):5d} "
               f"{plan_text(plan):>6} {p.ctas_per_sm:6d} {p.waves:5d} {p.tile_cycles:8.0f} {p.tensor_busy:6.0%} "
               f"{p.port_busy:5.0%} {p.issue_busy:5.0%} {p.l2_busy:5.0%} {p.us:8.1f} {p.combine_us:7.1f} {p.tflops:7.1f}  "
               f"{p.binding}", file=out)
@@ -214,7 +214,7 @@ def cmd_validate(args) -> int:
     measured = read_measured(args.measured, args.column)
     rows = predictions(args, args.arch, args.tiles)
     print_counts(rows)
-    print(f"{'shape':24} {'tiles':20} {'predicted us':>12} {'measured us':>11} {'error':>7}  binding")
+    print(f"{'shape':24} {'tiles':66} {'predicted us':>12} {'measured us':>11} {'error':>7}  binding")
     worst = 0.0
     missing = []
     for plan, k, p in rows:
@@ -224,7 +224,7 @@ def cmd_validate(args) -> int:
         m = measured[plan["shape"]]
         err = (p.us - m) / m
         worst = max(worst, abs(err))
-        print(f"{plan['shape']:24} {tiles_of(plan):20} {p.us:12.1f} {m:11.1f} {err:+7.1%}  {p.binding}")
+        print(f"{plan['shape']:24} {tiles_of(plan):66} {p.us:12.1f} {m:11.1f} {err:+7.1%}  {p.binding}")
     if missing:
         print(f"not measured: {', '.join(missing)}")
     print(f"worst error {worst:.1%} (limit {args.max_error:.0f}%)")
