@@ -43,15 +43,20 @@ std::string VerifyCase::head_name() const {
   return "gqa" + std::to_string(spec.head_dim_qk);
 }
 
-std::string VerifyCase::label(const std::string& extra) const {
-  std::string s = "verify_attention[" + head_name() + ",W=" + std::to_string(spec.max_tree_nodes) +
-                  ",page=" + std::to_string(spec.page_size) + "," + (spec.dtype == KDTREE_DTYPE_BF16 ? "bf16" : "f16") +
-                  ",Hq=" + std::to_string(spec.num_q_heads);
+std::string verify_label(const kdtree_verify_spec& spec, int batch_size, const std::string& extra) {
+  const bool mla = spec.head_dim_qk != spec.head_dim_v;
+  std::string s = "verify_attention[" +
+                  (mla ? "mla" + std::to_string(spec.head_dim_qk) + "/" + std::to_string(spec.head_dim_v)
+                       : "gqa" + std::to_string(spec.head_dim_qk)) +
+                  ",W=" + std::to_string(spec.max_tree_nodes) + ",page=" + std::to_string(spec.page_size) + "," +
+                  (spec.dtype == KDTREE_DTYPE_BF16 ? "bf16" : "f16") + ",Hq=" + std::to_string(spec.num_q_heads);
   if (!mla) s += ",Hkv=" + std::to_string(spec.num_kv_heads);
   s += ",B=" + std::to_string(batch_size);
   if (!extra.empty()) s += "," + extra;
   return s + "]";
 }
+
+std::string VerifyCase::label(const std::string& extra) const { return verify_label(spec, batch_size, extra); }
 
 VerifyHostInputs VerifyCase::host_inputs() const {
   VerifyHostInputs in;

@@ -18,6 +18,11 @@ enum class ValueDist { uniform, normal };  // uniform [-1, 1] or N(0, 1)
 // into the result (0 * NaN is NaN), as stale memory can in a real server.
 enum class UnusedFill { nan, random, zero };
 
+// A grid point's name, as the GPU tests print it and `kdtree_gpu_tests --case`
+// selects it: "verify_attention[mla576/512,W=64,page=64,bf16,Hq=16,B=3]" (GQA adds
+// Hkv=), with `extra` ("splits=3,...") before the bracket.
+std::string verify_label(const kdtree_verify_spec& spec, int batch_size, const std::string& extra = "");
+
 struct VerifyCaseOptions {
   int min_prefix = 0;  // prefix_len = kv_len - n_b, drawn uniformly in [min, max]
   int max_prefix = 256;

@@ -21,11 +21,13 @@
 #include "reference/verify_attention.hpp"
 #include "reference/verify_case.hpp"
 #include "tests/support/device.hpp"
+#include "tests/support/gpu_case_filter.hpp"
 #include "tests/support/env_var.hpp"
 
 namespace {
 
 using kdtree::ref::make_verify_spec;
+using kdtree::ref::verify_label;
 
 using kdtree::ref::VerifyCase;
 using kdtree::ref::VerifyCaseOptions;
@@ -314,6 +316,10 @@ void run_head_grid(int dqk, int dv, int head_index, Session& s = Session::get())
     }
   }
 
+  // `kdtree_gpu_tests --case NAME` runs the points so named alone.
+  points.erase(std::remove_if(points.begin(), points.end(),
+                              [](const Point& p) { return !kdtree::test::case_selected(verify_label(p.spec, p.batch)); }),
+               points.end());
   std::vector<kdtree_verify_spec> specs;
   for (const Point& p : points) specs.push_back(p.spec);
   warm(s, specs);
