@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DDTree speculative decoding end to end on the GPU machine (issue 10), about 4-5 minutes (the time limits below stop it by 7):
+# DDTree speculative decoding end to end on the GPU machine (examples/ddtree/README.md), about 4-5 minutes (the time limits below stop it by 7):
 #   1. compiles kdtree's kernels for the example's shapes in the background (kdtree-gen warm),
 #   2. python -m examples.ddtree.run: trains the target + drafter (~2.5 min, fixed seeds; or loads
 #      them from $KDTREE_DDTREE_CACHE), greedy equality, the sampling TV test, acceptance lengths,

@@ -1,1 +1,1 @@
-"""DDTree speculative decoding end to end through kdtree (issue 10): see run.py and README.md."""
+"""DDTree speculative decoding end to end through kdtree: see README.md and run.py."""

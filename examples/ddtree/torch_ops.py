@@ -1,6 +1,6 @@
 """Plain-torch implementations of kdtree's five operations (the `--backend torch` path).
 
-They follow the semantics of /shared/SPEC.md and kdtree.h (same argument names, layouts and
+They follow the semantics of kdtree.h and the README (same argument names, layouts and
 outputs as the `kdtree` Python package) but are written independently and for clarity, not
 speed: tree_build is a literal best-first heap per request, tree_accept and kv_compact walk the
 paths on the host. They may synchronise with the device, so only the kdtree backend is captured

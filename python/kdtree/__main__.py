@@ -14,7 +14,7 @@ USAGE = """usage: python -m kdtree COMMAND [ARGS...]
   warm [--arch sm_120|sm_90|sm_80|native] [--heads ...] [--widths ...] [--pages ...] [--dtypes ...] ...
   emit [--op ...] ...        print a kernel's generated CUDA source
   info                       versions, devices, the cache, and the Python package's libraries
-  cache list|clear|verify    the cubin cache
+  cache list|clear|verify|prune   the cubin cache
 Every command and flag is kdtree-gen's (`python -m kdtree warm --help`)."""
 
 
