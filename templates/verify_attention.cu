@@ -158,10 +158,11 @@ static __device__ __forceinline__ bool online_softmax(float (&s)[MF][S_TILES][4]
 
 // The kernel reads as its phases: the Q tile, then per KV tile QK, mask and row
 // max, the CTA row exchange, online softmax, PV; then the row sums (the exchange
-// again) and writing rows. The exchange and the softmax are functions; the other
-// phases stay inline because moving them into functions changed the SASS ptxas
-// emits (register assignment and schedule, measured), which this kernel's
-// performance model reads.
+// again) and writing rows. The exchange, the softmax and the phases both kernels
+// share (verify_attention_common.cuh) are functions; QK, PV and the mask loop stay
+// inline because moving them into functions changed the SASS ptxas emits
+// (register assignment and schedule, measured), which this kernel's performance
+// model reads.
 extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p) {
   // The carve-up is the generator's (verify_smem_layout), which also sizes the launch.
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -295,7 +296,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             float v = s[mf][j][2 * h + c];
-            if (edge) v = mask_score(v, t0 + s_col0 + j * 8 + (lane & 3) * 2 + c, t_end, req, words);
+            if (edge) {
+              // token_visible() written out: as a call, ptxas schedules this loop with
+              // 80 more instructions on sm_90 (scripts/sass_diff.sh).
+              int t = t0 + s_col0 + j * 8 + (lane & 3) * 2 + c;
+              int tree = t - req.prefix;
+              bool visible = t < t_end && (tree < 0 || mask_bit(words, tree));
+              v = visible ? v : -KD_INF;
+            }
             s[mf][j][2 * h + c] = v;
             mx[mf][h] = fmaxf(mx[mf][h], v);
           }

@@ -191,14 +191,12 @@ static __device__ __forceinline__ void load_mask_words(const kdtree_verify_param
   for (int w = 0; w < MASK_WORDS; ++w) words[w] = node >= 0 ? __ldg(p.tree_mask + (long long)node * MASK_WORDS + w) : 0ull;
 }
 
-// Score v of KV token t for the row whose mask words are `words`: kept if t is a
-// prefix token or one of the node's ancestors (itself included) and before t_end,
-// else -inf.
-static __device__ __forceinline__ float mask_score(float v, int t, int t_end, const Request& req,
-                                                   const kd_u64 (&words)[MASK_WORDS]) {
+// Whether KV token t is visible to the row whose mask words are `words`: a prefix
+// token, or one of the node's ancestors (itself included), before t_end.
+static __device__ __forceinline__ bool token_visible(int t, int t_end, const Request& req,
+                                                     const kd_u64 (&words)[MASK_WORDS]) {
   const int tree = t - req.prefix;
-  const bool visible = t < t_end && (tree < 0 || mask_bit(words, tree));
-  return visible ? v : -KD_INF;
+  return t < t_end && (tree < 0 || mask_bit(words, tree));
 }
 
 // ---- The lazy online softmax of one row (log2 domain). The reference max m_run

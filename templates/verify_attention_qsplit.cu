@@ -267,7 +267,7 @@ static __device__ __forceinline__ void tile_loop(const kdtree_verify_params& p, 
         kd_u64 words[MASK_WORDS];
         load_mask_words(p, L.red_node, words);
 #pragma unroll
-        for (int c = 0; c < RED_COLS; ++c) v[c] = mask_score(v[c], t0 + L.red_col0 + c, t_end, req, words);
+        for (int c = 0; c < RED_COLS; ++c) v[c] = token_visible(t0 + L.red_col0 + c, t_end, req, words) ? v[c] : -KD_INF;
       }
       float mx = v[0];
 #pragma unroll

@@ -10,10 +10,13 @@ The hash covers the rendered source, so it changes with any source edit; the
 readable part (op, shape, dtype, arch) names the grid point and is what two
 snapshots are compared by.
 
-OUT_DIR/<readable>.sass holds the normalised disassembly of every kernel of the
-entry, OUT_DIR/<readable>.res the per-kernel ptxas resource lines (registers,
-spills, shared memory). Normalisation drops what does not change the code: the
-disassembler's header lines and trailing whitespace. nvdisasm is searched in
+OUT_DIR/<readable>.<function>.sass holds the normalised disassembly of each
+kernel of the entry, OUT_DIR/<readable>.<function>.res its ptxas resource lines
+(registers, spills, shared memory), OUT_DIR/<readable>.head the module's other
+sections. Normalisation drops what does not change the code: the disassembler's
+header lines, trailing whitespace and the module-wide numbering of branch labels
+(renumbered per function), so a kernel added to or removed from a module shows as
+that file alone. nvdisasm is searched in
 $NVDISASM, PATH, the CUDA toolkit and the pip wheels (nvidia-cuda-nvdisasm,
 triton's bundled copy).
 """
@@ -82,6 +85,58 @@ def normalise(sass):
     return "\n".join(out) + "\n"
 
 
+# A function starts at nvdisasm's banner comment before its text section (or at
+# the section line itself).
+SECTION = re.compile(r"^(?://-+ \.text\.([A-Za-z0-9_]+) -+|\s*\.section\s+\.text\.([A-Za-z0-9_]+),)")
+INTERNAL = re.compile(r"\$__internal_\d+_\$")
+LABEL = re.compile(r"\.L_x_\d+")
+
+
+def split_functions(sass):
+    """The disassembly split into the module's head (sections other than code) and
+    one text per kernel function, {name: text}. Branch labels are renumbered in the
+    order they appear within each function: nvdisasm numbers them across the
+    module, so removing one function (a combine kernel the module no longer holds)
+    would otherwise renumber the labels of every other function."""
+    head, functions, name = [], {}, None
+    for line in sass.splitlines():
+        m = SECTION.match(line)
+        if m and (m.group(1) or m.group(2)) != name:
+            name = m.group(1) or m.group(2)
+            functions[name] = []
+        (functions[name] if name else head).append(line)
+    for fn, lines in functions.items():
+        numbers = {}
+        text = INTERNAL.sub("$__internal_$", "\n".join(lines))  # numbered across the module too
+        functions[fn] = LABEL.sub(lambda m: numbers.setdefault(m.group(0), f".L_x_{len(numbers)}"), text) + "\n"
+    return "\n".join(head) + "\n", functions
+
+
+def split_resources(res):
+    """The resource lines per kernel function, {name: text}."""
+    functions, name = {}, None
+    for line in res.splitlines():
+        m = re.search(r"Compiling entry function '([A-Za-z0-9_]+)'", line)
+        if m:
+            name = m.group(1)
+        functions.setdefault(name, []).append(line)
+    return {fn: "\n".join(lines) + "\n" for fn, lines in functions.items()}
+
+
+def write_snapshot(out_dir, readable, sass, res):
+    """OUT/<entry>.head (the module's other sections), and per kernel function
+    OUT/<entry>.<function>.sass and .res."""
+    head, functions = split_functions(normalise(sass))
+    with open(os.path.join(out_dir, readable + ".head"), "w") as f:
+        f.write(LABEL.sub(".L_x", head))
+    for fn, text in functions.items():
+        with open(os.path.join(out_dir, f"{readable}.{fn}.sass"), "w") as f:
+            f.write(text)
+    for fn, text in split_resources(res).items():
+        with open(os.path.join(out_dir, f"{readable}.{fn or 'module'}.res"), "w") as f:
+            f.write(text)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -102,10 +157,7 @@ def main():
             f.write(cubin)
             f.flush()
             sass = subprocess.run([nvdisasm, "-c", f.name], check=True, capture_output=True, text=True).stdout
-        with open(os.path.join(out_dir, readable + ".sass"), "w") as f:
-            f.write(normalise(sass))
-        with open(os.path.join(out_dir, readable + ".res"), "w") as f:
-            f.write(resource_lines(log))
+        write_snapshot(out_dir, readable, sass, resource_lines(log))
     print(f"sass_snapshot: {len(entries)} entries from {cache_dir} -> {out_dir} ({nvdisasm})")
 
 
