@@ -32,7 +32,7 @@ import torch
 
 import kdtree
 from kdtree import _checks, _kv_compact, _launch, _lib
-from kdtree._verify_attention import plan as verify_plan, workspace_size
+from kdtree._verify_attention import check as verify_check, workspace_size
 
 PER_BATCH = 100
 
@@ -103,7 +103,7 @@ def cases(dev="cuda"):
     lens = torch.tensor([64 + nodes], **i32)
     indptr = torch.tensor([0, nodes], **i32)
     mask = torch.tensor([[(1 << (i + 1)) - 1] for i in range(nodes)], dtype=torch.int64, device=dev)
-    ws_bytes = workspace_size(verify_plan(q, k, None, table, lens, indptr, mask, 16))
+    ws_bytes = workspace_size(verify_check(q, k, None, table, lens, indptr, mask, 16))
     ws = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=dev)
     o = torch.empty(nodes, 16, 512, dtype=torch.bfloat16, device=dev)
     a = _lib.VerifyArgs()

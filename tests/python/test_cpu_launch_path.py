@@ -61,9 +61,9 @@ def recorder(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
     monkeypatch.setattr(_launch, "_workspaces", {})
     monkeypatch.setattr(_kv_compact, "_tables", {})
-    monkeypatch.setattr(_verify_attention, "_launches", {})
     for op in OPS:
         monkeypatch.setattr(op, "_cache", _plan_cache.PlanCache())
+        monkeypatch.setattr(op, "_launches", _launch.Launches(op._make_launch))
     monkeypatch.setattr(torch.cuda, "Event", NoEvent)
     return rec
 
@@ -86,7 +86,7 @@ def test_verify_attention_mla_launch(recorder):
     assert f["out"] == out.data_ptr() and f["lse"] == lse.data_ptr()
     assert f["sm_scale"] == pytest.approx(1 / 24, rel=1e-6)
     assert f["stream"] == STREAM and f["num_splits"] == 0 and f["error_flags"] is None
-    ws = _launch._workspaces[(None, STREAM)]
+    ws = _launch._workspaces[(-1, STREAM)]
     assert f["workspace"] == ws.data_ptr() and f["workspace_size"] == WORKSPACE and ws.numel() >= WORKSPACE
 
 
@@ -108,12 +108,12 @@ def test_verify_attention_workspace_inside_capture_is_not_the_cache(recorder, mo
     a = shapes.verify_args()
     args = (a["q"], a["k_cache"], a["page_table"], a["kv_lens"], a["node_indptr"], a["tree_mask"])
     kdtree.verify_attention(*args, max_tree_nodes=16)
-    cached = _launch._workspaces[(None, STREAM)]
+    cached = _launch._workspaces[(-1, STREAM)]
     monkeypatch.setattr(_launch, "capturing", lambda: True)
     kdtree.verify_attention(*args, max_tree_nodes=16)
     f = recorder.calls[-1][1]
     assert f["workspace"] != cached.data_ptr()  # allocated through torch (the graph's pool)
-    assert _launch._workspaces[(None, STREAM)] is cached
+    assert _launch._workspaces[(-1, STREAM)] is cached
 
 
 def test_tree_build_launch(recorder):
