@@ -12,6 +12,7 @@ base + layer * stride, computed on the device (also inside capture).
 import math
 import threading
 from typing import NamedTuple
+from ctypes import byref as _byref
 
 import torch
 
@@ -217,7 +218,7 @@ def _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, ac
     a.v_caches = None if v_caches is None else _pointer_table("v_caches", v_caches, stacked, index, stream)
     a.page_table, a.kv_lens, a.node_counts = page_table.data_ptr(), kv_lens.data_ptr(), node_counts.data_ptr()
     a.accepted_path, a.accept_lens, a.stream = accepted_path.data_ptr(), accept_lens.data_ptr(), stream
-    status = _launch.call(_lib.api.kv_compact, index, a)
+    status = _lib.api.kv_compact(_launch.runtime(index), _byref(a))  # index is the current device (above)
     if status:
         _lib.check(status, "kdtree_kv_compact")
 

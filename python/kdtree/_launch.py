@@ -11,7 +11,6 @@ Workspace policy (verify_attention's split-KV scratch):
 """
 
 import contextlib
-from ctypes import byref
 from threading import get_ident
 
 import torch
@@ -47,13 +46,6 @@ def device_guard(index):
 
 
 runtime = _runtime.get  # the device's runtime (module attribute: the CPU tests replace it)
-
-
-def call(fn, index, args):
-    """fn(runtime of device `index`, &args): the kdtree_status. `index` must be torch's current device
-    (the functions switch to it first when it is not), so kdtree's cuCtxSetCurrent leaves torch's view
-    of the current device right."""
-    return fn(runtime(index), byref(args))
 
 
 class Launch:

@@ -2,6 +2,7 @@
 
 import math
 from typing import NamedTuple
+from ctypes import byref as _byref
 
 import torch
 
@@ -58,7 +59,7 @@ _ONE = (1,)
 _INT32 = torch.int32
 
 
-def _run(logits, temperature, seed, row_offsets):
+def _run(logits, temperature=0.0, seed=0, row_offsets=None):  # defaults: the schema's (the dispatcher omits them)
     """temperature: a float; seed: an int in [-2**63, 2**63) (the operator's int64)."""
     if row_offsets is None:
         tensors, scalars = (logits,), 1
@@ -80,7 +81,7 @@ def _run(logits, temperature, seed, row_offsets):
     a.logits, a.temperature, a.seed = logits.data_ptr(), temperature, seed % _U64  # the operator's seed is signed
     a.row_offsets = None if row_offsets is None else row_offsets.data_ptr()
     a.out_tokens, a.stream = out.data_ptr(), _launch.current_stream(index)
-    status = _launch.call(_lib.api.sample_tokens, index, a)
+    status = _lib.api.sample_tokens(_launch.runtime(index), _byref(a))  # index is the current device (above)
     if status:
         _lib.check(status, "kdtree_sample_tokens")
     return out

@@ -1,6 +1,7 @@
 """tree_accept: the accepted path through the draft tree, as torch.ops.kdtree.tree_accept."""
 
 from typing import NamedTuple
+from ctypes import byref as _byref
 
 import torch
 
@@ -65,7 +66,7 @@ _ONE = (1,)
 _INT32 = torch.int32
 
 
-def _run(tokens, parents, node_counts, target_tokens, node_indptr):
+def _run(tokens, parents, node_counts, target_tokens, node_indptr=None):  # defaults: the schema's (the dispatcher omits them)
     if node_indptr is None:
         tensors, scalars = (tokens, parents, node_counts, target_tokens), 4
     else:
@@ -89,7 +90,7 @@ def _run(tokens, parents, node_counts, target_tokens, node_indptr):
     a.target_tokens, a.node_indptr = target_tokens.data_ptr(), None if node_indptr is None else node_indptr.data_ptr()
     a.accepted_path, a.accept_lens, a.bonus_tokens = path.data_ptr(), lens.data_ptr(), bonus.data_ptr()
     a.stream = _launch.current_stream(index)
-    status = _launch.call(_lib.api.tree_accept, index, a)
+    status = _lib.api.tree_accept(_launch.runtime(index), _byref(a))  # index is the current device (above)
     if status:
         _lib.check(status, "kdtree_tree_accept")
     return path, lens, bonus
@@ -118,4 +119,10 @@ def tree_accept(tokens, parents, node_counts, target_tokens, *, node_indptr=None
     """
     if type(tokens) is _T and not _is_compiling() and not _dispatch_stack_len():  # see _dispatch.py
         return _run(tokens, parents, node_counts, target_tokens, node_indptr)
+    # torch's dispatcher would reject a non-tensor without naming it: check here.
+    for name, t in (("tokens", tokens), ("parents", parents), ("node_counts", node_counts),
+                    ("target_tokens", target_tokens)):
+        C.tensor(name, t, contiguous=False)
+    if node_indptr is not None:
+        C.tensor("node_indptr", node_indptr, contiguous=False)
     return tuple(torch.ops.kdtree.tree_accept(tokens, parents, node_counts, target_tokens, node_indptr))

@@ -2,6 +2,7 @@
 (and torch.ops.kdtree.tree_build_out, which writes into caller-owned outputs)."""
 
 from typing import NamedTuple
+from ctypes import byref as _byref
 
 import torch
 
@@ -122,7 +123,7 @@ def _run(draft_tokens, draft_logprobs, root_tokens, prefix_lens, budget, max_tre
     (a.tokens, a.parents, a.depths, a.positions, a.tree_mask, a.first_child, a.next_sibling, a.node_counts,
      a.scores) = [t.data_ptr() for t in out]
     a.stream = _launch.current_stream(index)
-    status = _launch.call(_lib.api.tree_build, index, a)
+    status = _lib.api.tree_build(_launch.runtime(index), _byref(a))  # index is the current device (above)
     if status:
         _lib.check(status, "kdtree_tree_build")
     return out

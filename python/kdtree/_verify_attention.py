@@ -3,6 +3,7 @@
 import ctypes
 import math
 from typing import NamedTuple
+from ctypes import byref as _byref
 
 import torch
 
@@ -198,7 +199,7 @@ def _run(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_t
     a.out, a.stream = out.data_ptr(), stream
     if x.nbytes:
         a.workspace = _launch.workspace(index, stream, x.nbytes).data_ptr()
-    status = _launch.call(_lib.api.verify_attention, index, a)
+    status = _lib.api.verify_attention(_launch.runtime(index), _byref(a))  # index is the current device (above)
     if status:
         _lib.check(status, "kdtree_verify_attention")
     return out, lse
