@@ -32,11 +32,14 @@ from .paged_cache import PagedKVCache
 
 
 def tree_width(budget: int) -> int:
-    """The smallest kdtree tree width W that holds the root and `budget` draft nodes."""
-    for w in (16, 32, 64, 128):
+    """The smallest kdtree tree width W that holds the root and `budget` draft nodes (the widths are
+    libkdtree's own table, kdtree.supported_shapes())."""
+    import kdtree
+    widths = kdtree.supported_shapes().widths
+    for w in widths:
         if budget + 1 <= w:
             return w
-    raise ValueError(f"budget {budget} does not fit the largest tree width 128 (budget <= 127)")
+    raise ValueError(f"budget {budget} does not fit the largest tree width {widths[-1]} (budget <= {widths[-1] - 1})")
 
 
 def load_backend(name: str):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 from typing import NamedTuple
 
+import kdtree
 import numpy as np
 import torch
 
@@ -95,8 +96,9 @@ def tree_build(draft_tokens, draft_logprobs, root_tokens, prefix_lens, *, budget
     """
     B, D, K = draft_tokens.shape
     W = max_tree_nodes
-    if W not in (16, 32, 64, 128):
-        raise ValueError(f"tree_build: max_tree_nodes must be 16, 32, 64 or 128, got {W}")
+    widths = kdtree.supported_shapes().widths  # the widths libkdtree generates: the reference takes the same
+    if W not in widths:
+        raise ValueError(f"tree_build: max_tree_nodes must be one of {', '.join(map(str, widths))}, got {W}")
     if not 1 <= budget <= W - 1:
         raise ValueError(f"tree_build: budget must be 1..{W - 1} for max_tree_nodes {W}, got {budget}")
     dev = draft_tokens.device

@@ -1,20 +1,20 @@
 """Argument checks shared by the operators' CUDA and fake implementations.
 
 They only read shapes, strides, dtypes and devices (never data), so they run unchanged on fake tensors
-under torch.compile and never synchronise with the GPU. Every message names the argument and what was
-expected.
+(sizes may be SymInts: membership is tested against tuples, never hashed) under torch.compile and never
+synchronise with the GPU. Each reads a tensor's metadata once and builds a message only on failure;
+every message names the argument and what was expected. The supported widths, page sizes and head shapes
+come from the C library's table (_shapes.py).
 """
 
 import operator
 
 import torch
 
-PAGE_SIZES = (1, 16, 32, 64, 128)
-TREE_WIDTHS = (16, 32, 64, 128)
-GQA_HEAD_DIMS = (64, 128, 256)
-MLA_HEAD_DIM_QK = 576
-MLA_HEAD_DIM_V = 512
+from . import _shapes
+
 INT32_MAX = 2**31 - 1
+supported = _shapes.get  # the C library's table of what kdtree generates
 
 
 def _dtype_name(dt):
@@ -22,58 +22,33 @@ def _dtype_name(dt):
 
 
 # Testing and benchmarking only (tests/python/test_cpu_launch_path.py, bench/python_overhead.py --cpu-stub):
-# take CPU tensors for CUDA ones, so the launch path, fast checks included, runs with the C library and
-# torch's CUDA queries stubbed. Never set in use: the C library would get host pointers.
+# take CPU tensors for CUDA ones, so the launch path runs with the C library and torch's CUDA queries
+# stubbed. Never set in use: the C library would get host pointers.
 ACCEPT_CPU = False
 
-
-
-def accept_cpu(*tensors):
-    """The quick tests' device test when the first tensor is not on CUDA: all (but None) on the CPU and
-    ACCEPT_CPU set."""
-    return ACCEPT_CPU and all(t is None or t.device.type == "cpu" for t in tensors)
-
-
 _Tensor = torch.Tensor
-_DEVICES = {}  # CUDA index -> torch.device, so the hot path does not build device objects
 
 
-def cuda_device(index):
-    d = _DEVICES.get(index)
-    if d is None:
-        d = _DEVICES[index] = torch.device("cuda", index)
-    return d
-
-
-def device_index(d):
-    """The CUDA device index of torch.device `d`, -1 for any other device (CPU tests, meta): plan keys."""
-    return d.index if d.type == "cuda" else -1
-
-
-# These run on every call: they read each tensor's metadata once and build messages only on failure.
-def tensor(name, t, *, dtypes=None, ndim=None, ndims=None):
+def tensor(name, t, dtypes=None, ndim=None, *, contiguous=True):
+    """t's shape, after checking that t is a tensor of one of `dtypes` with `ndim` dimensions (an int, a
+    tuple of allowed counts, or None) and, unless contiguous=False, contiguous."""
     if type(t) is not _Tensor and not isinstance(t, _Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    s = t.shape
     if dtypes is not None and t.dtype not in dtypes:
         want = " or ".join(_dtype_name(d) for d in dtypes)
         raise TypeError(f"{name}: expected dtype {want}, got {_dtype_name(t.dtype)}")
-    if ndim is not None and len(t.shape) != ndim:
-        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(t.shape)}")
-    if ndims is not None and len(t.shape) not in ndims:
-        want = " or ".join(str(n) for n in ndims)
-        raise ValueError(f"{name}: expected {want} dimensions, got shape {tuple(t.shape)}")
-    return t
-
-
-def contiguous(name, t):
-    if not t.is_contiguous():
-        raise ValueError(f"{name}: expected a contiguous tensor, got shape {tuple(t.shape)} with strides "
+    if ndim is not None and len(s) != ndim and (type(ndim) is int or len(s) not in ndim):
+        want = ndim if type(ndim) is int else " or ".join(str(n) for n in ndim)
+        raise ValueError(f"{name}: expected {want} dimensions, got shape {tuple(s)}")
+    if contiguous and not t.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous tensor, got shape {tuple(s)} with strides "
                          f"{tuple(t.stride())} (call .contiguous())")
+    return s
 
 
-def shape(name, t, expected):
-    """expected: a tuple of ints (or None for any); names the first disagreeing dimension."""
-    actual = t.shape
+def shape(name, actual, expected):
+    """actual: a tensor's shape; expected: a tuple of ints (or None for any). Names the expected shape."""
     if len(actual) == len(expected):
         for a, e in zip(actual, expected):
             if e is not None and a != e:
@@ -84,8 +59,11 @@ def shape(name, t, expected):
     raise ValueError(f"{name}: expected shape {want}, got {list(actual)}")
 
 
-def same_device(named):
-    """All tensors on one CUDA device; returns it. named: list of (name, tensor or None)."""
+def device_index(named, require_cuda=True):
+    """The CUDA device index all tensors are on (-1: the CPU, for ACCEPT_CPU only); named: (name, tensor or
+    None) pairs. Without require_cuda (the fake implementations) only -1."""
+    if not require_cuda:
+        return -1
     first = first_name = None
     index = -1
     for name, t in named:
@@ -95,12 +73,12 @@ def same_device(named):
             if not t.is_cuda and not (ACCEPT_CPU and t.device.type == "cpu"):
                 raise ValueError(f"{name}: expected a CUDA tensor, got one on {t.device}")
             first, first_name, index = t, name, t.get_device()
-        elif t.get_device() != index or t.device.type != first.device.type:  # CPU and meta report -1
+        elif t.get_device() != index or t.is_cuda is not first.is_cuda or t.device.type != first.device.type:
             if not t.is_cuda and not (ACCEPT_CPU and t.device.type == "cpu"):
                 raise ValueError(f"{name}: expected a CUDA tensor, got one on {t.device}")
             raise ValueError(f"{name}: on {t.device}, but {first_name} is on {first.device}; all tensors must "
                              f"be on one device")
-    return cuda_device(index) if index >= 0 else first.device
+    return index
 
 
 def one_of(name, value, allowed, what):
@@ -109,8 +87,18 @@ def one_of(name, value, allowed, what):
                          f"{', '.join(str(a) for a in allowed)})")
 
 
+def width(name, value):
+    one_of(name, value, supported().widths, "tree width")
+
+
+def page_size(name, value):
+    one_of(name, value, supported().page_sizes, "page size")
+
+
 def integer(name, value):
     """value as an int (Python or NumPy integers; not bool, float or tensors)."""
+    if type(value) is int:
+        return value
     if isinstance(value, bool) or isinstance(value, torch.Tensor):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
     try:

@@ -11,7 +11,7 @@ Workspace policy (verify_attention's split-KV scratch):
 """
 
 import contextlib
-from ctypes import byref
+from threading import get_ident
 
 import torch
 
@@ -48,11 +48,43 @@ def device_guard(index):
 runtime = _runtime.get  # the device's runtime (module attribute: the CPU tests replace it)
 
 
-def call(fn, index, args):
-    """fn(runtime of device `index`, &args): the kdtree_status. `index` must be torch's current device
-    (the functions switch to it first when it is not), so kdtree's cuCtxSetCurrent leaves torch's view
-    of the current device right."""
-    return fn(runtime(index), byref(args))
+class Launch:
+    """What the calls of one plan share: the plan (a NamedTuple of sizes), its CUDA device index, the output
+    allocator, and the C argument struct with the plan's sizes filled in. A call sets every pointer field
+    and the stream (and any per-call scalar), so the struct is reused rather than built per call: by the
+    thread that made it; any other thread gets a copy, so no two threads ever fill one struct."""
+    __slots__ = ("plan", "index", "empty", "_args", "_template", "_thread", "extra")
+
+    def __init__(self, plan, index, args, extra=None):
+        self.plan, self.index, self.empty, self.extra = plan, index, empty_fn(index), extra
+        self._args, self._template, self._thread = args, bytes(args), get_ident()
+
+    def args(self):
+        if get_ident() == self._thread:
+            return self._args
+        return type(self._args).from_buffer_copy(self._template)
+
+
+class Launches:
+    """plan -> Launch, bounded (cleared when full: a caller whose sizes never repeat builds a Launch per
+    call, as it would without the cache)."""
+    __slots__ = ("_entries", "_make")
+    SIZE = 256
+
+    def __init__(self, make):
+        self._entries, self._make = {}, make
+
+    def get(self, plan):
+        e = self._entries.get(plan)
+        if e is None:
+            e = self._make(plan)
+            if len(self._entries) >= self.SIZE:
+                self._entries.clear()
+            self._entries[plan] = e
+        return e
+
+    def clear(self):
+        self._entries.clear()
 
 
 def _torch_empty(device):
@@ -88,13 +120,15 @@ def empty_fn(index):
 _workspaces = {}  # (device index, stream) -> uint8 tensor
 
 
-def workspace(device, stream, nbytes):
-    """A device buffer of at least nbytes for a launch on `stream` (see the module docstring)."""
+def workspace(index, stream, nbytes):
+    """A buffer of at least nbytes on CUDA device `index` (-1: the CPU, for _checks.ACCEPT_CPU only) for a
+    launch on `stream` (see the module docstring)."""
     if nbytes == 0:
         return None
+    device = f"cuda:{index}" if index >= 0 else "cpu"
     if capturing():
         return torch.empty(nbytes, dtype=torch.uint8, device=device)
-    key = (device.index, stream)
+    key = (index, stream)
     ws = _workspaces.get(key)
     if ws is None or ws.numel() < nbytes:
         # Grow with headroom so slowly rising lengths do not reallocate on every call.
@@ -103,4 +137,3 @@ def workspace(device, stream, nbytes):
         ws = torch.empty(size, dtype=torch.uint8, device=device)
         _workspaces[key] = ws
     return ws
-

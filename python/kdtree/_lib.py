@@ -79,6 +79,7 @@ STRUCTS = {"kdtree_verify_spec": VerifySpec, "kdtree_verify_args": VerifyArgs,
 
 _PROTOTYPES = {
     "kdtree_version": (c_char_p, []),
+    "kdtree_supported_shapes_json": (c_char_p, []),
     "kdtree_last_error": (c_char_p, []),
     "kdtree_runtime_create": (c_int, [c_int, c_char_p, POINTER(c_void_p)]),
     "kdtree_runtime_create_offline": (c_int, [c_int, c_char_p, POINTER(c_void_p)]),
@@ -136,6 +137,7 @@ class _Api:
 
 
 api = _Api()
+_api = api  # the real library, for facts (version, shapes): the CPU tests and benchmark replace `api` only
 
 
 def last_error():
@@ -149,4 +151,9 @@ def check(status, call):
 
 
 def version():
-    return api.version().decode()
+    return _api.version().decode()
+
+
+def supported_shapes_json():
+    """kdtree_supported_shapes_json(): the library's table of what it generates (see kdtree.h)."""
+    return _api.supported_shapes_json().decode()

@@ -36,7 +36,7 @@ def test_verify_attention_fake_rejects_bad_shapes_too():
                                           a["node_indptr"], a["tree_mask"], 16)
 
 
-@pytest.mark.parametrize("width", [16, 32, 64, 128], ids=lambda w: f"W={w}")
+@pytest.mark.parametrize("width", kdtree.supported_shapes().widths, ids=lambda w: f"W={w}")
 def test_tree_build_fake_shapes_on_meta(width):
     a = shapes.tree_build_args("meta", batch=5, width=width, budget=width - 1)
     r = torch.ops.kdtree.tree_build(*a.values())

@@ -1,7 +1,7 @@
-"""CPU: the functions' two shortcuts before the full checks never accept what those checks reject, and
-plan alike. The shortcuts: each operation's quick test (one pass of cheap comparisons) and the plan
-cache (recently planned argument sets, matched by torch's C++ tensor guards: _plan_cache.py). CPU
-tensors stand in for CUDA ones (_checks.ACCEPT_CPU) and the C library is a recorder (test_cpu_launch_path)."""
+"""CPU: the functions' shortcut before the checks, the plan cache (recently planned argument sets, matched
+by torch's C++ tensor guards: _plan_cache.py), never accepts what each operation's check() rejects, and a
+hit launches like a checked call. CPU tensors stand in for CUDA ones (_checks.ACCEPT_CPU) and the C
+library is a recorder (test_cpu_launch_path)."""
 
 import ctypes
 
@@ -24,45 +24,23 @@ BASES = {"verify_attention": [cases.V, cases.G], "tree_build": [cases.T], "tree_
          "sample_tokens": [cases.S], "kv_compact": [cases.K, cases.KG, cases.KS]}
 
 
-def quick(op, a):
-    """The operation's quick test on argument dict `a` (None: leave it to the full checks)."""
-    if op == "verify_attention":
-        return _verify_attention._fast_key(a["q"], a["k_cache"], a.get("v_cache"), a["page_table"], a["kv_lens"],
-                                           a["node_indptr"], a["tree_mask"], a["max_tree_nodes"], a.get("sm_scale"),
-                                           a.get("max_kv_len"))
-    if op == "tree_build":
-        return _tree_build._fast_plan(a["draft_tokens"], a["draft_logprobs"], a["root_tokens"], a["prefix_lens"],
-                                      a["budget"], a["max_tree_nodes"])
-    if op == "tree_accept":
-        return _tree_accept._fast_plan(a["tokens"], a["parents"], a["node_counts"], a["target_tokens"],
-                                       a.get("node_indptr"))
-    if op == "sample_tokens":
-        return _sample_tokens._fast_plan(a["logits"], float(a.get("temperature", 0.0)), a.get("row_offsets"))
-    k, stacked = _kv_compact._as_list("k_caches", a["k_caches"])
-    v, _ = _kv_compact._as_list("v_caches", a.get("v_caches"))
-    return _kv_compact._fast_plan(k, v, a["page_table"], a["kv_lens"], a["node_counts"], a["accepted_path"],
-                                  a["accept_lens"], stacked)
-
-
 def checked(op, a):
-    """The full checks' plan in the quick test's form."""
+    """The operation's check() on argument dict `a`: its Plan."""
     if op == "verify_attention":
-        return _verify_attention._key(_verify_attention.plan(
-            a["q"], a["k_cache"], a.get("v_cache"), a["page_table"], a["kv_lens"], a["node_indptr"], a["tree_mask"],
-            a["max_tree_nodes"], a.get("sm_scale"), a.get("max_kv_len")))
+        return _verify_attention.check(a["q"], a["k_cache"], a.get("v_cache"), a["page_table"], a["kv_lens"],
+                                       a["node_indptr"], a["tree_mask"], a["max_tree_nodes"], a.get("sm_scale"),
+                                       a.get("max_kv_len"))
     if op == "tree_build":
-        return _tree_build.plan(*(a[k] for k in ("draft_tokens", "draft_logprobs", "root_tokens", "prefix_lens",
-                                                 "budget", "max_tree_nodes")))[:3] + (-1,)
+        return _tree_build.check(*(a[k] for k in ("draft_tokens", "draft_logprobs", "root_tokens", "prefix_lens",
+                                                  "budget", "max_tree_nodes")))
     if op == "tree_accept":
-        b, w, _ = _tree_accept.plan(a["tokens"], a["parents"], a["node_counts"], a["target_tokens"], a.get("node_indptr"))
-        return b, w, 0 if a.get("node_indptr") is None else a["target_tokens"].shape[0], -1
+        return _tree_accept.check(a["tokens"], a["parents"], a["node_counts"], a["target_tokens"], a.get("node_indptr"))
     if op == "sample_tokens":
-        rows, vocab, _ = _sample_tokens.plan(a["logits"], float(a.get("temperature", 0.0)), a.get("row_offsets"))
-        return rows, vocab, a["logits"].stride(0) if rows > 1 else vocab, _sample_tokens._DTYPES[a["logits"].dtype], -1
+        return _sample_tokens.check(a["logits"], float(a.get("temperature", 0.0)), a.get("row_offsets"))
     k, stacked = _kv_compact._as_list("k_caches", a["k_caches"])
     v, _ = _kv_compact._as_list("v_caches", a.get("v_caches"))
-    return _kv_compact.plan(k, v, a["page_table"], a["kv_lens"], a["node_counts"], a["accepted_path"],
-                            a["accept_lens"], stacked)[:-1] + (-1,)
+    return _kv_compact.check(k, v, a["page_table"], a["kv_lens"], a["node_counts"], a["accepted_path"],
+                             a["accept_lens"], stacked)
 
 
 CHECKED_FIRST = {"negative seed", "v mixed form", "k not a tensor"}  # by the function, before any plan
@@ -70,10 +48,11 @@ BAD = [(op, c) for op, cs in CASES.items() for c in cs if not c[0].startswith("c
 
 
 @pytest.mark.parametrize("op,case", BAD, ids=[f"{op}[{c[0]}]" for op, c in BAD])
-def test_quick_test_rejects_what_the_checks_reject(recorder, op, case):
+def test_bad_arguments_are_rejected_before_any_launch(recorder, op, case):
     name, args, exc, pattern = case
     if name not in CHECKED_FIRST:
-        assert quick(op, dict(args)) is None
+        with pytest.raises(exc, match=pattern):
+            checked(op, dict(args))
     with pytest.raises(exc, match=pattern):
         cases._call(FN[op], args)
     assert recorder.calls == [] or op == "verify_attention"  # nothing launched (verify may size a workspace)
@@ -117,10 +96,13 @@ GOOD = [
 
 
 @pytest.mark.parametrize("op,args", [(g[0], g[2]) for g in GOOD], ids=[f"{g[0]}[{g[1]}]" for g in GOOD])
-def test_quick_test_plans_like_the_checks(recorder, op, args):
-    fast = quick(op, dict(args))
-    assert fast is not None
-    assert fast == checked(op, dict(args))
+def test_the_launch_uses_the_plan_check_makes(recorder, op, args):
+    cases._call(FN[op], args)
+    plan = checked(op, dict(args))
+    assert plan.device == -1 and all(isinstance(getattr(plan, f), (int, float)) for f in plan._fields)
+    if _plan_cache.ENABLED:
+        (_, _, launch), = _module(op)._cache._entries
+        assert launch.plan == plan
 
 
 def _fresh(a):
@@ -149,8 +131,7 @@ def test_a_cache_hit_launches_like_a_planned_call_with_the_new_addresses(recorde
 
     def no_checks(*a, **k):
         raise AssertionError("planned again: the cache missed")
-    monkeypatch.setattr(module, "plan", no_checks)
-    monkeypatch.setattr(module, "_fast_key" if op == "verify_attention" else "_fast_plan", no_checks)
+    monkeypatch.setattr(module, "check", no_checks)
     fresh = _fresh(args)
     cases._call(FN[op], fresh)
     name, second = recorder.calls[-1]

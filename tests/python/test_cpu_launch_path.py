@@ -61,9 +61,9 @@ def recorder(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
     monkeypatch.setattr(_launch, "_workspaces", {})
     monkeypatch.setattr(_kv_compact, "_tables", {})
-    monkeypatch.setattr(_verify_attention, "_launches", {})
     for op in OPS:
         monkeypatch.setattr(op, "_cache", _plan_cache.PlanCache())
+        monkeypatch.setattr(op, "_launches", _launch.Launches(op._make_launch))
     monkeypatch.setattr(torch.cuda, "Event", NoEvent)
     return rec
 
@@ -86,7 +86,7 @@ def test_verify_attention_mla_launch(recorder):
     assert f["out"] == out.data_ptr() and f["lse"] == lse.data_ptr()
     assert f["sm_scale"] == pytest.approx(1 / 24, rel=1e-6)
     assert f["stream"] == STREAM and f["num_splits"] == 0 and f["error_flags"] is None
-    ws = _launch._workspaces[(None, STREAM)]
+    ws = _launch._workspaces[(-1, STREAM)]
     assert f["workspace"] == ws.data_ptr() and f["workspace_size"] == WORKSPACE and ws.numel() >= WORKSPACE
 
 
@@ -108,12 +108,12 @@ def test_verify_attention_workspace_inside_capture_is_not_the_cache(recorder, mo
     a = shapes.verify_args()
     args = (a["q"], a["k_cache"], a["page_table"], a["kv_lens"], a["node_indptr"], a["tree_mask"])
     kdtree.verify_attention(*args, max_tree_nodes=16)
-    cached = _launch._workspaces[(None, STREAM)]
+    cached = _launch._workspaces[(-1, STREAM)]
     monkeypatch.setattr(_launch, "capturing", lambda: True)
     kdtree.verify_attention(*args, max_tree_nodes=16)
     f = recorder.calls[-1][1]
     assert f["workspace"] != cached.data_ptr()  # allocated through torch (the graph's pool)
-    assert _launch._workspaces[(None, STREAM)] is cached
+    assert _launch._workspaces[(-1, STREAM)] is cached
 
 
 def test_tree_build_launch(recorder):
@@ -200,3 +200,50 @@ def test_a_failing_call_raises_kdtree_error(recorder, monkeypatch):
     with pytest.raises(kdtree.Error) as e:
         kdtree.tree_accept(a["tokens"], a["parents"], a["node_counts"], a["target_tokens"])
     assert e.value.status == _lib.ERROR_UNSUPPORTED and e.value.message == "tree_accept: something unsupported"
+
+
+def test_the_operators_launch_like_the_functions(recorder):
+    # torch.ops.kdtree.* reach the same launch path (the dispatcher passes no argument equal to its default).
+    v = shapes.verify_args()
+    out, lse = torch.ops.kdtree.verify_attention(v["q"], v["k_cache"], None, v["page_table"], v["kv_lens"],
+                                                 v["node_indptr"], v["tree_mask"], 16)
+    assert out.shape == (8, 16, 512) and lse.shape == (0,) and recorder.calls[-1][0] == "verify_attention"
+    out, lse = torch.ops.kdtree.verify_attention(v["q"], v["k_cache"], None, v["page_table"], v["kv_lens"],
+                                                 v["node_indptr"], v["tree_mask"], 16, 0.5, 40, True)
+    f = recorder.calls[-1][1]
+    assert lse.shape == (8, 16) and f["lse"] == lse.data_ptr() and f["sm_scale"] == 0.5 and f["max_kv_len"] == 40
+    t = shapes.tree_build_args()
+    r = torch.ops.kdtree.tree_build(*t.values())
+    assert len(r) == 9 and recorder.calls[-1][0] == "tree_build" and recorder.calls[-1][1]["tokens"] == r[0].data_ptr()
+    a = shapes.tree_accept_args()
+    path, _, _ = torch.ops.kdtree.tree_accept(a["tokens"], a["parents"], a["node_counts"], a["target_tokens"])
+    assert recorder.calls[-1][0] == "tree_accept" and recorder.calls[-1][1]["accepted_path"] == path.data_ptr()
+    s = shapes.sample_args()
+    torch.ops.kdtree.sample_tokens(s["logits"])
+    assert recorder.calls[-1][0] == "sample_tokens" and recorder.calls[-1][1]["seed"] == 0
+    torch.ops.kdtree.sample_tokens(s["logits"], 0.5, -1)
+    assert recorder.calls[-1][1]["seed"] == 2**64 - 1 and recorder.calls[-1][1]["temperature"] == 0.5
+    k = shapes.kv_compact_args()
+    torch.ops.kdtree.kv_compact(k["k_caches"], [], k["page_table"], k["kv_lens"], k["node_counts"],
+                                k["accepted_path"], k["accept_lens"])
+    assert recorder.calls[-1][0] == "kv_compact" and recorder.calls[-1][1]["v_caches"] is None
+
+
+def test_tree_build_out_writes_into_the_given_tensors(recorder):
+    a = shapes.tree_build_args(batch=3, width=32, budget=20)
+    first = kdtree.tree_build(**a)
+    again = kdtree.tree_build(**a, out=first)
+    assert again is first
+    f = recorder.calls[-1][1]
+    for field in first._fields:
+        assert f[field] == getattr(first, field).data_ptr(), field
+    same = kdtree.tree_build(**a, out=tuple(first))
+    assert [t.data_ptr() for t in same] == [t.data_ptr() for t in first]
+    torch.ops.kdtree.tree_build_out(*a.values(), *first)
+    assert recorder.calls[-1][1]["scores"] == first.scores.data_ptr()
+    with pytest.raises(ValueError, match=r"^out\.tree_mask: expected shape \[3, 32, 1\], got \[3, 32, 2\]"):
+        kdtree.tree_build(**a, out=first._replace(tree_mask=torch.zeros(3, 32, 2, dtype=torch.int64)))
+    with pytest.raises(TypeError, match=r"^out\.scores: expected dtype float32"):
+        kdtree.tree_build(**a, out=first._replace(scores=first.tokens))
+    with pytest.raises(TypeError, match=r"^out: expected a TreeBuildResult"):
+        kdtree.tree_build(**a, out=first[:3])

@@ -125,3 +125,28 @@ def test_missing_library_is_a_load_error_naming_the_fix(monkeypatch, tmp_path):
     monkeypatch.setattr(_loader, "_lib", None)
     with pytest.raises(kdtree.LoadError, match="libkdtree not found at .*pip install"):
         _loader.load()
+
+
+def test_version_is_the_library_version():
+    assert kdtree.__version__ == kdtree.library_version()
+    assert "__version__" in kdtree.__all__
+
+
+def test_supported_shapes_is_the_library_table_and_frozen():
+    import dataclasses
+    import json
+    s = kdtree.supported_shapes()
+    assert s is kdtree.supported_shapes()  # read once
+    table = json.loads(_lib.supported_shapes_json())
+    assert list(s.widths) == table["widths"] and list(s.page_sizes) == table["page_sizes"]
+    assert [h.name for h in s.heads] == [h["name"] for h in table["heads"]]
+    assert any(h.mla for h in s.heads) and s.head(576, mla=True).head_dim_v == 512
+    assert s.torch_dtypes == tuple({"bf16": torch.bfloat16, "f16": torch.float16}[d] for d in s.dtypes)
+    assert s.width_for(1) == s.widths[0] and s.width_for(s.widths[-1]) == s.widths[-1]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.widths = (8,)
+    gen = _loader.kdtree_gen_path()
+    if os.path.exists(gen):  # the CLI exports the same table
+        r = subprocess.run([gen, "info", "--json"], capture_output=True, text=True)
+        if r.returncode == 0:
+            assert json.loads(r.stdout)["supported"] == table

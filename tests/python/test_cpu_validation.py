@@ -169,3 +169,21 @@ def test_the_operators_validate_like_the_functions():
     with pytest.raises(TypeError, match=r"^q: expected dtype"):
         torch.ops.kdtree.verify_attention(a["q"], a["k_cache"], None, a["page_table"], a["kv_lens"],
                                           a["node_indptr"], a["tree_mask"], 16)
+
+
+NOT_TENSORS = [
+    (kdtree.tree_build, _with(T, draft_tokens=[1, 2]), r"^draft_tokens: expected a torch\.Tensor, got list"),
+    (kdtree.tree_build, _with(T, prefix_lens=[1, 2]), r"^prefix_lens: expected a torch\.Tensor, got list"),
+    (kdtree.verify_attention, _with(V, q=[1, 2]), r"^q: expected a torch\.Tensor, got list"),
+    (kdtree.verify_attention, _with(V, tree_mask=None), r"^tree_mask: expected a torch\.Tensor, got NoneType"),
+    (kdtree.tree_accept, _with(A, tokens=(1, 2)), r"^tokens: expected a torch\.Tensor, got tuple"),
+    (kdtree.sample_tokens, _with(S, logits=[[0.5]]), r"^logits: expected a torch\.Tensor, got list"),
+    (kdtree.kv_compact, _with(K, page_table=[[0]]), r"^page_table: expected a torch\.Tensor, got list"),
+]
+
+
+@pytest.mark.parametrize("fn,args,pattern", NOT_TENSORS, ids=[f"{f.__name__}[{p.split(':')[0][1:]}]" for f, _, p in NOT_TENSORS])
+def test_a_non_tensor_is_a_type_error_naming_the_argument(fn, args, pattern):
+    # Not torch's dispatcher error (a RuntimeError naming no argument): the functions check first.
+    with pytest.raises(TypeError, match=pattern):
+        _call(fn, args)
