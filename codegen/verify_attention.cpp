@@ -45,11 +45,21 @@ std::string VerifySpec::head_name() const {
 }
 
 std::string VerifySpec::label() const {
-  return fmt::format("verify_attention[{},W={},page={},{}]", head_name(), max_tree_nodes, page_size, dtype_name(dtype));
+  return fmt::format("verify_attention[{},W={},page={},{}{}]", head_name(), max_tree_nodes, page_size,
+                     dtype_name(dtype), kv_fp8() ? ",kv=e4m3" : "");
 }
 
 std::string VerifySpec::fast_key() const {
-  return fmt::format("verify_attention/{}/{}/{}/{}/{}", head_dim_qk, head_dim_v, max_tree_nodes, page_size, int(dtype));
+  return fmt::format("verify_attention/{}/{}/{}/{}/{}/{}", head_dim_qk, head_dim_v, max_tree_nodes, page_size,
+                     int(dtype), int(kv_dtype));
+}
+
+const char* kv_dtype_name(kdtree_kv_dtype kv_dtype) {
+  switch (kv_dtype) {
+    case KDTREE_KV_DTYPE_AS_Q: return "as_q";
+    case KDTREE_KV_DTYPE_E4M3: return "e4m3";
+  }
+  return "unknown";
 }
 
 VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
@@ -81,7 +91,14 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
   if (head->mla) {
     require(s.num_kv_heads == 1, "MLA has one latent KV head: num_kv_heads must be 1 (got {})", s.num_kv_heads);
   }
+  // Read as an int first: ctypes or C callers can store any value in the enum.
+  const int kv_dtype = static_cast<int>(s.kv_dtype);
+  if (kv_dtype != KDTREE_KV_DTYPE_AS_Q && kv_dtype != KDTREE_KV_DTYPE_E4M3) {
+    fail(KDTREE_ERROR_INVALID_ARGUMENT,
+         fmt::format("kv_dtype {} is not a kdtree_kv_dtype (0 = the caches hold dtype, 1 = e4m3)", kv_dtype));
+  }
   VerifySpec v;
+  v.kv_dtype = static_cast<kdtree_kv_dtype>(kv_dtype);
   v.head_dim_qk = s.head_dim_qk;
   v.head_dim_v = s.head_dim_v;
   v.page_size = s.page_size;
@@ -367,9 +384,9 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
   src.op = "verify_attention";
   src.label = spec.label();
   src.file_stem = fmt::format(
-      "verify_attention-{}-W{}-p{}-{}",
+      "verify_attention-{}-W{}-p{}-{}{}",
       spec.mla() ? fmt::format("mla{}x{}", spec.head_dim_qk, spec.head_dim_v) : fmt::format("gqa{}", spec.head_dim_qk),
-      spec.max_tree_nodes, spec.page_size, dtype_name(spec.dtype));
+      spec.max_tree_nodes, spec.page_size, dtype_name(spec.dtype), spec.kv_fp8() ? "-kv_e4m3" : "");
   std::string kernel_template;
   std::vector<std::string> headers = {"verify_attention_params.h", "verify_attention_layout.h",
                                       "verify_attention_common.cuh", "verify_attention_combine.cuh"};

@@ -16,12 +16,16 @@ struct VerifySpec {
   int head_dim_v = 512;
   int page_size = 64;
   int max_tree_nodes = 64;
-  kdtree_dtype dtype = KDTREE_DTYPE_BF16;
+  kdtree_dtype dtype = KDTREE_DTYPE_BF16;         // q and out
+  kdtree_kv_dtype kv_dtype = KDTREE_KV_DTYPE_AS_Q;  // the caches
 
   bool mla() const { return head_dim_qk == 576; }
+  bool kv_fp8() const { return kv_dtype == KDTREE_KV_DTYPE_E4M3; }
+  int kv_bytes() const { return kv_fp8() ? 1 : 2; }  // bytes per cached element
   // "mla576/512" or "gqa128"
   std::string head_name() const;
-  // "verify_attention[mla576/512,W=64,page=64,bf16]"
+  // "verify_attention[mla576/512,W=64,page=64,bf16]", with ",kv=e4m3" before the
+  // bracket for fp8 caches
   std::string label() const;
   std::string fast_key() const;
 };
@@ -35,6 +39,7 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& spec);
 void parse_head_name(const std::string& name, int* head_dim_qk, int* head_dim_v);
 
 const char* dtype_name(kdtree_dtype dtype);  // "bf16", "f16", "f32"
+const char* kv_dtype_name(kdtree_kv_dtype kv_dtype);  // "as_q", "e4m3"
 kdtree_dtype parse_dtype(const std::string& name);
 
 // The verify_attention kernel families. Each is one template with its own

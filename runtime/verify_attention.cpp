@@ -237,6 +237,7 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   p.split_tokens = plan.split_tokens;
   p.stream_ctas = plan.stream_ctas;
   p.scale_log2 = a.sm_scale * 1.4426950408889634f;
+  p.v_scale = 1.0f;
   const VerifyWorkspace ws = plan.stream_ctas > 0
                                 ? verify_stream_workspace(a.spec, launch.block_m, plan.stream_ctas)
                                 : verify_workspace(a.spec, a.total_nodes, plan.num_splits);

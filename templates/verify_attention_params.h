@@ -30,7 +30,8 @@ typedef struct kdtree_verify_params {
   int num_splits;
   int stream_ctas; /* > 0: stream-K, a 1-D grid of this many CTAs splitting all KV tiles evenly (num_splits 1) */
   int split_tokens; /* KV tokens per split, a multiple of BLOCK_N */
-  float scale_log2; /* sm_scale * log2(e) */
+  float scale_log2; /* sm_scale * log2(e); e4m3 caches: times k_scale */
+  float v_scale;    /* e4m3 caches: the V dequantisation scale, applied to O once at the end (1 otherwise) */
 } kdtree_verify_params;
 
 #endif

@@ -53,6 +53,15 @@ typedef enum kdtree_dtype {
  * leaves room for a split rounded up to whole tiles. */
 #define KDTREE_MAX_KV_LEN (1 << 30)
 
+/* The element type of verify_attention's KV caches (kdtree_verify_spec.kv_dtype).
+ * Zero, the default of a zero-initialised spec, means the caches hold `dtype`. */
+typedef enum kdtree_kv_dtype {
+  KDTREE_KV_DTYPE_AS_Q = 0, /* bf16 or f16 caches, the same type as q and out */
+  KDTREE_KV_DTYPE_E4M3 = 1  /* fp8 e4m3 (OCP, finite, max 448) caches: value = stored x k_scale (K) or
+                               x v_scale (V); q and out stay `dtype`. MLA: one 576-byte row per token
+                               (latent 512 + rope 64), V = its first 512 bytes with v_scale. */
+} kdtree_kv_dtype;
+
 typedef struct kdtree_runtime kdtree_runtime;
 
 /* Library version "MAJOR.MINOR.PATCH"; static storage. */
@@ -120,6 +129,7 @@ typedef struct kdtree_verify_spec {
   int page_size;      /* 1, 16, 32, 64, 128 */
   int max_tree_nodes; /* W: 16, 32, 64, 128 */
   kdtree_dtype dtype; /* of q, caches and out: BF16 or F16 */
+  kdtree_kv_dtype kv_dtype; /* of k_cache and v_cache: KDTREE_KV_DTYPE_AS_Q (0) or KDTREE_KV_DTYPE_E4M3 */
 } kdtree_verify_spec;
 
 typedef struct kdtree_verify_args {
@@ -145,6 +155,8 @@ typedef struct kdtree_verify_args {
   int32_t* error_flags; /* device int32, optional: KDTREE_DEVICE_ERROR_* bits are OR-ed in */
   void* stream;         /* CUstream; NULL = default stream */
   int num_splits;       /* 0 = chosen from the shape and SM count; 1..65535 forces it (splits past kv_len stay idle) */
+  float k_scale;        /* e4m3 caches: K value = stored x k_scale; positive and finite. 16-bit caches: 0 or 1 */
+  float v_scale;        /* e4m3 caches: V value = stored x v_scale (MLA: of the same row's first 512 bytes) */
 } kdtree_verify_args;
 
 /* Workspace bytes a verify_attention call with these host-known sizes needs
