@@ -12,7 +12,8 @@
 //
 // Exit status: 0 ok; 1 some kernel failed to compile or could not be stored, the
 // cache had bad entries, or a file could not be removed; 2 usage or setup error
-// (an unusable cache directory for warm, a write error on stdout). Every error
+// (an unusable cache directory for warm; for info and cache, a cache path that
+// is not a directory or cannot be read; a write error on stdout). Every error
 // message is one line "kdtree-gen: <message>"; one about a flag's value starts
 // with the flag: "kdtree-gen: --width: 48 is not supported (use 16, 32, 64 or 128)".
 #include <fmt/format.h>
