@@ -1,7 +1,6 @@
 #include "cache/disk_cache.hpp"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -48,8 +47,8 @@ constexpr const char* kLockExt = ".lock";
 constexpr const char* kTempMark = ".tmp.";
 // Leaves room in a 255-byte file name for the hash, extensions and temp suffix.
 constexpr std::size_t kMaxReadable = 150;
-// A temp file this old is abandoned even if its pid is now someone else's.
-constexpr auto kStaleTempAge = std::chrono::hours(1);
+// The directory probe's temp file (unusable_reason) starts with this.
+constexpr const char* kProbeName = "probe";
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -126,7 +125,7 @@ struct Entry {
 // Reads and checks an entry. The key is checked against `key` when given, else
 // against `hash16` (the prefix in the file name). Never blocks on or follows
 // what is at the path, and never reads more than kMaxEntryBytes.
-Entry read_entry(const fs::path& path, const Digest* key, const std::string& hash16) {
+Entry read_entry(const fs::path& path, const Digest* key, const std::string& hash16, const PayloadCheck& check) {
   Entry e;
   if (::lstat(path.c_str(), &e.st) != 0) {
     if (errno == ENOENT || errno == ENOTDIR) return e;
@@ -228,37 +227,38 @@ Entry read_entry(const fs::path& path, const Digest* key, const std::string& has
   }
   e.tag.assign(bytes.data() + kHeaderSize, std::size_t(tag_size));
   e.payload.assign(bytes.begin() + std::ptrdiff_t(kHeaderSize + tag_size), bytes.end());
+  // A right checksum over a payload that does not unpack (written so, or by a
+  // bug) would otherwise fail its kernel on every load: it is a bad entry.
+  if (check) {
+    if (std::string why = check(e.payload); !why.empty()) {
+      e.problem = "payload: " + why;
+      e.payload.clear();
+      return e;
+    }
+  }
   e.state = Entry::State::ok;
   return e;
 }
 
-struct PublishError {
-  std::string message;      // "" = published
-  bool entry_only = false;  // the entry's path is the problem, not the directory
-};
-
 // Writes the entry to a temporary file in the same directory, flushes it and
 // renames it over `path`, so readers see the old entry or the new, never a part.
-PublishError publish(const fs::path& path, const std::vector<char>& payload, const Digest& key,
-                     const std::string& tag) {
+// Returns "" or why it was not stored (the temporary file is removed).
+std::string publish(const fs::path& path, const std::vector<char>& payload, const Digest& key, const std::string& tag) {
   const std::string tmp = path.string() + temp_suffix();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return {"cannot create " + tmp + ": " + errno_text(errno)};
+  if (fd < 0) return "cannot create " + tmp + ": " + errno_text(errno);
   const std::vector<char> prefix = make_prefix(payload, key, tag);
-  PublishError failed;
+  std::string failed;
   if (!write_all(fd, prefix.data(), prefix.size()) || !write_all(fd, payload.data(), payload.size())) {
-    failed.message = "cannot write " + tmp + ": " + errno_text(errno);
+    failed = "cannot write " + tmp + ": " + errno_text(errno);
   } else if (::fsync(fd) != 0) {
-    failed.message = "cannot flush " + tmp + ": " + errno_text(errno);
+    failed = "cannot flush " + tmp + ": " + errno_text(errno);
   }
-  if (::close(fd) != 0 && failed.message.empty()) failed.message = "cannot close " + tmp + ": " + errno_text(errno);
-  if (failed.message.empty() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    failed.message = "cannot rename " + tmp + " to " + path.filename().string() + ": " + errno_text(err);
-    // A directory at the entry path blocks this one key, not the cache.
-    failed.entry_only = err == EISDIR || err == ENOTEMPTY || err == EEXIST;
+  if (::close(fd) != 0 && failed.empty()) failed = "cannot close " + tmp + ": " + errno_text(errno);
+  if (failed.empty() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    failed = "cannot rename " + tmp + " to " + path.filename().string() + ": " + errno_text(errno);
   }
-  if (!failed.message.empty()) {
+  if (!failed.empty()) {
     ::unlink(tmp.c_str());
     return failed;
   }
@@ -268,7 +268,7 @@ PublishError publish(const fs::path& path, const std::vector<char>& payload, con
     ::fsync(dfd);
     ::close(dfd);
   }
-  return {};
+  return "";
 }
 
 // An exclusive flock on <entry>.lock. The holder unlinks the file before
@@ -377,16 +377,51 @@ bool parse_entry_name(const std::string& name, std::string* readable, std::strin
                      [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-// A temp file whose writer is gone (or that is too old to be in progress);
-// st: its lstat.
-bool stale_temp(const std::string& name, const struct stat& st) {
+// Whether name is one kdtree gives its temporary files (temp_suffix() after an
+// entry's file name or kProbeName): anything else in the directory is not ours.
+bool own_temp_name(const std::string& name) {
   const auto mark = name.rfind(kTempMark);
   if (mark == std::string::npos) return false;
-  const long pid = std::strtol(name.c_str() + mark + std::strlen(kTempMark), nullptr, 10);
+  const std::string base = name.substr(0, mark);
+  std::string readable, hash16;
+  if (base != kProbeName && !parse_entry_name(base, &readable, &hash16)) return false;
+  // <pid>.<thread hex>.<counter>
+  const std::string rest = name.substr(mark + std::strlen(kTempMark));
+  const auto dot1 = rest.find('.');
+  const auto dot2 = dot1 == std::string::npos ? dot1 : rest.find('.', dot1 + 1);
+  if (dot2 == std::string::npos) return false;
+  auto all = [](const std::string& s, int (*is)(int)) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [is](char c) { return is(static_cast<unsigned char>(c)); });
+  };
+  return all(rest.substr(0, dot1), ::isdigit) && all(rest.substr(dot1 + 1, dot2 - dot1 - 1), ::isxdigit) &&
+         all(rest.substr(dot2 + 1), ::isdigit);
+}
+
+// A temporary file to remove: a regular file of kdtree's name pattern that
+// nobody has written for kStaleTempAge. By age, not by the pid in its name: a
+// writer in another PID namespace or on another host would look dead. st: its lstat.
+bool stale_temp(const std::string& name, const struct stat& st) {
+  if (!S_ISREG(st.st_mode) || !own_temp_name(name)) return false;
   const auto age = std::chrono::system_clock::now() - std::chrono::system_clock::from_time_t(st.st_mtime);
-  if (age > kStaleTempAge) return true;
-  if (pid <= 0 || pid == long(::getpid())) return false;
-  return ::kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+  return age > DiskCache::kStaleTempAge;
+}
+
+// Removes a stale temporary file: unlink only, so never a directory (or what
+// a link points to), even if one took its place since it was checked.
+std::string remove_temp(const fs::path& path) {
+  return ::unlink(path.c_str()) == 0 || errno == ENOENT ? "" : errno_text(errno);
+}
+
+// Iterates dir, calling fn for each path; throws KDTREE_ERROR_CACHE when the
+// directory cannot be read (a missing one is empty), so that an unreadable
+// cache is never reported as an empty one.
+void for_each_file(const fs::path& dir, const std::function<void(const fs::path&)>& fn) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec == std::errc::no_such_file_or_directory) return;
+  for (fs::directory_iterator end; !ec && it != end; it.increment(ec)) fn(it->path());
+  if (ec) fail(KDTREE_ERROR_CACHE, "cannot list the cache directory " + dir.string() + ": " + ec.message());
 }
 
 std::string env(const char* name) {
@@ -432,7 +467,46 @@ std::string remove_entry_locked(const fs::path& path, const struct stat& seen) {
   return ::unlink(path.c_str()) == 0 ? "" : errno_text(errno);
 }
 
+// Whether a regular file (st: its lstat) can be an entry, from its size and
+// header alone (evict() looks at every entry after each publish, so it does
+// not read payloads): "" when it can, else why not. An entry of an older
+// format can (it is evicted in its turn).
+std::string entry_header_problem(const fs::path& path, const struct stat& st) {
+  const auto size = std::uintmax_t(st.st_size);
+  if (size > DiskCache::kMaxEntryBytes) return "too large";
+  if (size < kHeaderSize) return "truncated header";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "cannot open: " + errno_text(errno);
+  char h[kHeaderSize];
+  std::size_t got = 0;
+  while (got < kHeaderSize) {
+    const ssize_t r = ::read(fd, h + got, kHeaderSize - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += std::size_t(r);
+  }
+  ::close(fd);
+  if (got < kHeaderSize) return "truncated header";
+  if (std::memcmp(h, kMagic, 4) != 0) return "bad magic";
+  if (get_le(h + 4, 4) != kFormatVersion) return "";
+  const std::uint64_t framed = kHeaderSize + get_le(h + 16, 4) + get_le(h + 8, 8);
+  return framed == size ? "" : "size does not match its header";
+}
+
 std::string seconds_text(std::chrono::milliseconds ms) { return fmt::format("{:g} s", double(ms.count()) / 1000); }
+
+// "generator G nvrtc N" -> {G, N}; nullopt for a tag of another form.
+std::optional<std::pair<unsigned long long, std::string>> parse_version_tag(const std::string& tag) {
+  const std::string g = "generator ", n = " nvrtc ";
+  if (tag.compare(0, g.size(), g) != 0) return std::nullopt;
+  const auto at = tag.find(n, g.size());
+  if (at == std::string::npos || at == g.size() || at + n.size() == tag.size()) return std::nullopt;
+  const std::string gen = tag.substr(g.size(), at - g.size());
+  if (gen.size() > 18 || !std::all_of(gen.begin(), gen.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  return std::make_pair(std::stoull(gen), tag.substr(at + n.size()));
+}
 
 // One file as list() reports it, with what prune() needs from the same read.
 struct Listed {
@@ -444,20 +518,18 @@ struct Listed {
 // Every entry path (*.kdc, whatever file type) and every stale temporary file
 // in dir, sorted by path. Each is lstat'ed once and each entry read (and its
 // checksum computed) once.
-std::vector<Listed> list_dir(const fs::path& dir) {
+std::vector<Listed> list_dir(const fs::path& dir, const PayloadCheck& check) {
   std::vector<Listed> out;
-  if (dir.empty()) return out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
+  for_each_file(dir, [&](const fs::path& path) {
+    const std::string name = path.filename().string();
     Listed l;
     EntryInfo& info = l.info;
-    info.path = it->path();
+    info.path = path;
     bool stat_ok = false;
     std::string hash16;
     if (parse_entry_name(name, &info.readable, &hash16)) {
-      Entry e = read_entry(info.path, nullptr, hash16);
-      if (e.state == Entry::State::missing) continue;  // removed while listing
+      Entry e = read_entry(info.path, nullptr, hash16, check);
+      if (e.state == Entry::State::missing) return;  // removed while listing
       stat_ok = e.stat_ok;
       l.st = e.st;
       l.format = e.format;
@@ -469,12 +541,12 @@ std::vector<Listed> list_dir(const fs::path& dir) {
       if (ends_with(name, kEntryExt)) {
         info.readable = name.substr(0, name.size() - std::strlen(kEntryExt));
         info.problem = "file name is not <readable>-<16 hex digits>.kdc";
-      } else if (stat_ok && name.find(kTempMark) != std::string::npos && stale_temp(name, l.st)) {
+      } else if (stat_ok && stale_temp(name, l.st)) {
         info.kind = EntryInfo::Kind::temp;
         info.readable = name;
-        info.problem = "stale temporary file (its writer is gone)";
+        info.problem = "stale temporary file (unmodified for over an hour: its writer is gone)";
       } else {
-        continue;
+        return;
       }
     }
     if (stat_ok) {
@@ -482,7 +554,7 @@ std::vector<Listed> list_dir(const fs::path& dir) {
       info.last_used = mtime_of(l.st);
     }
     out.push_back(std::move(l));
-  }
+  });
   std::sort(out.begin(), out.end(), [](const Listed& a, const Listed& b) { return a.info.path < b.info.path; });
   return out;
 }
@@ -491,10 +563,19 @@ std::vector<Listed> list_dir(const fs::path& dir) {
 
 DiskCache::DiskCache(fs::path dir, std::optional<std::chrono::milliseconds> lock_timeout,
                      std::optional<std::uint64_t> max_bytes)
+    : DiskCache(std::move(dir), Options{lock_timeout, max_bytes, {}, false}) {}
+
+DiskCache::DiskCache(fs::path dir, Options options)
     : dir_(std::move(dir)),
-      lock_timeout_(lock_timeout ? *lock_timeout : lock_timeout_from_env()),
-      max_bytes_(max_bytes ? *max_bytes : max_bytes_from_env()) {
+      lock_timeout_(options.lock_timeout ? *options.lock_timeout : lock_timeout_from_env()),
+      max_bytes_(options.max_bytes ? *options.max_bytes : max_bytes_from_env()),
+      payload_check_(std::move(options.payload_check)),
+      inspect_only_(options.inspect_only) {
   require(lock_timeout_.count() >= 0, "cache: the lock timeout must be >= 0");
+  if (inspect_only_) {  // list/verify/clear/prune store nothing: no probe, no warning
+    memory_only_ = true;
+    return;
+  }
   if (dir_.empty()) {
     memory_only_ = true;
     std::fputs(
@@ -516,7 +597,7 @@ std::string DiskCache::unusable_reason(const fs::path& dir) {
   if (!fs::is_directory(dir, ec)) return "not a directory";
   // Creating the directory can succeed (or be unnecessary) where files cannot
   // be written: probe with a real file.
-  const fs::path probe = dir / ("probe" + temp_suffix());
+  const fs::path probe = dir / (kProbeName + temp_suffix());
   int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return errno_text(errno);
   ::close(fd);
@@ -544,12 +625,15 @@ fs::path DiskCache::default_dir() {
 std::chrono::milliseconds DiskCache::lock_timeout_from_env() {
   const std::string text = env("KDTREE_CACHE_LOCK_TIMEOUT");
   if (text.empty()) return kDefaultLockTimeout;
+  // Decimal digits with at most one '.': strtod alone would also take hex
+  // ("0x10"), exponents, "inf" and "nan".
+  const bool decimal = std::count(text.begin(), text.end(), '.') <= 1 &&
+                       std::any_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+                       std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
   char* end = nullptr;
   errno = 0;
-  const double seconds = std::strtod(text.c_str(), &end);
-  const bool starts_right = std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.';
-  if (!starts_right || errno != 0 || end == text.c_str() || *end != '\0' || !std::isfinite(seconds) || seconds < 0 ||
-      seconds > 86400) {
+  const double seconds = decimal ? std::strtod(text.c_str(), &end) : 0;
+  if (!decimal || errno != 0 || *end != '\0' || !std::isfinite(seconds) || seconds < 0 || seconds > 86400) {
     fail(KDTREE_ERROR_INVALID_ARGUMENT,
          "KDTREE_CACHE_LOCK_TIMEOUT='" + text + "' is not a number of seconds in 0..86400 (e.g. 30 or 0.5)");
   }
@@ -643,7 +727,7 @@ std::vector<char> DiskCache::load_or_build(const std::string& readable, const Di
     std::fputs(msg.c_str(), stderr);
   };
   // A degraded cache still reads valid entries (e.g. a pre-warmed read-only dir).
-  Entry found = read_entry(path, &key, "");
+  Entry found = read_entry(path, &key, "", payload_check_);
   if (found.state == Entry::State::ok) return hit(found);
   if (memory_only_) return build();
 
@@ -666,12 +750,16 @@ std::vector<char> DiskCache::load_or_build(const std::string& readable, const Di
       entry_warning("its lock path " + lock_path.string() + " is not a regular file");
       return build();
     }
+    if (err == ENOSPC || err == EDQUOT || err == EMFILE || err == ENFILE) {  // may pass: this entry only
+      entry_warning("cannot create its lock " + lock_path.string() + ": " + errno_text(err));
+      return build();
+    }
     degrade("cannot create " + lock_path.string() + ": " + errno_text(err));
     return build();
   }
   if (locked == FileLock::Result::held) {
     // Another process may have published while we waited for the lock.
-    found = read_entry(path, &key, "");
+    found = read_entry(path, &key, "", payload_check_);
     if (found.state == Entry::State::ok) return hit(found);
   }
   // Holding the lock, or gave up waiting for a stuck holder (the message said
@@ -680,11 +768,10 @@ std::vector<char> DiskCache::load_or_build(const std::string& readable, const Di
   std::vector<char> payload = build();  // throws: the lock is released, nothing published
   if (kHeaderSize + version.size() + payload.size() > kMaxEntryBytes) return payload;  // could never be read back
   if (found.is_dir) ::rmdir(path.c_str());  // an empty directory goes; a full one is reported below
-  const PublishError failed = publish(path, payload, key, version);
-  if (failed.entry_only) {
-    entry_warning(found.is_dir ? "a directory is in the way" : failed.message);
-  } else if (!failed.message.empty()) {
-    degrade(failed.message);
+  // A failed store (rename, full disk) fails this entry only: the next may be stored.
+  const std::string failed = publish(path, payload, key, version);
+  if (!failed.empty()) {
+    entry_warning(found.is_dir ? "a directory is in the way" : failed);
   } else if (locked == FileLock::Result::held) {
     evict(path);
   }
@@ -699,13 +786,29 @@ void DiskCache::evict(const fs::path& keep) {
   };
   std::vector<Candidate> candidates;
   std::uint64_t total = 0;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
-    if (!ends_with(it->path().filename().string(), kEntryExt)) continue;
-    Candidate c{it->path(), {}};
-    if (::lstat(c.path.c_str(), &c.st) != 0 || !S_ISREG(c.st.st_mode)) continue;
-    total += std::uint64_t(c.st.st_size);
-    candidates.push_back(std::move(c));
+  try {
+    for_each_file(dir_, [&](const fs::path& path) {
+      const std::string name = path.filename().string();
+      Candidate c{path, {}};
+      if (::lstat(c.path.c_str(), &c.st) != 0) return;
+      // Stale temporary files are space the limit must see: they go here too.
+      if (stale_temp(name, c.st)) {
+        remove_temp(c.path);
+        return;
+      }
+      std::string readable, hash16;
+      if (!parse_entry_name(name, &readable, &hash16) || !S_ISREG(c.st.st_mode)) return;  // not ours to count
+      // A file that cannot be an entry (a sparse 3 GB file, another header)
+      // must not push valid entries out: it is removed as bad instead.
+      if (!entry_header_problem(c.path, c.st).empty()) {
+        if (c.path != keep) remove_entry_locked(c.path, c.st);
+        return;
+      }
+      total += std::uint64_t(c.st.st_size);
+      candidates.push_back(std::move(c));
+    });
+  } catch (const Error&) {
+    return;  // an unreadable directory: nothing to evict from it
   }
   if (total <= max_bytes_) return;
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
@@ -721,7 +824,7 @@ void DiskCache::evict(const fs::path& keep) {
 
 std::vector<EntryInfo> DiskCache::list() const {
   std::vector<EntryInfo> out;
-  for (Listed& l : list_dir(dir_)) out.push_back(std::move(l.info));
+  for (Listed& l : list_dir(dir_, payload_check_)) out.push_back(std::move(l.info));
   return out;
 }
 
@@ -733,7 +836,7 @@ std::vector<EntryInfo> DiskCache::verify() {
     // the bad entry with a good one (publish renames over it).
     std::string readable, hash16;
     if (info.kind == EntryInfo::Kind::entry && parse_entry_name(info.path.filename().string(), &readable, &hash16)) {
-      const Entry again = read_entry(info.path, nullptr, hash16);
+      const Entry again = read_entry(info.path, nullptr, hash16, payload_check_);
       if (again.state == Entry::State::ok) {
         info.valid = true;
         info.problem.clear();
@@ -745,7 +848,7 @@ std::vector<EntryInfo> DiskCache::verify() {
         continue;
       }
     }
-    info.remove_error = remove_path(info.path);
+    info.remove_error = info.kind == EntryInfo::Kind::temp ? remove_temp(info.path) : remove_path(info.path);
     info.removed = info.remove_error.empty();
   }
   return entries;
@@ -753,12 +856,10 @@ std::vector<EntryInfo> DiskCache::verify() {
 
 std::vector<EntryInfo> DiskCache::clear() {
   std::vector<EntryInfo> out;
-  if (dir_.empty()) return out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
+  for_each_file(dir_, [&](const fs::path& path) {
+    const std::string name = path.filename().string();
     EntryInfo info;
-    info.path = it->path();
+    info.path = path;
     info.readable = name;
     struct stat st {};
     const bool stat_ok = ::lstat(info.path.c_str(), &st) == 0;
@@ -777,31 +878,46 @@ std::vector<EntryInfo> DiskCache::clear() {
       } else if (::lstat(info.path.c_str(), &st) == 0 && (S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode))) {
         info.remove_error = remove_path(info.path);  // not a lock file at all
       } else {
-        continue;  // held by a live process (or gone): leave it
+        return;  // held by a live process (or gone): leave it
       }
-    } else if (stat_ok && name.find(kTempMark) != std::string::npos && stale_temp(name, st)) {
+    } else if (stat_ok && stale_temp(name, st)) {
       info.kind = EntryInfo::Kind::temp;
-      info.remove_error = remove_path(info.path);
+      info.remove_error = remove_temp(info.path);
     } else {
-      continue;
+      return;
     }
     info.removed = info.remove_error.empty();
     out.push_back(std::move(info));
-  }
+  });
   std::sort(out.begin(), out.end(), [](const EntryInfo& a, const EntryInfo& b) { return a.path < b.path; });
   return out;
 }
 
 std::vector<EntryInfo> DiskCache::prune(const std::string& current_version) {
   std::vector<EntryInfo> out;
-  // What list() read decides; remove_entry_locked removes a file only if it is
+  std::vector<Listed> listed = list_dir(dir_, payload_check_);
+  // The newest generator stored per NVRTC version (the current one counts): a
+  // second NVRTC on this machine keeps the entries it uses.
+  std::map<std::string, unsigned long long> newest;
+  auto note = [&](const std::string& tag) {
+    if (auto v = parse_version_tag(tag)) newest[v->second] = std::max(newest[v->second], v->first);
+  };
+  note(current_version);
+  for (const Listed& l : listed) {
+    if (l.info.valid) note(l.info.version);
+  }
+  // What list_dir read decides; remove_entry_locked removes a file only if it is
   // still the one read (an entry republished since then stays).
-  for (Listed& l : list_dir(dir_)) {
+  for (Listed& l : listed) {
     EntryInfo& info = l.info;
     if (info.kind != EntryInfo::Kind::entry) continue;
+    bool old = false;
+    if (info.valid && info.version != current_version) {
+      const auto v = parse_version_tag(info.version);
+      old = !v || v->first < newest[v->second];
+    }
     // (An entry whose name does not parse was not read: format 0, kept.)
-    const bool old =
-        (info.valid && info.version != current_version) || (!info.valid && l.format > 0 && l.format < kFormatVersion);
+    if (!info.valid && l.format > 0 && l.format < kFormatVersion) old = true;
     if (!old) continue;
     info.remove_error = remove_entry_locked(info.path, l.st);
     info.removed = info.remove_error.empty();

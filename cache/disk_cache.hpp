@@ -17,15 +17,32 @@
 // key once. A waiter prints one message and waits at most lock_timeout; then it
 // compiles the key itself and goes on (a live but stuck holder cannot stall it).
 //
+// Temporary files are "<entry file name>.tmp.<pid>.<thread hex>.<counter>"
+// (and the directory probe's "probe.tmp.<...>"). Only regular files with such a
+// name are ever removed as temporary files, and only once stale: not modified
+// for kStaleTempAge (1 hour; a writer writes, flushes and renames at once, so a
+// live one is never that old). Age, not the pid in the name, decides: a writer
+// in another PID namespace or on another host looks dead to a pid check.
+//
 // Size limit: after each publish, entries are evicted least recently used first
 // (by mtime, which a disk hit refreshes, so atime/noatime does not matter) until
-// the *.kdc files total at most max_bytes. An entry whose lock another process
-// holds is never evicted, nor is the one just published.
+// the *.kdc files total at most max_bytes. Only entries that can be valid count
+// (a regular file with an entry name, a header of the right magic, and the size
+// that header gives, at most kMaxEntryBytes); a bogus one (e.g. a sparse 3 GB
+// file) is removed as bad, and stale temporary files are removed too. An entry
+// whose lock another process holds is never evicted, nor is the one just
+// published.
 //
 // An unwritable directory degrades to memory only, with one warning on stderr
 // (valid entries already there are still read); so does an empty path (no
-// cache directory could be determined). Within a process, results are memoised
-// and every method is thread-safe.
+// cache directory could be determined). A store that fails for one entry (its
+// rename fails, the disk is full) fails that entry only: a warning names it and
+// later entries are still stored. Within a process, results are memoised and
+// every method is thread-safe.
+//
+// A payload check (Options::payload_check) lets the owner of the payload format
+// reject an entry whose checksum is right but whose payload does not unpack: it
+// is then a bad entry like any other (rebuilt, reported and removed by verify).
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -52,7 +69,7 @@ enum class Outcome {
 struct EntryInfo {
   enum class Kind {
     entry,  // <readable>-<hash16>.kdc (whatever file type is there)
-    temp,   // a stale temporary file: its writer is gone (crash) or it is over an hour old
+    temp,   // a stale temporary file of kdtree's own name pattern, unmodified for kStaleTempAge
     lock,   // an unheld lock file (only reported by clear())
   };
   Kind kind = Kind::entry;
@@ -68,12 +85,29 @@ struct EntryInfo {
   std::string remove_error;
 };
 
+// "" when the payload of a checksum-valid entry unpacks, else why not.
+using PayloadCheck = std::function<std::string(const std::vector<char>& payload)>;
+
 class DiskCache {
  public:
   // The largest entry file read (header + tag + payload); a bigger one is corrupt.
   static constexpr std::uintmax_t kMaxEntryBytes = std::uintmax_t(256) << 20;
   static constexpr std::chrono::milliseconds kDefaultLockTimeout{60'000};
   static constexpr std::uint64_t kDefaultMaxBytes = std::uint64_t(2) << 30;
+  // A temporary file unmodified this long is abandoned (its writer crashed).
+  static constexpr std::chrono::hours kStaleTempAge{1};
+
+  struct Options {
+    // Longest wait for another process's lock on a key (>= 0); nullopt = lock_timeout_from_env().
+    std::optional<std::chrono::milliseconds> lock_timeout;
+    // Size limit of all entries in bytes, 0 = unlimited; nullopt = max_bytes_from_env().
+    std::optional<std::uint64_t> max_bytes;
+    // Checks payloads read from disk (see above); empty = any payload.
+    PayloadCheck payload_check;
+    // Inspect only (list, verify, clear, prune): the directory is neither created
+    // nor probed, nothing warns about memory only, and get_or_build stores nothing.
+    bool inspect_only = false;
+  };
 
   // dir: the cache directory (created if missing). Empty path = memory only,
   // with one warning (no cache directory could be determined).
@@ -84,13 +118,14 @@ class DiskCache {
   // Throws KDTREE_ERROR_INVALID_ARGUMENT for a malformed environment variable.
   explicit DiskCache(std::filesystem::path dir, std::optional<std::chrono::milliseconds> lock_timeout = std::nullopt,
                      std::optional<std::uint64_t> max_bytes = std::nullopt);
+  DiskCache(std::filesystem::path dir, Options options);
   ~DiskCache();
 
   // KDTREE_CACHE_DIR, else $XDG_CACHE_HOME/kdtree, else $HOME/.cache/kdtree, else
   // the passwd home's .cache/kdtree; empty when there is none of these (a
   // passwd lookup that fails, rather than finding no user, warns on stderr).
   static std::filesystem::path default_dir();
-  // KDTREE_CACHE_LOCK_TIMEOUT: seconds, a decimal number 0..86400 (e.g. 0.5);
+  // KDTREE_CACHE_LOCK_TIMEOUT: seconds, a decimal number 0..86400 (e.g. 0.5; digits and one '.' only);
   // unset or empty: kDefaultLockTimeout.
   static std::chrono::milliseconds lock_timeout_from_env();
   // KDTREE_CACHE_MAX_BYTES: bytes, an integer with an optional K, M, G or T suffix
@@ -113,7 +148,9 @@ class DiskCache {
                                  const std::string& version = "", std::string* not_stored = nullptr);
 
   // Every entry path (*.kdc, whatever file type) and every stale temporary file,
-  // checked, sorted by path. Changes nothing.
+  // checked, sorted by path. Changes nothing. list, verify, clear and prune throw
+  // KDTREE_ERROR_CACHE when the directory cannot be read (e.g. no permission);
+  // a directory that does not exist lists as empty.
   std::vector<EntryInfo> list() const;
   // Like list(); bad entries and stale temporary files are removed (removed /
   // remove_error say how that went).
@@ -121,8 +158,13 @@ class DiskCache {
   // Removes every entry, stale temporary file and unheld lock file; a lock that
   // a live process holds is left alone. Returns what it tried to remove.
   std::vector<EntryInfo> clear();
-  // Removes entries stored with a version tag other than `current_version` or in
-  // an older format; skips entries whose lock is held. Returns what it tried.
+  // Removes entries of an older format, and entries whose version tag is not
+  // `current_version` unless they are the newest of their NVRTC version: tags
+  // "generator G nvrtc N" are grouped by N and, in each group, those of the
+  // highest G (counting current_version's) are kept, so a second NVRTC on the
+  // machine (e.g. torch's next to the toolkit's) keeps its entries. A tag of
+  // another form is removed when it differs from current_version. Skips entries
+  // whose lock is held (reported as not removed). Returns what it tried.
   std::vector<EntryInfo> prune(const std::string& current_version);
 
   const std::filesystem::path& dir() const { return dir_; }
@@ -145,6 +187,8 @@ class DiskCache {
   std::filesystem::path dir_;
   std::chrono::milliseconds lock_timeout_;
   std::uint64_t max_bytes_;
+  PayloadCheck payload_check_;
+  bool inspect_only_ = false;
   std::atomic<bool> memory_only_{false};
   mutable std::mutex mutex_;  // guards memory_ only (never held while building)
   std::map<std::string, std::shared_ptr<Slot>> memory_;

@@ -30,14 +30,36 @@ std::vector<char> pack(const NvrtcOutput& out) {
   return payload;
 }
 
-void unpack(const std::vector<char>& payload, CompiledModule* m) {
+// Splits a payload into log and cubin: "" or why it is not one.
+std::string split_payload(const std::vector<char>& payload, std::string* log, std::vector<char>* cubin) {
   uint32_t log_bytes = 0;
-  if (payload.size() < 8 || std::memcmp(payload.data(), kPayloadMagic, 4) != 0 ||
-      (std::memcpy(&log_bytes, payload.data() + 4, 4), payload.size() < 8 + size_t(log_bytes))) {
-    fail(KDTREE_ERROR_CACHE, fmt::format("cache payload of {} is malformed", m->label));
+  if (payload.size() < 8 || std::memcmp(payload.data(), kPayloadMagic, 4) != 0) return "no KDMD header";
+  std::memcpy(&log_bytes, payload.data() + 4, 4);
+  if (payload.size() < 8 + size_t(log_bytes)) return fmt::format("log size {} past the end", log_bytes);
+  // cuModuleLoadData takes an ELF image: anything else would fail at every load.
+  const size_t cubin_at = 8 + size_t(log_bytes);
+  if (payload.size() - cubin_at < 4 || std::memcmp(payload.data() + cubin_at,
+                                                   "\x7f"
+                                                   "ELF",
+                                                   4) != 0) {
+    return "the cubin is not an ELF image";
   }
-  m->ptxas_log.assign(payload.data() + 8, log_bytes);
-  m->cubin.assign(payload.begin() + 8 + log_bytes, payload.end());
+  log->assign(payload.data() + 8, log_bytes);
+  cubin->assign(payload.begin() + std::ptrdiff_t(cubin_at), payload.end());
+  return "";
+}
+
+void unpack(const std::vector<char>& payload, CompiledModule* m) {
+  if (std::string why = split_payload(payload, &m->ptxas_log, &m->cubin); !why.empty()) {
+    fail(KDTREE_ERROR_CACHE, fmt::format("cache payload of {} is malformed: {}", m->label, why));
+  }
+}
+
+// A ptxas number: digits that fit an int (the log is NVRTC's, or a cache
+// entry's, so a bad one is an error, not std::stoi's out_of_range).
+int ptxas_int(const std::string& digits, const std::string& line) {
+  if (digits.size() > 9) fail(KDTREE_ERROR_COMPILE, fmt::format("ptxas report: number out of range in '{}'", line));
+  return std::stoi(digits);
 }
 
 int attribute(CUdevice device, CUdevice_attribute a, const char* what) {
@@ -52,6 +74,24 @@ std::string nvrtc_version() {
   int major = 0, minor = 0;
   nvrtcVersion(&major, &minor);
   return fmt::format("{}.{}", major, minor);
+}
+
+std::string cache_payload_problem(const std::vector<char>& payload) {
+  std::string log;
+  std::vector<char> cubin;
+  if (std::string why = split_payload(payload, &log, &cubin); !why.empty()) return why;
+  try {
+    parse_ptxas_log(log);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+cache::DiskCache::Options cache_options() {
+  cache::DiskCache::Options o;
+  o.payload_check = cache_payload_problem;
+  return o;
 }
 
 std::string cache_version() { return fmt::format("generator {} nvrtc {}", KDTREE_GENERATOR_VERSION, nvrtc_version()); }
@@ -78,28 +118,28 @@ std::map<std::string, ResourceUsage> parse_ptxas_log(const std::string& log) {
     }
     if (current.empty()) continue;
     if (std::regex_search(line, m, frame_re)) {
-      usage[current].stack_bytes = std::stoi(m[1]);
-      usage[current].spill_stores = std::stoi(m[2]);
-      usage[current].spill_loads = std::stoi(m[3]);
+      usage[current].stack_bytes = ptxas_int(m[1], line);
+      usage[current].spill_stores = ptxas_int(m[2], line);
+      usage[current].spill_loads = ptxas_int(m[3], line);
     }
-    if (std::regex_search(line, m, regs_re)) usage[current].registers = std::stoi(m[1]);
-    if (std::regex_search(line, m, smem_re)) usage[current].static_smem = std::stoi(m[1]);
+    if (std::regex_search(line, m, regs_re)) usage[current].registers = ptxas_int(m[1], line);
+    if (std::regex_search(line, m, smem_re)) usage[current].static_smem = ptxas_int(m[1], line);
   }
   return usage;
 }
 
 Engine::Engine(int device, const std::string& cache_dir) : device_(device) {
   require(device >= 0, "device must be >= 0 (got {})", device);
-  cache_ = std::make_unique<cache::DiskCache>(cache_dir.empty() ? cache::DiskCache::default_dir()
-                                                                : std::filesystem::path(cache_dir));
+  cache_ = std::make_unique<cache::DiskCache>(
+      cache_dir.empty() ? cache::DiskCache::default_dir() : std::filesystem::path(cache_dir), cache_options());
 }
 
 std::unique_ptr<Engine> Engine::offline(int sm, const std::string& cache_dir) {
   std::unique_ptr<Engine> rt(new Engine());
   rt->arch_ = codegen::arch_from_sm(sm);
   rt->arch_known_ = true;
-  rt->cache_ = std::make_unique<cache::DiskCache>(cache_dir.empty() ? cache::DiskCache::default_dir()
-                                                                    : std::filesystem::path(cache_dir));
+  rt->cache_ = std::make_unique<cache::DiskCache>(
+      cache_dir.empty() ? cache::DiskCache::default_dir() : std::filesystem::path(cache_dir), cache_options());
   return rt;
 }
 

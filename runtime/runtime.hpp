@@ -116,7 +116,15 @@ std::string nvrtc_version();
 // The version tag cache entries are stored with ("generator G nvrtc N"): what
 // `kdtree-gen cache prune` keeps.
 std::string cache_version();
-// Parses a ptxas -v log into per-kernel usage.
+// Parses a ptxas -v log into per-kernel usage; a number that does not fit an
+// int throws KDTREE_ERROR_COMPILE.
 std::map<std::string, ResourceUsage> parse_ptxas_log(const std::string& log);
+// "" when a cache payload unpacks (KDMD framing, an ELF cubin) and its log
+// parses, else why not: the cache's payload check, so such an entry is bad
+// (rebuilt, and reported and removed by `kdtree-gen cache verify`).
+std::string cache_payload_problem(const std::vector<char>& payload);
+// The cache options of the runtime's cache (its payload check); kdtree-gen's
+// cache commands use them too, so they judge entries as the runtime does.
+cache::DiskCache::Options cache_options();
 
 }  // namespace kdtree

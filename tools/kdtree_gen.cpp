@@ -6,9 +6,14 @@
 //   kdtree-gen info  [--cache-dir DIR] [--json]
 //   kdtree-gen cache list|clear|verify|prune [--cache-dir DIR] [--json (list)]
 //
+// NVRTC is the one the dynamic loader finds (RUNPATH: LD_LIBRARY_PATH first);
+// `python -m kdtree` puts the package's NVRTC directory there. info prints the
+// library's path.
+//
 // Exit status: 0 ok; 1 some kernel failed to compile or could not be stored, the
 // cache had bad entries, or a file could not be removed; 2 usage or setup error
-// (an unusable cache directory for warm, a write error on stdout). Every error
+// (an unusable cache directory for warm; for info and cache, a cache path that
+// is not a directory or cannot be read; a write error on stdout). Every error
 // message is one line "kdtree-gen: <message>"; one about a flag's value starts
 // with the flag: "kdtree-gen: --width: 48 is not supported (use 16, 32, 64 or 128)".
 #include <fmt/format.h>
@@ -28,6 +33,10 @@
 #include <system_error>
 #include <thread>
 #include <vector>
+
+#include <dlfcn.h>
+#include <nvrtc.h>
+#include <sys/stat.h>
 
 #include "base/error.hpp"
 #include "base/posix_io.hpp"
@@ -65,6 +74,36 @@ constexpr const char* kNoCacheDir =
 
 fs::path cache_dir_or_default(const std::string& dir) {
   return dir.empty() ? cache::DiskCache::default_dir() : fs::path(dir);
+}
+
+// Whether the cache directory exists (false: no such directory). Anything else
+// there (a file, /dev/null) or an error looking (no search permission) is an
+// error: the cache commands must not report such a path as an empty cache.
+bool cache_dir_exists(const fs::path& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) return false;
+    fail(KDTREE_ERROR_CACHE, fmt::format("cannot access the cache directory {}: {}", dir.string(), errno_text(errno)));
+  }
+  if (!S_ISDIR(st.st_mode))
+    fail(KDTREE_ERROR_CACHE, fmt::format("cache directory {} is not a directory", dir.string()));
+  return true;
+}
+
+// The cache as list/verify/clear/prune/info see it: entries judged as the
+// runtime judges them, and no "memory only" warning (these store nothing).
+std::unique_ptr<cache::DiskCache> inspect_cache(const fs::path& dir) {
+  cache::DiskCache::Options options = cache_options();
+  options.inspect_only = true;
+  return std::make_unique<cache::DiskCache>(dir, options);
+}
+
+// The file NVRTC was loaded from, as the loader found it ("" if unknown): which
+// of several NVRTCs on the machine this process uses.
+std::string nvrtc_library() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&nvrtcVersion), &info) == 0 || info.dli_fname == nullptr) return "";
+  return info.dli_fname;
 }
 
 // ------------------------------------------------------------------ JSON
@@ -163,6 +202,31 @@ std::string check_jobs(const std::string& v) {
   int j = 0;
   if (!parse_int(v, &j)) return fmt::format("'{}' is not an integer", v);
   return j >= 1 && j <= 1024 ? "" : fmt::format("{} is not in 1..1024", j);
+}
+
+// An empty element (--widths 16,,32, a leading or trailing comma) is an error
+// naming the option: CLI11 drops empty elements when it splits at ','.
+void check_list_elements(int argc, char** argv) {
+  static const std::set<std::string> lists = {"--heads", "--widths", "--pages", "--dtypes"};
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], flag = arg, value;
+    if (const auto eq = arg.find('='); eq != std::string::npos) {
+      flag = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    } else if (lists.count(arg) && i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      continue;  // no value here: CLI11 reports a missing one
+    }
+    if (!lists.count(flag)) continue;
+    if (value.empty() || value.front() == ',' || value.back() == ',' || value.find(",,") != std::string::npos) {
+      throw UsageError(fmt::format("{}: '{}' has an empty element (use a comma-separated list, e.g. {} {})", flag,
+                                   value, flag,
+                                   flag == "--widths"  ? "16,32"
+                                   : flag == "--pages" ? "16,64"
+                                                       : "a,b"));
+    }
+  }
 }
 
 // A list option (--heads a,b) takes one argument; a flag is never its value.
@@ -463,16 +527,12 @@ std::string entry_json(const cache::EntryInfo& e) {
 int run_info(const std::string& cache_dir, bool as_json) {
   const DeviceReport dev = devices();
   const fs::path dir = cache_dir_or_default(cache_dir);
-  std::error_code ec;
-  const bool exists = !dir.empty() && fs::is_directory(dir, ec);
+  const bool exists = !dir.empty() && cache_dir_exists(dir);
   Totals t;
   // What DiskCache(dir) itself reads.
   const std::uint64_t max_bytes = cache::DiskCache::max_bytes_from_env();
   const std::chrono::milliseconds lock_timeout = cache::DiskCache::lock_timeout_from_env();
-  if (exists) {
-    cache::DiskCache cache(dir);
-    t = totals(cache.list());
-  }
+  if (exists) t = totals(inspect_cache(dir)->list());
   if (as_json) {
     std::vector<std::string> devs;
     for (const auto& d : dev.devices) {
@@ -482,6 +542,7 @@ int run_info(const std::string& cache_dir, bool as_json) {
                json_object(
                    {{"kdtree", json(std::string(KDTREE_VERSION_STRING))},
                     {"nvrtc", json(nvrtc_version())},
+                    {"nvrtc_library", json(nvrtc_library())},
                     {"cache_version", json(cache_version())},
                     {"driver", dev.no_gpu.empty() ? json(dev.driver) : "null"},
                     {"no_gpu", dev.no_gpu.empty() ? "null" : json(dev.no_gpu)},
@@ -497,7 +558,8 @@ int run_info(const std::string& cache_dir, bool as_json) {
     return 0;
   }
   fmt::print("kdtree:  {}\n", KDTREE_VERSION_STRING);
-  fmt::print("NVRTC:   {}\n", nvrtc_version());
+  const std::string nvrtc_file = nvrtc_library();
+  fmt::print("NVRTC:   {}{}\n", nvrtc_version(), nvrtc_file.empty() ? "" : " (" + nvrtc_file + ")");
   if (!dev.no_gpu.empty()) {
     fmt::print("device:  no GPU: {}\n", dev.no_gpu);
   } else {
@@ -524,7 +586,7 @@ int run_info(const std::string& cache_dir, bool as_json) {
 std::size_t report_not_removed(const std::vector<cache::EntryInfo>& entries) {
   std::size_t kept = 0;
   for (const cache::EntryInfo& e : entries) {
-    if (e.removed || e.valid) continue;
+    if (e.removed) continue;  // each was tried: valid ones too (prune removes valid entries of other versions)
     ++kept;
     fmt::print(stderr, "kdtree-gen: cannot remove {}: {}\n", e.path.string(), e.remove_error);
   }
@@ -534,8 +596,7 @@ std::size_t report_not_removed(const std::vector<cache::EntryInfo>& entries) {
 int run_cache(const std::string& action, const std::string& cache_dir, bool as_json) {
   const fs::path dir = cache_dir_or_default(cache_dir);
   if (dir.empty()) fail(KDTREE_ERROR_CACHE, fmt::format("cache {}: {}", action, kNoCacheDir));
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
+  if (!cache_dir_exists(dir)) {
     // Nothing to list, clear, verify or prune; do not create the directory for it.
     if (as_json) {
       fmt::print("{}\n", json_object({{"dir", json(dir)}, {"entries", "[]"}, {"bytes", "0"}, {"bad", "0"}}));
@@ -544,12 +605,14 @@ int run_cache(const std::string& action, const std::string& cache_dir, bool as_j
     }
     return 0;
   }
-  cache::DiskCache cache(dir);
+  const std::unique_ptr<cache::DiskCache> opened = inspect_cache(dir);
+  cache::DiskCache& cache = *opened;
   if (action == "clear" || action == "prune") {
     const auto tried = action == "clear" ? cache.clear() : cache.prune(cache_version());
     const std::size_t kept = report_not_removed(tried);
-    fmt::print("removed {} of {} files from {}{}\n", tried.size() - kept, tried.size(), dir.string(),
-               action == "prune" ? fmt::format(" (other versions than {})", cache_version()) : "");
+    fmt::print(
+        "removed {} of {} files from {}{}\n", tried.size() - kept, tried.size(), dir.string(),
+        action == "prune" ? fmt::format(" (older than {}, or than the newest of their NVRTC)", cache_version()) : "");
     return kept ? 1 : 0;
   }
   const bool verify = action == "verify";
@@ -613,7 +676,7 @@ int main(int argc, char** argv) {
   app.footer(
       "Environment: KDTREE_CACHE_DIR (cache directory), KDTREE_CACHE_MAX_BYTES (size limit, LRU eviction; "
       "K/M/G/T suffix, 0 = none; default 2G), KDTREE_CACHE_LOCK_TIMEOUT (seconds to wait for another process "
-      "compiling the same kernel before compiling it here; default 60).\n"
+      "compiling the same kernel before compiling it here; decimal, default 60).\n"
       "Exit status: 0 ok, 1 failures (kernels, bad entries, files not removed), 2 usage or setup error.\n");
 
   WarmOptions warm;
@@ -683,7 +746,10 @@ int main(int argc, char** argv) {
       {"list", "List entries and stale temporary files: name, size, valid or the problem"},
       {"clear", "Remove every entry, stale temporary file and unheld lock (exit 1 if one cannot be removed)"},
       {"verify", "Check every entry; remove bad ones and stale temporary files (exit 1 if any were bad)"},
-      {"prune", "Remove entries of other generator or NVRTC versions (exit 1 if one cannot be removed)"},
+      {"prune",
+       "Remove entries of older formats and generators; entries of another NVRTC version are kept if they are the "
+       "newest generator's for that NVRTC (another NVRTC on this machine may use them). Exit 1 if one cannot be "
+       "removed (permission, or its lock is held)"},
   };
   for (const auto& [action, help] : actions) {
     CLI::App* sub = cache_cmd->add_subcommand(action, help);
@@ -695,6 +761,7 @@ int main(int argc, char** argv) {
 
   try {
     check_subcommand(argc, argv);
+    check_list_elements(argc, argv);
     app.parse(argc, argv);
     if (emit_cmd->parsed()) check_emit_flags(emit, emit_cmd);
   } catch (const CLI::CallForHelp& e) {

@@ -104,7 +104,9 @@ class Error(RuntimeError):
         self.status_name = STATUS_NAMES.get(self.status, f"status {self.status}")
         self.message = message
         self.call = call
-        super().__init__(f"{call}: {message} ({self.status_name})" if call else f"{message} ({self.status_name})")
+        # kdtree_last_error() already starts with the C function's name: say it once.
+        prefix = f"{call}: " if call and not message.startswith(f"{call}:") else ""
+        super().__init__(f"{prefix}{message} ({self.status_name})")
 
 
 class _Api:

@@ -90,6 +90,21 @@ def loaded_nvrtc_path():
     return None
 
 
+def nvrtc_version(path=None):
+    """"MAJOR.MINOR" of the NVRTC loaded in this process (or of `path`), or None if it cannot be asked."""
+    path = path or loaded_nvrtc_path()
+    if not path:
+        return None
+    try:
+        lib = ctypes.CDLL(path)
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        if lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return f"{major.value}.{minor.value}"
+
+
 def _load_nvrtc():
     global _nvrtc_dir
     soname = build_info()["NVRTC_SONAME"]

@@ -6,10 +6,12 @@
 #include <grp.h>
 #include <sys/file.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <ctime>
 
 #include <atomic>
 #include <cstdio>
@@ -24,11 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "cache/disk_cache.hpp"
 #include "tests/support/env_var.hpp"
 
 namespace kdtree::cache::test {
 
 namespace fs = std::filesystem;
+using kdtree::cache::DiskCache;
 
 // A fresh directory from mkdtemp, removed with everything in it.
 struct TempDir {
@@ -114,6 +118,25 @@ inline std::vector<fs::path> entries(const fs::path& dir) {
 
 inline std::size_t file_count(const fs::path& dir) {
   return std::size_t(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
+}
+
+// Sets the file's mtime (an entry's last use, a temp file's age) to `ago` seconds before now.
+inline void set_last_use(const fs::path& path, int ago) {
+  struct timespec times[2];
+  ::clock_gettime(CLOCK_REALTIME, &times[0]);
+  times[0].tv_sec -= ago;
+  times[1] = times[0];
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW) == 0);
+}
+
+// A temporary file name of kdtree's own pattern for the entry file `entry_name`.
+inline std::string own_temp_name(const std::string& entry_name, long pid = 4000000) {
+  return entry_name + ".tmp." + std::to_string(pid) + ".1a2b.0";
+}
+
+// The entry file of readable name `readable` and key material `key` in dir.
+inline fs::path entry_path(const fs::path& dir, const std::string& readable, const std::string& key) {
+  return dir / (readable + "-" + DiskCache::sha256_hex(key).substr(0, 16) + ".kdc");
 }
 
 // A build function that counts its calls.

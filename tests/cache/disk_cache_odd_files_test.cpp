@@ -20,10 +20,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-fs::path entry_path(const fs::path& dir, const std::string& readable, const std::string& key) {
-  return dir / (readable + "-" + DiskCache::sha256_hex(key).substr(0, 16) + ".kdc");
-}
-
 // Unblocks anyone stuck opening the FIFO for reading if the code under test
 // still does that (after `after`), so a regression fails instead of hanging.
 class FifoWatchdog {
@@ -104,7 +100,8 @@ TEST_CASE("disk cache: KDTREE_CACHE_LOCK_TIMEOUT and KDTREE_CACHE_MAX_BYTES pars
     }
   }
   SUBCASE("invalid values are an error naming the variable") {
-    for (const char* text : {"-1", "abc", "1s", "nan", "inf", "86401", " 5"}) {
+    // Decimal only (issue 15): strtod would take hex, exponents and more.
+    for (const char* text : {"-1", "abc", "1s", "nan", "inf", "86401", " 5", "0x10", "1e3", "1.2.3", ".", "+5"}) {
       INFO("KDTREE_CACHE_LOCK_TIMEOUT=" << text);
       EnvVar a("KDTREE_CACHE_LOCK_TIMEOUT", text);
       try {

@@ -397,15 +397,18 @@ TEST_CASE("disk cache: list - verify - clear") {
   write_file(tmp.path / "junk.kdc", "not an entry");
   write_file(tmp.path / "unrelated.txt", "left alone");
   write_file(tmp.path / "gamma-0123456789abcdef.kdc.lock", "");
-  // A temp file whose writer has exited is stale; one of a live process is not.
+  // A temp file unmodified for over DiskCache::kStaleTempAge is stale; a recent
+  // one is not, whatever its pid (issue 15 defect 5: a writer in another PID
+  // namespace looks dead).
   const pid_t dead = ::fork();
   REQUIRE(dead >= 0);
   if (dead == 0) std::_Exit(0);
   REQUIRE(::waitpid(dead, nullptr, 0) == dead);
-  const std::string stale = "alpha_w16-0000000000000000.kdc.tmp." + std::to_string(dead) + ".1.0";
-  const std::string live = "alpha_w16-0000000000000000.kdc.tmp." + std::to_string(::getpid()) + ".1.0";
+  const std::string stale = own_temp_name("alpha_w16-0000000000000000.kdc", ::getpid());
+  const std::string live = own_temp_name("alpha_w16-0000000000000000.kdc", dead);
   write_file(tmp.path / stale, "partial");
   write_file(tmp.path / live, "partial");
+  set_last_use(tmp.path / stale, 2 * 3600);
 
   auto listed = cache.list();
   // alpha, beta, gamma, junk and the stale temp file (issue 8 defect 8: it was invisible)

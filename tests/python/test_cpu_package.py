@@ -150,3 +150,56 @@ def test_supported_shapes_is_the_library_table_and_frozen():
         r = subprocess.run([gen, "info", "--json"], capture_output=True, text=True)
         if r.returncode == 0:
             assert json.loads(r.stdout)["supported"] == table
+
+
+def test_python_m_kdtree_help_lists_every_cache_action():
+    r = _python_m("--help")
+    assert "cache list|clear|verify|prune" in r.stdout, r.stdout
+
+
+def test_error_message_names_the_call_once():
+    # kdtree_last_error() already starts with the C function's name (issue 15).
+    e = kdtree.Error(_lib.ERROR_NO_DRIVER, "kdtree_runtime_bind_context: the CUDA driver could not be loaded",
+                     "kdtree_runtime_bind_context")
+    assert str(e).count("kdtree_runtime_bind_context") == 1, str(e)
+    e = kdtree.Error(_lib.ERROR_NO_DRIVER, "no driver", "kdtree_runtime_arch")
+    assert str(e).startswith("kdtree_runtime_arch: no driver"), str(e)
+
+
+def test_kdtree_gen_runs_on_the_nvrtc_loaded_in_the_process(tmp_path, monkeypatch):
+    # torch loaded its NVRTC first: the package's own search loaded nothing (nvrtc_dir() is None), and
+    # kdtree-gen must still get that library's directory first, not the toolkit's from its RUNPATH.
+    from kdtree import __main__ as cli
+    torch_nvrtc = tmp_path / "nvidia" / "cu13" / "lib" / _loader.build_info()["NVRTC_SONAME"]
+    torch_nvrtc.parent.mkdir(parents=True)
+    torch_nvrtc.write_bytes(b"")
+    monkeypatch.setattr(_loader, "_load_nvrtc", lambda: None)
+    monkeypatch.setattr(_loader, "_nvrtc_dir", None)
+    monkeypatch.setattr(_loader, "loaded_nvrtc_path", lambda: str(torch_nvrtc))
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/elsewhere")
+    env = cli.kdtree_gen_env()
+    assert env["LD_LIBRARY_PATH"].split(os.pathsep) == [str(torch_nvrtc.parent), "/elsewhere"]
+
+
+def test_python_m_kdtree_info_kdtree_gen_uses_the_package_nvrtc(tmp_path):
+    env = dict(os.environ, KDTREE_CACHE_DIR=str(tmp_path / "c"))
+    r = _python_m("info", env=env)
+    assert r.returncode == 0, r.stderr
+    gen = [line for line in r.stdout.splitlines() if line.startswith("NVRTC:")]
+    pkg = [line for line in r.stdout.splitlines() if line.startswith("nvrtc: ")]
+    assert gen and pkg, r.stdout
+    gen_path = gen[0].rsplit("(", 1)[1].rstrip(")")
+    pkg_path = pkg[0].split()[-1]
+    assert os.path.dirname(gen_path) == os.path.dirname(os.path.realpath(pkg_path)), r.stdout
+    assert gen[0].split()[1] == pkg[0].split()[1], r.stdout  # the same version
+    assert "kdtree-gen uses NVRTC" not in r.stdout
+
+
+def test_python_m_kdtree_info_prints_both_nvrtc_versions_when_they_differ(monkeypatch, capsys):
+    from kdtree import __main__ as cli
+    monkeypatch.setattr(_loader, "loaded_nvrtc_path", lambda: "/site/nvidia/cu13/lib/libnvrtc.so.13")
+    monkeypatch.setattr(_loader, "nvrtc_version", lambda path=None: "13.2")
+    cli._python_info(cli._kdtree_gen_nvrtc("kdtree:  0.1.0\nNVRTC:   13.0 (/usr/local/cuda/lib64/libnvrtc.so.13)\n"))
+    out = capsys.readouterr().out
+    assert "nvrtc: 13.2 /site/nvidia/cu13/lib/libnvrtc.so.13" in out
+    assert "kdtree-gen uses NVRTC 13.0, the package NVRTC 13.2" in out

@@ -10,7 +10,10 @@
 #include <random>
 #include <string>
 
+#include "cache/disk_cache.hpp"
 #include "codegen/verify_attention.hpp"
+#include "runtime/runtime.hpp"
+#include "tests/cache/cache_test_util.hpp"
 #include "tests/support/kdtree_gen_run.hpp"
 
 namespace fs = std::filesystem;
@@ -365,4 +368,172 @@ TEST_CASE("kdtree-gen: odd files in the cache[FIFO entry: no hang; read-only: re
   CHECK(r.status == 1);
   CHECK(contains(r.out, "removed: a FIFO, not a regular file"));
   CHECK_FALSE(fs::exists(fs::symlink_status(fifo)));
+}
+
+// ------------------------------------------------------------------ issue 15: cache and CLI defects
+
+namespace {
+
+// An entry stored by a cache without the runtime's payload check.
+fs::path plant_entry(const fs::path& dir, const std::string& name, const std::string& payload,
+                     const std::string& version) {
+  kdtree::cache::DiskCache(dir, std::chrono::seconds(1), 0)
+      .get_or_build(
+          name, name, [&] { return std::vector<char>(payload.begin(), payload.end()); }, nullptr, version);
+  return kdtree::cache::test::entry_path(dir, name, name);
+}
+
+}  // namespace
+
+// Defect 1: `cache clear` removed any stale-looking name containing ".tmp.", directories recursively.
+TEST_CASE("kdtree-gen: cache clear and verify leave foreign *.tmp.* files and directories[work.tmp dir, draft.tmp]") {
+  TempDir tmp;
+  const fs::path d = tmp.path / "d";
+  REQUIRE(shell("mkdir -p '" + d.string() + "/work.tmp.4000000/data' && echo y > '" + d.string() +
+                "/draft.tmp.4000001' && touch -h -d '2 hours ago' '" + d.string() + "/work.tmp.4000000' '" +
+                d.string() + "/draft.tmp.4000001'") == 0);
+  for (const char* action : {"clear", "verify"}) {
+    const ToolRun r = run_kdtree_gen(tmp.path, std::string("cache ") + action + " --cache-dir '" + d.string() + "'");
+    INFO(action, r.out, r.err);
+    CHECK(r.status == 0);
+    CHECK(fs::exists(d / "work.tmp.4000000" / "data"));
+    CHECK(fs::exists(d / "draft.tmp.4000001"));
+  }
+}
+
+// Defect 2: an entry with a right checksum and a payload that does not unpack was "valid".
+TEST_CASE("kdtree-gen: cache verify reports and removes an entry whose payload does not unpack") {
+  TempDir tmp;
+  const fs::path cache = tmp.path / "cache";
+  const fs::path entry = plant_entry(cache, "op", "not a KDMD payload", kdtree::cache_version());
+  ToolRun r = run_kdtree_gen(tmp.path, "cache list --cache-dir '" + cache.string() + "'");
+  CHECK(r.status == 0);
+  CHECK(contains(r.out, "bad: payload: no KDMD header"));
+  r = run_kdtree_gen(tmp.path, "cache verify --cache-dir '" + cache.string() + "'");
+  INFO(r.out, r.err);
+  CHECK(r.status == 1);
+  CHECK(contains(r.out, "removed: payload: no KDMD header"));
+  CHECK_FALSE(fs::exists(entry));
+}
+
+// Defect 3: prune said "removed 1 of 1" and exited 0 for an entry it could not remove.
+TEST_CASE("kdtree-gen: cache prune exits 1 when an entry cannot be removed[lock held, read-only dir]") {
+  TempDir tmp;
+  const fs::path cache = tmp.path / "cache";
+  const std::string dir = " --cache-dir '" + cache.string() + "'";
+  // An older generator on this NVRTC: prune removes it.
+  const std::string unpacks(
+      "KDMD\0\0\0\0\x7f"
+      "ELF",
+      12);  // no log, an ELF "cubin": a valid payload
+  const fs::path old = plant_entry(cache, "old_op", unpacks, "generator 0 nvrtc " + kdtree::nvrtc_version());
+  {
+    kdtree::cache::test::LockHolder holder(old.string() + ".lock");
+    const ToolRun r = run_kdtree_gen(tmp.path, "cache prune" + dir);
+    INFO(r.out, r.err);
+    CHECK(r.status == 1);
+    CHECK(contains(r.out, "removed 0 of 1 files"));
+    CHECK(contains(r.err, "kdtree-gen: cannot remove " + old.string() + ": in use (another process holds its lock)"));
+  }
+  fs::permissions(cache, fs::perms(0555));
+  ToolRun r = run_kdtree_gen(tmp.path, "cache prune" + dir, unprivileged(tmp));
+  fs::permissions(cache, fs::perms(0755));
+  CHECK(r.status == 1);
+  CHECK(contains(r.out, "removed 0 of 1 files"));
+  CHECK(contains(r.err, "Permission denied"));
+  r = run_kdtree_gen(tmp.path, "cache prune" + dir);
+  CHECK(r.status == 0);
+  CHECK(contains(r.out, "removed 1 of 1 files"));
+  CHECK_FALSE(fs::exists(old));
+  // The policy for other NVRTC versions is in --help.
+  r = run_kdtree_gen(tmp.path, "cache prune --help");
+  CHECK(contains(r.out, "newest generator's for that NVRTC"));
+}
+
+// Defect 4: an unreadable cache directory looked empty (0 files, exit 0).
+TEST_CASE("kdtree-gen: an unreadable cache directory is reported and exits 2[mode 0300; parent 0700 as root]") {
+  TempDir tmp;
+  const fs::path cache = tmp.path / "cache";
+  plant_entry(cache, "op", "x", "v");
+  fs::permissions(cache, fs::perms(0300));
+  const std::string prefix = unprivileged(tmp);
+  for (const char* cmd : {"cache list", "cache verify", "cache clear", "cache prune", "info"}) {
+    const ToolRun r = run_kdtree_gen(tmp.path, std::string(cmd) + " --cache-dir '" + cache.string() + "'", prefix);
+    INFO(cmd, r.out, r.err);
+    CHECK(r.status == 2);
+    CHECK(contains(r.err, "kdtree-gen: cannot list the cache directory " + cache.string() + ": Permission denied"));
+  }
+  fs::permissions(cache, fs::perms(0755));
+  if (::geteuid() == 0) {  // a directory under one the user cannot search: stat itself fails
+    const fs::path locked = tmp.path / "locked";
+    fs::create_directories(locked / "cache");
+    fs::permissions(locked, fs::perms(0700));
+    const ToolRun r = run_kdtree_gen(tmp.path, "cache list --cache-dir '" + (locked / "cache").string() + "'", prefix);
+    CHECK(r.status == 2);
+    CHECK(contains(
+        r.err, "kdtree-gen: cannot access the cache directory " + (locked / "cache").string() + ": Permission denied"));
+  }
+  CHECK(fs::exists(kdtree::cache::test::entry_path(cache, "op", "op")));
+}
+
+TEST_CASE(
+    "kdtree-gen: cache commands and the CLI's odd values[/dev/null, memory-only warning, 0x10, empty list element]") {
+  TempDir tmp;
+  for (const char* cmd : {"cache list", "cache clear", "info"}) {
+    const ToolRun r = run_kdtree_gen(tmp.path, std::string(cmd) + " --cache-dir /dev/null");
+    INFO(cmd, r.out, r.err);
+    CHECK(r.status == 2);
+    CHECK(contains(r.err, "kdtree-gen: cache directory /dev/null is not a directory"));
+  }
+  // list/verify/info store nothing: no "caching in memory only" about a read-only directory.
+  const fs::path ro = tmp.path / "ro";
+  plant_entry(ro, "op", "x", "v");
+  fs::permissions(ro, fs::perms(0555));
+  for (const char* cmd : {"cache list", "cache verify", "info"}) {
+    const ToolRun r =
+        run_kdtree_gen(tmp.path, std::string(cmd) + " --cache-dir '" + ro.string() + "'", unprivileged(tmp));
+    INFO(cmd, r.out, r.err);
+    CHECK_FALSE(contains(r.err, "memory only"));
+  }
+  fs::permissions(ro, fs::perms(0755));
+  {
+    const ToolRun r =
+        run_kdtree_gen(tmp.path, "info --cache-dir '" + ro.string() + "'", "env KDTREE_CACHE_LOCK_TIMEOUT=0x10 ");
+    CHECK(r.status == 2);
+    CHECK(contains(r.err, "KDTREE_CACHE_LOCK_TIMEOUT='0x10' is not a number of seconds"));
+  }
+  const std::pair<const char*, const char*> lists[] = {{"--widths 16,,32", "--widths: '16,,32' has an empty element"},
+                                                       {"--widths=16,", "--widths: '16,' has an empty element"},
+                                                       {"--pages ,16", "--pages: ',16' has an empty element"},
+                                                       {"--heads gqa64,,gqa128", "--heads: 'gqa64,,gqa128'"}};
+  for (const auto& [args, message] : lists) {
+    const ToolRun r = run_kdtree_gen(
+        tmp.path, std::string("warm --arch sm_90 --cache-dir '") + (tmp.path / "w").string() + "' " + args);
+    INFO(args, r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.rfind(std::string("kdtree-gen: ") + message, 0) == 0);
+    CHECK_FALSE(contains(r.out, "compiled"));
+  }
+}
+
+// Defect 9: kdtree-gen uses the NVRTC the loader finds first (LD_LIBRARY_PATH
+// over its RUNPATH), which is how `python -m kdtree` hands it the package's;
+// info says which library that is.
+TEST_CASE("kdtree-gen: info names the NVRTC library and LD_LIBRARY_PATH chooses it") {
+  TempDir tmp;
+  ToolRun r = run_kdtree_gen(tmp.path, "info --json --cache-dir '" + (tmp.path / "c").string() + "'");
+  REQUIRE(r.status == 0);
+  const std::string key = "\"nvrtc_library\": \"";
+  const auto at = r.out.find(key);
+  REQUIRE(at != std::string::npos);
+  const fs::path loaded = r.out.substr(at + key.size(), r.out.find('"', at + key.size()) - at - key.size());
+  REQUIRE(fs::exists(loaded));
+  const fs::path other = tmp.path / "other-nvrtc";
+  fs::create_directories(other);
+  fs::create_symlink(fs::canonical(loaded), other / loaded.filename());
+  r = run_kdtree_gen(tmp.path, "info --cache-dir '" + (tmp.path / "c").string() + "'",
+                     "env LD_LIBRARY_PATH='" + other.string() + "' ");
+  INFO(r.out, r.err);
+  CHECK(r.status == 0);
+  CHECK(contains(r.out, "NVRTC:   " + kdtree::nvrtc_version() + " (" + (other / loaded.filename()).string() + ")"));
 }
