@@ -290,7 +290,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
       for (int h = 0; h < 2; ++h) {
         mx[mf][h] = -KD_INF;
         kd_u64 words[MASK_WORDS];
-        if (edge) load_mask_words(p, row_node[mf][h], words);
+        if (edge) {
+#pragma unroll
+          for (int w = 0; w < MASK_WORDS; ++w)
+            words[w] = row_node[mf][h] >= 0 ? __ldg(p.tree_mask + (long long)row_node[mf][h] * MASK_WORDS + w) : 0ull;
+        }
 #pragma unroll
         for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll

@@ -183,14 +183,6 @@ static __device__ __forceinline__ bool is_edge_tile(int t0, const Request& req, 
   return t0 + BLOCK_N > req.prefix || t0 + BLOCK_N > t_end;
 }
 
-// The tree-mask words of tree node `node` (0 past the request's rows, node < 0),
-// read through L1 on edge tiles only, so they hold no registers through the loop.
-static __device__ __forceinline__ void load_mask_words(const kdtree_verify_params& p, int node,
-                                                       kd_u64 (&words)[MASK_WORDS]) {
-#pragma unroll
-  for (int w = 0; w < MASK_WORDS; ++w) words[w] = node >= 0 ? __ldg(p.tree_mask + (long long)node * MASK_WORDS + w) : 0ull;
-}
-
 // Whether KV token t is visible to the row whose mask words are `words`: a prefix
 // token, or one of the node's ancestors (itself included), before t_end.
 static __device__ __forceinline__ bool token_visible(int t, int t_end, const Request& req,

@@ -265,7 +265,9 @@ static __device__ __forceinline__ void tile_loop(const kdtree_verify_params& p, 
       }
       if (is_edge_tile(t0, req, t_end)) {
         kd_u64 words[MASK_WORDS];
-        load_mask_words(p, L.red_node, words);
+#pragma unroll
+        for (int w = 0; w < MASK_WORDS; ++w)
+          words[w] = L.red_node >= 0 ? __ldg(p.tree_mask + (long long)L.red_node * MASK_WORDS + w) : 0ull;
 #pragma unroll
         for (int c = 0; c < RED_COLS; ++c) v[c] = token_visible(t0 + L.red_col0 + c, t_end, req, words) ? v[c] : -KD_INF;
       }
