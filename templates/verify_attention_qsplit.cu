@@ -40,6 +40,7 @@ constexpr int DIMS_W = HEAD_DIM / WARPS_N;  // Q/K dims of a column warp
 constexpr int QK_STEPS_W = DIMS_W / 16;     // its k16 steps
 constexpr int DIM_CHUNKS_W = DIMS_W / 8;    // its 16-byte chunks of a row
 constexpr int DIM_GROUPS_W = DIMS_W / 16;   // e4m3 caches: its 16-byte chunks of a K row
+static_assert(DIM_CHUNKS_W == 2 * DIM_GROUPS_W, "k_chunk0 / 2 is a column warp's first 16-dim group");
 constexpr int S_TILES = BLOCK_N / 8;        // n8 tiles of a warp's partial S: every column of the tile
 constexpr int V_COLS = HEAD_DIM_V / WARPS_N;
 constexpr int O_TILES = V_COLS / 8;         // n8 tiles of O per warp
@@ -228,7 +229,7 @@ static __device__ __forceinline__ void tile_loop(const kdtree_verify_params& p, 
         // ks + 1 are loaded before step ks's mma and dequantised just before their
         // own (kv_fp8.cuh), which holds two registers a step instead of four.
         const kd_u32 krow = tk_addr + (L.lane & 15) * KV_K_ROW_CHUNKS * 16;
-        const int k_group0 = L.k_chunk0 >> 1;  // this warp's first 16-dim group (DIM_CHUNKS_W = 2 DIM_GROUPS_W)
+        const int k_group0 = L.k_chunk0 >> 1;  // this warp's first 16-dim group
         kd_u32 kraw[2][2];
         kd_ldmatrix_x2(kraw[0], krow + kv_chunk<KV_K_ROW_CHUNKS>(L.lane, k_group0) * 16);
 #pragma unroll
