@@ -22,8 +22,13 @@ def log(*a):
     print(*a, flush=True)
 
 
+SKIP = set()
+
+
 def run_section(name, fn, failed):
     """Runs one part of the report; a failure is printed with its traceback and the rest still runs."""
+    if name in SKIP:
+        return
     try:
         fn()
     except Exception:  # noqa: BLE001 - report and go on: the device run is expensive
@@ -97,8 +102,11 @@ def main(argv=None):
     ap.add_argument("--no-cache", action="store_true", help="train even if cached weights exist")
     ap.add_argument("--quick", action="store_true", help="small sizes (CPU smoke run)")
     ap.add_argument("--json", help="write every number here")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip: greedy, sampling, throughput, "
+                                               "acceptance, speedup, ops, bad_input")
     a = ap.parse_args(argv)
 
+    SKIP.update(x for x in a.skip.split(",") if x)
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("run: --device cuda but torch sees no CUDA device (use --device cpu --backend torch)")
