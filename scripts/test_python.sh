@@ -34,5 +34,6 @@ fi
 if [ -n "${KDTREE_JOBS:-}" ]; then export CMAKE_BUILD_PARALLEL_LEVEL=$KDTREE_JOBS; fi
 "$py" -m pip install -q "$root"
 # From outside the checkout, so `import kdtree` is the installed package.
+mkdir -p "$build"
 cd "$build"
 "$py" -m pytest "$root/tests/python" -q -rs -p no:cacheprovider "$@"
