@@ -174,9 +174,12 @@ QsplitSmemLayout qsplit_smem_layout(const VerifySpec& spec, const VerifyTiles& t
   l.part_s = l.k + t.stages * (k_tile_bytes(spec, t) + v_tile_bytes(spec, t));
   l.p = l.part_s + t.warps * t.warp_rows * t.block_n * 4;
   l.stats = l.p + t.block_m * t.block_n * 2;
-  l.walk = l.stats + KDTREE_QSPLIT_STATS * t.block_m * 4;
-  // Q is staged in the K stages before the loop: the block holds at least Q.
-  l.bytes = std::max(l.walk + KDTREE_SEGMENT_WALK_BYTES, t.block_m * spec.head_dim_qk * 2);
+  // Q is staged from offset 0 before each segment's loop, over the K stages and (e4m3 caches: smaller
+  // stages) the exchanges and stats, which hold nothing then; the segment walk is live across it, so
+  // it starts past both.
+  const int q_bytes = t.block_m * spec.head_dim_qk * 2;
+  l.walk = std::max(l.stats + KDTREE_QSPLIT_STATS * t.block_m * 4, q_bytes);
+  l.bytes = l.walk + KDTREE_SEGMENT_WALK_BYTES;
   return l;
 }
 

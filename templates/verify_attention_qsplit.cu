@@ -33,7 +33,8 @@ constexpr int SMEM_PART_S = KD_SMEM_PART_S;
 constexpr int SMEM_P = KD_SMEM_P;
 constexpr int SMEM_STATS = KD_SMEM_STATS;  // [KDTREE_QSPLIT_STATS][BLOCK_M] floats
 constexpr int SMEM_WALK = KD_SMEM_WALK;
-static_assert(SMEM_WALK == SMEM_STATS + KDTREE_QSPLIT_STATS * BLOCK_M * 4, "the stats rows end at the walk");
+static_assert(SMEM_WALK >= SMEM_STATS + KDTREE_QSPLIT_STATS * BLOCK_M * 4 && SMEM_WALK >= BLOCK_M * HEAD_DIM * 2,
+              "the walk lies past the stats rows and past Q's staging, across which it is live");
 static_assert(sizeof(SegmentWalk) <= KDTREE_SEGMENT_WALK_BYTES && SMEM_WALK % 8 == 0, "the walk's bytes");
 
 constexpr int DIMS_W = HEAD_DIM / WARPS_N;  // Q/K dims of a column warp
