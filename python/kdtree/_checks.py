@@ -59,6 +59,16 @@ def shape(name, actual, expected):
     raise ValueError(f"{name}: expected shape {want}, got {list(actual)}")
 
 
+_DEVICES = {}  # CUDA index -> torch.device, so the hot path does not build device objects
+
+
+def cuda_device(index):
+    d = _DEVICES.get(index)
+    if d is None:
+        d = _DEVICES[index] = torch.device("cuda", index)
+    return d
+
+
 def device_index(named, require_cuda=True):
     """The CUDA device index all tensors are on (-1: the CPU, for ACCEPT_CPU only); named: (name, tensor or
     None) pairs. Without require_cuda (the fake implementations) only -1."""

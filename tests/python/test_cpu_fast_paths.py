@@ -245,3 +245,12 @@ def test_a_launch_on_a_device_that_is_not_current_switches_to_it(recorder, monke
     a = shapes.tree_accept_args()
     kdtree.tree_accept(a["tokens"], a["parents"], a["node_counts"], a["target_tokens"])
     assert entered == [-1] and current == [7] and recorder.calls[-1][0] == "tree_accept"
+
+
+def test_kv_compact_pointer_table_device_is_the_cuda_device():
+    # The table of per-layer cache addresses lives on the caches' CUDA device (a GPU run found this
+    # helper missing: no CPU test reached it).
+    from kdtree import _kv_compact
+    assert _kv_compact._device(0) == torch.device("cuda", 0)
+    assert _kv_compact._device(1) is _kv_compact._device(1)
+    assert _kv_compact._device(-1) == torch.device("cpu")
