@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kdtree.integrations import load_ops
+
 from .paged_cache import PagedKVCache
 
 
@@ -42,14 +44,7 @@ def tree_width(budget: int) -> int:
     raise ValueError(f"budget {budget} does not fit the largest tree width {widths[-1]} (budget <= {widths[-1] - 1})")
 
 
-def load_backend(name: str):
-    if name == "torch":
-        from . import torch_ops
-        return torch_ops
-    if name == "kdtree":
-        import kdtree
-        return kdtree
-    raise ValueError(f"backend must be 'kdtree' or 'torch', got {name!r}")
+load_backend = load_ops  # the example's name for it
 
 
 @dataclass

@@ -40,6 +40,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
+from . import load_ops  # the backend switch (kdtree or torch), also importable from here
 from .budget import DEFAULT_BUDGETS, BudgetPolicy, CostTable
 
 SUPPORTED_VERSIONS = ">=5.17,<6"
@@ -154,14 +155,6 @@ def check_kdtree_shapes(spec: ModelSpec, page_size: int, cache_dtype: torch.dtyp
         raise ValueError(f"cache_dtype must be one of {', '.join(map(str, s.torch_dtypes))}, got {cache_dtype}")
 
 
-def load_ops(backend: str):
-    if backend == "torch":
-        from . import torch_ops
-        return torch_ops
-    if backend == "kdtree":
-        import kdtree
-        return kdtree
-    raise ValueError(f"backend must be 'kdtree' or 'torch', got {backend!r}")
 
 
 # ----------------------------------------------------------------------------- one forward's attention state
