@@ -25,12 +25,16 @@ DTYPE_BF16 = 0
 DTYPE_F16 = 1
 DTYPE_F32 = 2
 
+# kdtree_kv_dtype
+KV_DTYPE_AS_Q = 0
+KV_DTYPE_E4M3 = 1
+
 c_enum = c_int  # C enums with these values are int-sized on every ABI kdtree targets
 
 
 class VerifySpec(ctypes.Structure):
     _fields_ = [("head_dim_qk", c_int), ("head_dim_v", c_int), ("num_q_heads", c_int), ("num_kv_heads", c_int),
-                ("page_size", c_int), ("max_tree_nodes", c_int), ("dtype", c_enum)]
+                ("page_size", c_int), ("max_tree_nodes", c_int), ("dtype", c_enum), ("kv_dtype", c_enum)]
 
 
 class VerifyArgs(ctypes.Structure):
@@ -39,7 +43,8 @@ class VerifyArgs(ctypes.Structure):
                 ("v_cache", c_void_p), ("page_table", c_void_p), ("max_pages_per_req", c_int),
                 ("kv_lens", c_void_p), ("tree_mask", c_void_p), ("sm_scale", c_float), ("out", c_void_p),
                 ("lse", c_void_p), ("workspace", c_void_p), ("workspace_size", c_size_t),
-                ("error_flags", c_void_p), ("stream", c_void_p), ("num_splits", c_int)]
+                ("error_flags", c_void_p), ("stream", c_void_p), ("num_splits", c_int), ("k_scale", c_float),
+                ("v_scale", c_float)]
 
 
 class TreeBuildArgs(ctypes.Structure):
@@ -70,7 +75,7 @@ class KvCompactArgs(ctypes.Structure):
                 ("k_caches", c_void_p), ("v_caches", c_void_p), ("page_table", c_void_p),
                 ("max_pages_per_req", c_int), ("kv_lens", c_void_p), ("node_counts", c_void_p),
                 ("accepted_path", c_void_p), ("accept_lens", c_void_p), ("error_flags", c_void_p),
-                ("stream", c_void_p)]
+                ("stream", c_void_p), ("kv_dtype", c_enum)]
 
 
 STRUCTS = {"kdtree_verify_spec": VerifySpec, "kdtree_verify_args": VerifyArgs,
