@@ -112,8 +112,8 @@ def check(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, a
     per_vec = 16 if fp8 else 8  # elements per 16-byte vector
     for name, row in (("k_caches", row_k), ("v_caches", row_v)):
         if row % per_vec != 0:
-            raise ValueError(f"{name}: a token row holds {row} {C._dtype_name(dtype)} elements; kv_compact needs "
-                             f"a multiple of {per_vec} (rows move as 16-byte vectors)")
+            raise ValueError(f"{name}: a token row holds {row} elements; kv_compact needs a multiple of {per_vec} "
+                             f"for {C._dtype_name(dtype)} caches (rows move as 16-byte vectors)")
         C.int32_range(f"{name} row elements", row)
     batch, max_pages = C.tensor("page_table", page_table, _I32, 2)
     for name, t in (("kv_lens", kv_lens), ("node_counts", node_counts), ("accept_lens", accept_lens)):

@@ -2,6 +2,7 @@
 
 import ctypes
 import math
+import numbers
 from typing import NamedTuple
 from ctypes import byref as _byref
 
@@ -63,10 +64,9 @@ def scale(name, value):
         return float(value.item())
     if isinstance(value, bool):
         raise TypeError(f"{name}: expected a float, got bool")
-    try:
+    if isinstance(value, numbers.Real):  # int, NumPy scalars; not strings
         return float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}: expected a float or a 0-d tensor, got {type(value).__name__}") from None
+    raise TypeError(f"{name}: expected a float or a 0-d tensor, got {type(value).__name__}")
 
 
 def _cache_dtype(name, cache, q_dtype):

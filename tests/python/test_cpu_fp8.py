@@ -162,8 +162,8 @@ def test_kv_compact_moves_fp8_caches(recorder):  # noqa: F811
 def test_kv_compact_fp8_checks():
     k = shapes.kv_compact_args(row=(1, 8))
     k["k_caches"] = [t.to(E4M3) for t in k["k_caches"]]
-    with pytest.raises(ValueError, match=r"^k_caches: a token row holds 8 float8_e4m3fn elements; kv_compact "
-                                         r"needs a multiple of 16"):
+    with pytest.raises(ValueError, match=r"^k_caches: a token row holds 8 elements; kv_compact needs a "
+                                         r"multiple of 16 for float8_e4m3fn caches"):
         kdtree.kv_compact(k["k_caches"], k["page_table"], k["kv_lens"], k["node_counts"], k["accepted_path"],
                           k["accept_lens"])
     g = shapes.kv_compact_args(row=(2, 64), mla=False)
