@@ -146,10 +146,19 @@ std::string QsplitSmemLayout::str() const {
 
 namespace {
 
-int k_tile_bytes(const VerifySpec& spec, const VerifyTiles& t) { return t.block_n * spec.head_dim_qk * 2; }
+// A cached row in shared memory, in 16-byte chunks: a row longer than one 8-chunk
+// swizzle group is padded to whole groups (MLA e4m3: 36 -> 40; templates'
+// kv_row_stride).
+int kv_row_chunks(const VerifySpec& spec, int head_dim) {
+  const int chunks = head_dim * spec.kv_bytes() / 16;
+  return chunks > 8 ? (chunks + 7) / 8 * 8 : chunks;
+}
+int k_tile_bytes(const VerifySpec& spec, const VerifyTiles& t) {
+  return t.block_n * kv_row_chunks(spec, spec.head_dim_qk) * 16;
+}
 // MLA: V is the K row's first head_dim_v dims, no stages of its own.
 int v_tile_bytes(const VerifySpec& spec, const VerifyTiles& t) {
-  return spec.mla() ? 0 : t.block_n * spec.head_dim_v * 2;
+  return spec.mla() ? 0 : t.block_n * kv_row_chunks(spec, spec.head_dim_v) * 16;
 }
 
 }  // namespace
@@ -171,9 +180,12 @@ QsplitSmemLayout qsplit_smem_layout(const VerifySpec& spec, const VerifyTiles& t
   l.part_s = l.k + t.stages * (k_tile_bytes(spec, t) + v_tile_bytes(spec, t));
   l.p = l.part_s + t.warps * t.warp_rows * t.block_n * 4;
   l.stats = l.p + t.block_m * t.block_n * 2;
-  l.walk = l.stats + KDTREE_QSPLIT_STATS * t.block_m * 4;
-  // Q is staged in the K stages before the loop: the block holds at least Q.
-  l.bytes = std::max(l.walk + KDTREE_SEGMENT_WALK_BYTES, t.block_m * spec.head_dim_qk * 2);
+  // Q is staged from offset 0 before each segment's loop, over the K stages and (e4m3 caches: smaller
+  // stages) the exchanges and stats, which hold nothing then; the segment walk is live across it, so
+  // it starts past both.
+  const int q_bytes = t.block_m * spec.head_dim_qk * 2;
+  l.walk = std::max(l.stats + KDTREE_QSPLIT_STATS * t.block_m * 4, q_bytes);
+  l.bytes = l.walk + KDTREE_SEGMENT_WALK_BYTES;
   return l;
 }
 
@@ -377,6 +389,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       {"MAX_TREE_NODES", std::to_string(spec.max_tree_nodes)},
       {"IS_MLA", spec.mla() ? "true" : "false"},
       {"IS_BF16", spec.dtype == KDTREE_DTYPE_BF16 ? "true" : "false"},
+      {"KV_FP8", spec.kv_fp8() ? "true" : "false"},
       {"BLOCK_M", std::to_string(tiles.block_m)},
       {"BLOCK_N", std::to_string(tiles.block_n)},
       {"WARPS_M", std::to_string(tiles.warps_m())},
@@ -394,7 +407,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       spec.mla() ? fmt::format("mla{}x{}", spec.head_dim_qk, spec.head_dim_v) : fmt::format("gqa{}", spec.head_dim_qk),
       spec.max_tree_nodes, spec.page_size, dtype_name(spec.dtype), spec.kv_fp8() ? "-kv_e4m3" : "");
   std::string kernel_template;
-  std::vector<std::string> headers = {"verify_attention_params.h", "verify_attention_layout.h",
+  std::vector<std::string> headers = {"verify_attention_params.h", "verify_attention_layout.h", "kv_fp8.cuh",
                                       "verify_attention_common.cuh", "verify_attention_combine.cuh"};
   switch (tiles.kernel) {
     case VerifyKernel::flash: {

@@ -95,7 +95,8 @@ struct FlashSmemLayout {
 };
 // qsplit: K stages (Q is staged at 0 before the loop) | partial S
 // ([warps][warp_rows][block_n] floats) | P | stats ([KDTREE_QSPLIT_STATS][block_m]
-// floats) | the segment walk (KDTREE_SEGMENT_WALK_BYTES); at least Q's size.
+// floats) | the segment walk (KDTREE_SEGMENT_WALK_BYTES), which starts past Q's
+// 16-bit tile: Q is staged from offset 0 while the walk is live.
 struct QsplitSmemLayout {
   int k = 0, part_s = 0, p = 0, stats = 0, walk = 0;
   int bytes = 0;

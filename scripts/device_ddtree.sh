@@ -25,13 +25,7 @@ mkdir -p "$KDTREE_CACHE_DIR"
 
 # kdtree: already importable, else the wheel device_python.sh installed into /tmp/site, else the
 # carried wheel (.whl/kdtree-*.whl) installed the same way.
-if ! python3 -c "import kdtree" 2>/dev/null; then
-  wheel=$(ls "$root"/.whl/kdtree-*.whl 2>/dev/null | head -1)
-  if [[ ! -d /tmp/site/kdtree && -n $wheel ]]; then
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site "$wheel"
-  fi
-  [[ -d /tmp/site/kdtree ]] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source "$root/scripts/kdtree_wheel.sh"
 if ! python3 -c "import kdtree, torch; assert torch.cuda.is_available(), 'no CUDA device'"; then
   echo "device_ddtree: needs torch with a CUDA device and the kdtree package (run scripts/device_python.sh first)" >&2
   exit 2

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python package's tests: a virtual environment in $KDTREE_BUILD_DIR/python-venv (default
 # build/python-venv; it sees the system's site-packages, so an installed torch is reused), torch (from PyPI
-# when missing: its Linux wheel is the CUDA build, which runs on the CPU too), pytest and numpy, then
+# when missing: its Linux wheel is the CUDA build, which runs on the CPU too), pytest, numpy and transformers 5.x, then
 # `pip install .` from this checkout and `pytest tests/python`. Without a GPU the GPU tests are
 # reported as skipped. Extra arguments go to pytest.
 set -euo pipefail
@@ -27,9 +27,13 @@ if ! "$py" -c 'import torch' >/dev/null 2>&1; then
   "$py" -m pip install -q torch
 fi
 "$py" -c 'import pytest, numpy' >/dev/null 2>&1 || "$py" -m pip install -q pytest numpy
+# The transformers integration's CPU tests (tests/python/test_transformers_cpu.py); the supported range.
+"$py" -c 'import transformers, sys; sys.exit(transformers.__version__.split(".")[0] != "5")' >/dev/null 2>&1 ||
+  "$py" -m pip install -q 'transformers>=5.17,<6'
 # The package exactly as a user installs it (README): builds libkdtree with CMake via scikit-build-core.
 if [ -n "${KDTREE_JOBS:-}" ]; then export CMAKE_BUILD_PARALLEL_LEVEL=$KDTREE_JOBS; fi
 "$py" -m pip install -q "$root"
 # From outside the checkout, so `import kdtree` is the installed package.
+mkdir -p "$build"
 cd "$build"
 "$py" -m pytest "$root/tests/python" -q -rs -p no:cacheprovider "$@"

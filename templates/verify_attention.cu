@@ -68,6 +68,32 @@ static __device__ __forceinline__ void qk_mma(float (&s)[MF][S_TILES][4], const 
   }
 }
 
+// e4m3 caches (kv_fp8.cuh): step k's B fragments from one 16-byte chunk of each
+// token row, dequantised. kf_row: this lane's row (s_col0 + lane % 16) in bytes;
+// kf_odd: the odd last tile's row (s_col0 + (S_TILES - 1) * 8 + lane % 8).
+static __device__ __forceinline__ void load_qk_frags_kv_fp8(QkFrags& f, int k, kd_u32 sq_addr, kd_u32 tk_addr,
+                                                            const LaneRow<QK_CHUNKS>& q_lane, kd_u32 kf_row,
+                                                            kd_u32 kf_odd, int lane) {
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf) kd_ldmatrix_x4(f.a[mf], sq_addr + q_lane.at(k / 4, k % 4) + mf * 16 * QK_CHUNKS * 16);
+  const kd_u32 chunk = kv_chunk<KV_K_ROW_CHUNKS>(lane, k) * 16;
+#pragma unroll
+  for (int jp = 0; jp < S_PAIRS; ++jp) {
+    kd_u32 r[2];
+    kd_ldmatrix_x2(r, tk_addr + kf_row + jp * 16 * KV_K_ROW_CHUNKS * 16 + chunk);
+    f.b[jp][0] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_01>(r[0]);
+    f.b[jp][1] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_23>(r[0]);
+    f.b[jp][2] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_01>(r[1]);
+    f.b[jp][3] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_23>(r[1]);
+  }
+  if (S_TILES % 2) {
+    kd_u32 r;
+    kd_ldmatrix_x1(r, tk_addr + kf_odd + chunk);
+    f.b_odd[0] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_01>(r);
+    f.b_odd[1] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_23>(r);
+  }
+}
+
 // ---- O(WARP_ROWS x V_COLS) += P(WARP_ROWS x BLOCK_N) V(BLOCK_N x V_COLS), in steps
 // of one k16 slice (kk) x two n8 column tiles (jp); tv is the byte address of the
 // tile's first V row at this warp's first column. A V fragment serves all MF row
@@ -78,6 +104,21 @@ template <int ROW_CHUNKS>
 static __device__ __forceinline__ void load_v_frag(kd_u32 (&b)[4], int step, kd_u32 tv, const LaneRow<ROW_CHUNKS>& v_lane) {
   const int kk = step / PV_PAIRS, j = 2 * (step % PV_PAIRS);
   kd_ldmatrix_x4_trans(b, tv + kk * 16 * ROW_CHUNKS * 16 + v_lane.at(j / 8, (j / 2) % 4));
+}
+
+// e4m3 caches (kv_fp8.cuh): step's V fragments, the even and odd dims of 16-dim
+// block jp (n8 tiles 2jp and 2jp + 1) for the 16 tokens of slice kk. vf_row:
+// this lane's token row (lane % 16) in bytes; ROW_CHUNKS the rows' stride.
+template <int ROW_CHUNKS>
+static __device__ __forceinline__ void load_v_frag_kv_fp8(kd_u32 (&b)[4], int step, kd_u32 tv, kd_u32 vf_row,
+                                                          int lane) {
+  const int kk = step / PV_PAIRS, jp = step % PV_PAIRS;
+  kd_u32 r[2];
+  kd_ldmatrix_x2_trans(r, tv + kk * 16 * ROW_CHUNKS * 16 + vf_row + kv_chunk<ROW_CHUNKS>(lane, jp) * 16);
+  b[0] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_02>(r[0]);
+  b[1] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_02>(r[1]);
+  b[2] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_13>(r[0]);
+  b[3] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_13>(r[1]);
 }
 
 // P's A fragments of slice kk: from the S accumulators (one column warp: the C
@@ -171,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   kd_u16* sv = (kd_u16*)(smem_raw + SMEM_V);
   kd_u16* sp = (kd_u16*)(smem_raw + SMEM_P);
   float* sred = (float*)(smem_raw + SMEM_RED);  // [WARPS_N][BLOCK_M]
-  constexpr kd_u32 K_TILE_BYTES = K_TILE_ELEMS * 2, V_TILE_BYTES = V_TILE_ELEMS * 2;
+  constexpr kd_u32 K_TILE_BYTES = KV_K_TILE_BYTES, V_TILE_BYTES = KV_V_TILE_BYTES;
   const kd_u32 sq_addr = kd_smem_addr(sq), sk_addr = kd_smem_addr(sk), sv_addr = kd_smem_addr(sv);
 
   const int m_tile = blockIdx.x;
@@ -199,7 +240,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   if (t_begin >= t_end) return;  // the combine kernel skips splits past kv_len
 
   // ---- Q tile: rows past the request's rows are zero-filled (their results are dropped)
-  load_q_tile(p, req, row0, rows_total, kv_head, sq_addr);
+  if constexpr (KV_FP8) {
+    load_q_tile_kv_fp8(p, req, row0, rows_total, kv_head, sq_addr);
+  } else {
+    load_q_tile(p, req, row0, rows_total, kv_head, sq_addr);
+  }
 
   // ---- the tree node of each of this thread's rows (fragment mf, half h: row
   // lane / 4 + 8 h of the fragment), -1 past the request's rows. The mask words
@@ -216,10 +261,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 
   bool bad_page = false;
   KvSource kv_src;
-  kv_src.k_base = (const char*)p.k_cache + (long long)kv_head * HEAD_DIM * 2;
-  kv_src.v_base = (const char*)p.v_cache + (long long)kv_head * HEAD_DIM_V * 2;
-  kv_src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * 2;
-  kv_src.v_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM_V * 2;
+  kv_src.k_base = (const char*)p.k_cache + (long long)kv_head * HEAD_DIM * KV_ELEM_BYTES;
+  kv_src.v_base = (const char*)p.v_cache + (long long)kv_head * HEAD_DIM_V * KV_ELEM_BYTES;
+  kv_src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * KV_ELEM_BYTES;
+  kv_src.v_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM_V * KV_ELEM_BYTES;
   kv_src.pages = p.page_table + (long long)b * p.max_pages_per_req;
   const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
 #pragma unroll
@@ -247,7 +292,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   const LaneRow<QK_CHUNKS> k_lane(s_col0 + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);  // B of S
   const LaneRow<V_ROW_CHUNKS> v_lane((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);           // B of O
   const LaneRow<P_CHUNKS> p_lane(q_row, lane >> 4);                                          // A of O
-  const kd_u32 v_col_bytes = (wn * V_COLS / 8) * 16;  // a multiple of 128: the swizzle group is kept
+  const kd_u32 v_col_bytes = (wn * V_COLS * KV_ELEM_BYTES / 16) * 16;  // a multiple of 128: the swizzle group is kept
+  // e4m3 caches: this lane's K and V rows in the fragment loads (kv_fp8.cuh).
+  constexpr int V_ROW_CHUNKS_KV = IS_MLA ? KV_K_ROW_CHUNKS : KV_V_ROW_CHUNKS;
+  const kd_u32 kf_row = (s_col0 + (lane & 15)) * KV_K_ROW_CHUNKS * 16;
+  const kd_u32 kf_odd = (s_col0 + (S_TILES - 1) * 8 + (lane & 7)) * KV_K_ROW_CHUNKS * 16;
+  const kd_u32 vf_row = (lane & 15) * V_ROW_CHUNKS_KV * 16;
 
   for (int it = 0; it < n_tiles; ++it) {
     kd_cp_async_wait<STAGES - 2>();
@@ -273,10 +323,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     // before step k's mma, so their latency hides under the mma (the schedule ptxas
     // picks for the plain loop too; written out so the source says what it relies on).
     QkFrags qf[2];
-    load_qk_frags(qf[0], 0, sq_addr, tk_addr, q_lane, k_lane);
+    if constexpr (KV_FP8) {
+      load_qk_frags_kv_fp8(qf[0], 0, sq_addr, tk_addr, q_lane, kf_row, kf_odd, lane);
+    } else {
+      load_qk_frags(qf[0], 0, sq_addr, tk_addr, q_lane, k_lane);
+    }
 #pragma unroll
     for (int k = 0; k < QK_STEPS; ++k) {
-      if (k + 1 < QK_STEPS) load_qk_frags(qf[(k + 1) & 1], k + 1, sq_addr, tk_addr, q_lane, k_lane);
+      if constexpr (KV_FP8) {
+        if (k + 1 < QK_STEPS) load_qk_frags_kv_fp8(qf[(k + 1) & 1], k + 1, sq_addr, tk_addr, q_lane, kf_row, kf_odd, lane);
+      } else {
+        if (k + 1 < QK_STEPS) load_qk_frags(qf[(k + 1) & 1], k + 1, sq_addr, tk_addr, q_lane, k_lane);
+      }
       qk_mma(s, qf[k & 1]);
     }
     // ---- mask (prefix visible; tree tokens by the mask bits; past t_end hidden) and
@@ -344,12 +402,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     {
       kd_u32 pa[2][MF][4], vb[2][4];
       load_p_frags(pa[0], 0, s, sp_addr, p_lane);
-      load_v_frag(vb[0], 0, tv_addr, v_lane);
+      if constexpr (KV_FP8) {
+        load_v_frag_kv_fp8<V_ROW_CHUNKS_KV>(vb[0], 0, tv_addr, vf_row, lane);
+      } else {
+        load_v_frag(vb[0], 0, tv_addr, v_lane);
+      }
 #pragma unroll
       for (int step = 0; step < PV_STEPS; ++step) {
         const int kk = step / PV_PAIRS, jp = step % PV_PAIRS;
         if (jp == 0 && kk + 1 < BLOCK_N / 16) load_p_frags(pa[(kk + 1) & 1], kk + 1, s, sp_addr, p_lane);
-        if (step + 1 < PV_STEPS) load_v_frag(vb[(step + 1) & 1], step + 1, tv_addr, v_lane);
+        if constexpr (KV_FP8) {
+          if (step + 1 < PV_STEPS) load_v_frag_kv_fp8<V_ROW_CHUNKS_KV>(vb[(step + 1) & 1], step + 1, tv_addr, vf_row, lane);
+        } else {
+          if (step + 1 < PV_STEPS) load_v_frag(vb[(step + 1) & 1], step + 1, tv_addr, v_lane);
+        }
         const kd_u32(&b)[4] = vb[step & 1];
 #pragma unroll
         for (int mf = 0; mf < MF; ++mf) {

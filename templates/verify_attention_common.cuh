@@ -7,6 +7,7 @@
 #define KDTREE_VERIFY_ATTENTION_COMMON_CUH
 
 #include "common.cuh"
+#include "kv_fp8.cuh"
 #include "verify_attention_params.h"
 #include "verify_attention_layout.h"
 
@@ -29,11 +30,29 @@ constexpr float LAZY_MAX_LOG2 = 8.f;
 constexpr int THREADS = WARPS_M * WARPS_N * 32;
 constexpr int QK_CHUNKS = HEAD_DIM / 8;     // 16-byte chunks per Q/K row
 constexpr int V_CHUNKS = HEAD_DIM_V / 8;
+// The KV caches' rows in shared memory, in 16-byte chunks: as cached (e4m3: one
+// byte an element, see kv_fp8.cuh), a row longer than one 8-chunk swizzle group
+// padded to whole groups (MLA e4m3: 36 chunks at a stride of 40).
+constexpr bool KV_FP8 = KD_KV_FP8;
+constexpr int KV_ELEM_BYTES = KV_FP8 ? 1 : 2;
+constexpr int KV_K_CHUNKS = HEAD_DIM * KV_ELEM_BYTES / 16;  // copied per K row
+constexpr int KV_V_CHUNKS = HEAD_DIM_V * KV_ELEM_BYTES / 16;
+__host__ __device__ constexpr int kv_row_stride(int chunks) { return chunks > 8 ? (chunks + 7) / 8 * 8 : chunks; }
+constexpr int KV_K_ROW_CHUNKS = kv_row_stride(KV_K_CHUNKS);
+constexpr int KV_V_ROW_CHUNKS = kv_row_stride(KV_V_CHUNKS);
 constexpr int K_TILE_ELEMS = BLOCK_N * HEAD_DIM;
 constexpr int V_TILE_ELEMS = IS_MLA ? 0 : BLOCK_N * HEAD_DIM_V;
+constexpr kd_u32 KV_K_TILE_BYTES = BLOCK_N * KV_K_ROW_CHUNKS * 16;
+constexpr kd_u32 KV_V_TILE_BYTES = IS_MLA ? 0 : BLOCK_N * KV_V_ROW_CHUNKS * 16;
 static_assert(BLOCK_M == WARPS_M * WARP_ROWS && WARP_ROWS % 16 == 0, "a warp row owns WARP_ROWS rows");
 static_assert(IS_MLA || HEAD_DIM_V == HEAD_DIM, "GQA: V rows as wide as K rows");
 static_assert(QK_CHUNKS % 8 == 0 && (IS_MLA || V_CHUNKS % 8 == 0), "rows swizzle in groups of 8 chunks");
+static_assert(KV_FP8 || (KV_K_ROW_CHUNKS == QK_CHUNKS && KV_K_TILE_BYTES == K_TILE_ELEMS * 2), "16-bit rows unpadded");
+// A K/V row of whole swizzle groups, or one row of at most 8 chunks (unswizzled).
+template <int CHUNKS>
+static __device__ __forceinline__ int kv_chunk(int row, int chunk) {
+  return CHUNKS >= 8 ? ((chunk ^ row) & 7) | (chunk & ~7) : chunk;
+}
 
 // Shared-memory rows (Q, K, V, P) are XOR-swizzled in 16-byte chunks so ldmatrix reads are free of bank conflicts.
 template <int CHUNKS>
@@ -118,7 +137,7 @@ static __device__ void poison_request(const kdtree_verify_params& p, const Reque
 // threads without a row.
 constexpr int ROW_LANES = THREADS / 8 > BLOCK_N ? 16 : 8;
 constexpr int ROWS_PER_PASS = THREADS / ROW_LANES;
-static_assert(ROW_LANES % 8 == 0 && (IS_MLA || V_CHUNKS == QK_CHUNKS), "row copies keep the 8-chunk swizzle");
+static_assert(ROW_LANES % 8 == 0 && (IS_MLA || KV_V_CHUNKS == KV_K_CHUNKS), "row copies keep the 8-chunk swizzle");
 
 // Per-CTA constants of the KV tile loads, so a token row costs one page-table
 // read, one multiply for its address and the cp.async instructions.
@@ -141,19 +160,19 @@ static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& 
     bad_page |= in_range && !ok;
     const unsigned long long slot = ok ? (unsigned long long)(page * PAGE_SIZE + t % PAGE_SIZE) : 0ull;
     const int bytes = ok ? 16 : 0;
-    const int chunk0 = ((lane_chunk ^ row) & 7) | (lane_chunk & ~7);
+    const int chunk0 = KV_K_ROW_CHUNKS >= 8 ? ((lane_chunk ^ row) & 7) | (lane_chunk & ~7) : lane_chunk;
     const char* krow = src.k_base + slot * src.k_slot_bytes + lane_chunk * 16;
-    const kd_u32 kdst = sk + (row * QK_CHUNKS + chunk0) * 16;
+    const kd_u32 kdst = sk + (row * KV_K_ROW_CHUNKS + chunk0) * 16;
 #pragma unroll
-    for (int k = 0; k < (QK_CHUNKS + ROW_LANES - 1) / ROW_LANES; ++k) {
-      if (lane_chunk + k * ROW_LANES < QK_CHUNKS) kd_cp_async16(kdst + k * ROW_LANES * 16, krow + k * ROW_LANES * 16, bytes);
+    for (int k = 0; k < (KV_K_CHUNKS + ROW_LANES - 1) / ROW_LANES; ++k) {
+      if (lane_chunk + k * ROW_LANES < KV_K_CHUNKS) kd_cp_async16(kdst + k * ROW_LANES * 16, krow + k * ROW_LANES * 16, bytes);
     }
     if (!IS_MLA) {
       const char* vrow = src.v_base + slot * src.v_slot_bytes + lane_chunk * 16;
-      const kd_u32 vdst = sv + (row * V_CHUNKS + chunk0) * 16;
+      const kd_u32 vdst = sv + (row * KV_V_ROW_CHUNKS + chunk0) * 16;
 #pragma unroll
-      for (int k = 0; k < (V_CHUNKS + ROW_LANES - 1) / ROW_LANES; ++k) {
-        if (lane_chunk + k * ROW_LANES < V_CHUNKS) kd_cp_async16(vdst + k * ROW_LANES * 16, vrow + k * ROW_LANES * 16, bytes);
+      for (int k = 0; k < (KV_V_CHUNKS + ROW_LANES - 1) / ROW_LANES; ++k) {
+        if (lane_chunk + k * ROW_LANES < KV_V_CHUNKS) kd_cp_async16(vdst + k * ROW_LANES * 16, vrow + k * ROW_LANES * 16, bytes);
       }
     }
   }
@@ -228,6 +247,30 @@ static __device__ __forceinline__ void load_q_tile(const kdtree_verify_params& p
   }
 }
 
+// load_q_tile for e4m3 caches: the same rows, each 16-dim group's dim pairs
+// reordered to [0, 2, 4, 6, 1, 3, 5, 7] (kv_fp8.cuh: the k order of a dequantised
+// K fragment). Plain loads and stores (cp.async cannot reorder within a chunk):
+// visible after the caller's next barrier.
+static __device__ __forceinline__ void load_q_tile_kv_fp8(const kdtree_verify_params& p, const Request& req, int row0,
+                                                          int rows_total, int kv_head, kd_u32 sq) {
+  constexpr int GROUPS = HEAD_DIM / 16;
+  for (int i = threadIdx.x; i < BLOCK_M * GROUPS; i += THREADS) {
+    const int r = i / GROUPS, g = i % GROUPS;
+    const int gr = row0 + r;
+    uint4 a = make_uint4(0u, 0u, 0u, 0u), b = a;
+    if (gr < rows_total) {
+      const uint4* src = (const uint4*)((const kd_u16*)p.q + out_row(p, req.node_base, gr, kv_head * p.group) * HEAD_DIM + g * 16);
+      a = src[0];
+      b = src[1];
+    }
+    const uint4 lo = make_uint4(a.x, a.z, b.x, b.z), hi = make_uint4(a.y, a.w, b.y, b.w);
+    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(sq + swizzle<QK_CHUNKS>(r, 2 * g) * 16), "r"(lo.x),
+                 "r"(lo.y), "r"(lo.z), "r"(lo.w));
+    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(sq + swizzle<QK_CHUNKS>(r, 2 * g + 1) * 16), "r"(hi.x),
+                 "r"(hi.y), "r"(hi.z), "r"(hi.w));
+  }
+}
+
 // O *= alpha per row: a thread's N_TILES n8 tiles of each of its MF row fragments
 // (alpha[mf][h]: the factor of row half h).
 template <int N_TILES>
@@ -249,6 +292,9 @@ static __device__ __forceinline__ void rescale_o(float (&o)[MF][N_TILES][4], con
 // natural-log LSE, or (prow >= 0) as the fp32 partial and the log2-domain LSE of a
 // split or stream-K piece. l is the row sum, m_ref its reference max (log2
 // domain); lse_lane: the one lane of the row that writes the LSE.
+// e4m3 caches: the tiles come in (even dims, odd dims) pairs of a 16-dim block
+// (kv_fp8.cuh), and lane t's four columns 4t .. 4t+3 of block jp are
+// o[2jp][2h], o[2jp+1][2h], o[2jp][2h+1], o[2jp+1][2h+1]; O is scaled by v_scale.
 template <int N_TILES>
 static __device__ __forceinline__ void write_row(const kdtree_verify_params& p, const float (&o)[N_TILES][4], int h,
                                                  long long orow, long long prow, float l, float m_ref, bool poisoned,
@@ -258,6 +304,30 @@ static __device__ __forceinline__ void write_row(const kdtree_verify_params& p, 
   // log2-domain LSE of this row (over this split); -inf when nothing was visible.
   float lse2 = l > 0.f ? m_ref + kd_log2(l) : -KD_INF;
   if (poisoned) lse2 = KD_NAN;
+  if constexpr (KV_FP8) {
+    const int col4 = col + col % 8;  // col is the tile's first column + 2t: 4t in the 16-dim block
+    if (prow >= 0) {
+      float* po = p.partial_o + prow * HEAD_DIM_V + col4;
+      inv *= p.v_scale;
+#pragma unroll
+      for (int jp = 0; jp < N_TILES / 2; ++jp) {
+        *(float4*)(po + jp * 16) = make_float4(o[2 * jp][2 * h] * inv, o[2 * jp + 1][2 * h] * inv,
+                                               o[2 * jp][2 * h + 1] * inv, o[2 * jp + 1][2 * h + 1] * inv);
+      }
+      if (lse_lane) p.partial_lse[prow] = lse2;
+    } else {
+      if (l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
+      inv *= p.v_scale;
+      kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V + col4;
+#pragma unroll
+      for (int jp = 0; jp < N_TILES / 2; ++jp) {
+        *(uint2*)(out + jp * 16) = make_uint2(kd_pack2<IS_BF16>(o[2 * jp][2 * h] * inv, o[2 * jp + 1][2 * h] * inv),
+                                              kd_pack2<IS_BF16>(o[2 * jp][2 * h + 1] * inv, o[2 * jp + 1][2 * h + 1] * inv));
+      }
+      if (p.lse && lse_lane) p.lse[orow] = lse2 * 0.69314718055994531f;
+    }
+    return;
+  }
   if (prow >= 0) {
     float* po = p.partial_o + prow * HEAD_DIM_V + col;
 #pragma unroll

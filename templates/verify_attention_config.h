@@ -22,6 +22,9 @@
 #ifndef KD_IS_BF16
 #define KD_IS_BF16 true  // else f16
 #endif
+#ifndef KD_KV_FP8
+#define KD_KV_FP8 false  // e4m3 KV caches (kv_fp8.cuh), else q's 16-bit type
+#endif
 #ifndef KD_BLOCK_M
 #define KD_BLOCK_M 64  // rows (node x head) per CTA
 #endif

@@ -33,12 +33,15 @@ constexpr int SMEM_PART_S = KD_SMEM_PART_S;
 constexpr int SMEM_P = KD_SMEM_P;
 constexpr int SMEM_STATS = KD_SMEM_STATS;  // [KDTREE_QSPLIT_STATS][BLOCK_M] floats
 constexpr int SMEM_WALK = KD_SMEM_WALK;
-static_assert(SMEM_WALK == SMEM_STATS + KDTREE_QSPLIT_STATS * BLOCK_M * 4, "the stats rows end at the walk");
+static_assert(SMEM_WALK >= SMEM_STATS + KDTREE_QSPLIT_STATS * BLOCK_M * 4 && SMEM_WALK >= BLOCK_M * HEAD_DIM * 2,
+              "the walk lies past the stats rows and past Q's staging, across which it is live");
 static_assert(sizeof(SegmentWalk) <= KDTREE_SEGMENT_WALK_BYTES && SMEM_WALK % 8 == 0, "the walk's bytes");
 
 constexpr int DIMS_W = HEAD_DIM / WARPS_N;  // Q/K dims of a column warp
 constexpr int QK_STEPS_W = DIMS_W / 16;     // its k16 steps
 constexpr int DIM_CHUNKS_W = DIMS_W / 8;    // its 16-byte chunks of a row
+constexpr int DIM_GROUPS_W = DIMS_W / 16;   // e4m3 caches: its 16-byte chunks of a K row
+static_assert(DIM_CHUNKS_W == 2 * DIM_GROUPS_W, "k_chunk0 / 2 is a column warp's first 16-dim group");
 constexpr int S_TILES = BLOCK_N / 8;        // n8 tiles of a warp's partial S: every column of the tile
 constexpr int V_COLS = HEAD_DIM_V / WARPS_N;
 constexpr int O_TILES = V_COLS / 8;         // n8 tiles of O per warp
@@ -109,10 +112,29 @@ static __device__ __forceinline__ void compute_pv(float (&o)[MF][O_TILES][4], co
 #pragma unroll
   for (int mf = 0; mf < MF; ++mf) kd_ldmatrix_x4(pa[mf], p_lane + mf * 16 * P_CHUNKS * 16);
   kd_u32 vb[2][4];
-  kd_ldmatrix_x4_trans(vb[0], tv_addr + v_lane.at(0, 0));
+  if constexpr (KV_FP8) {
+    kd_ldmatrix_x2_trans_lo(vb[0], tv_addr + (lane & 15) * KV_K_ROW_CHUNKS * 16 + kv_chunk<KV_K_ROW_CHUNKS>(lane, 0) * 16);
+  } else {
+    kd_ldmatrix_x4_trans(vb[0], tv_addr + v_lane.at(0, 0));
+  }
 #pragma unroll
   for (int jp = 0; jp < PV_PAIRS; ++jp) {
-    if (jp + 1 < PV_PAIRS) kd_ldmatrix_x4_trans(vb[(jp + 1) & 1], tv_addr + v_lane.at((jp + 1) / 4, (jp + 1) % 4));
+    if constexpr (KV_FP8) {
+      // e4m3 caches: the raw bytes of block jp + 1 (tokens 0-7 and 8-15) are loaded
+      // ahead; block jp's are dequantised into the even and odd dims' fragments
+      // (kv_fp8.cuh) just before its mma.
+      if (jp + 1 < PV_PAIRS) {
+        kd_ldmatrix_x2_trans_lo(vb[(jp + 1) & 1], tv_addr + (lane & 15) * KV_K_ROW_CHUNKS * 16 +
+                                                      kv_chunk<KV_K_ROW_CHUNKS>(lane, jp + 1) * 16);
+      }
+      const kd_u32 r0 = vb[jp & 1][0], r1 = vb[jp & 1][1];
+      vb[jp & 1][0] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_02>(r0);
+      vb[jp & 1][1] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_02>(r1);
+      vb[jp & 1][2] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_13>(r0);
+      vb[jp & 1][3] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_13>(r1);
+    } else {
+      if (jp + 1 < PV_PAIRS) kd_ldmatrix_x4_trans(vb[(jp + 1) & 1], tv_addr + v_lane.at((jp + 1) / 4, (jp + 1) % 4));
+    }
 #pragma unroll
     for (int mf = 0; mf < MF; ++mf) {
       kd_mma16816<IS_BF16>(o[mf][2 * jp], pa[mf], vb[jp & 1][0], vb[jp & 1][1]);
@@ -153,7 +175,7 @@ struct TileLanes {
     part_row = spart + wm * WARPS_N * PART_WARP_FLOATS + red_row_w * BLOCK_N + part_chunk(red_row_w, red_col0 / 4) * 4;
     const int p_row = wm * WARP_ROWS + (lane & 15);
     p_lane = kd_smem_addr(sp) + p_row * P_CHUNKS * 16 + p_chunk(p_row, lane >> 4) * 16;
-    v_col_bytes = (wn * V_COLS / 8) * 16;
+    v_col_bytes = (wn * V_COLS * KV_ELEM_BYTES / 16) * 16;
   }
 };
 
@@ -164,7 +186,7 @@ static __device__ __forceinline__ void tile_loop(const kdtree_verify_params& p, 
                                                  const KvSource& kv_src, int t_begin, int t_end, int n_tiles,
                                                  const kd_u32 (&qa)[QK_STEPS_W][MF][4], float (&o)[MF][O_TILES][4],
                                                  RowStats& st, bool& bad_page) {
-  constexpr kd_u32 K_TILE_BYTES = K_TILE_ELEMS * 2;
+  constexpr kd_u32 K_TILE_BYTES = KV_K_TILE_BYTES;
   if (ROLE == 1) {  // row 1's copies of tile 0 are in
     kd_cp_async_wait<PREFETCH - 1>();
     kv_arrive(BAR_TO_EARLY);
@@ -203,22 +225,45 @@ static __device__ __forceinline__ void tile_loop(const kdtree_verify_params& p, 
     {
       float s[MF][S_TILES][4];
       zero_frags(s);
-      kd_u32 kb[2][S_TILES / 2][4];
-      auto load_k = [&](kd_u32(&f)[S_TILES / 2][4], int ks) {
-        const kd_u32 a = tk_addr + L.k_lane + ((L.k_chunk0 + 2 * ks) ^ L.k_xor) * 16;
+      if constexpr (KV_FP8) {
+        // e4m3 caches: step ks's chunk of the 16 token rows; the raw bytes of step
+        // ks + 1 are loaded before step ks's mma and dequantised just before their
+        // own (kv_fp8.cuh), which holds two registers a step instead of four.
+        const kd_u32 krow = tk_addr + (L.lane & 15) * KV_K_ROW_CHUNKS * 16;
+        const int k_group0 = L.k_chunk0 >> 1;  // this warp's first 16-dim group
+        kd_u32 kraw[2][2];
+        kd_ldmatrix_x2(kraw[0], krow + kv_chunk<KV_K_ROW_CHUNKS>(L.lane, k_group0) * 16);
 #pragma unroll
-        for (int jp = 0; jp < S_TILES / 2; ++jp) kd_ldmatrix_x4(f[jp], a + jp * 16 * QK_CHUNKS * 16);
-      };
-      load_k(kb[0], 0);
+        for (int ks = 0; ks < QK_STEPS_W; ++ks) {
+          if (ks + 1 < QK_STEPS_W) {
+            kd_ldmatrix_x2(kraw[(ks + 1) & 1], krow + kv_chunk<KV_K_ROW_CHUNKS>(L.lane, k_group0 + ks + 1) * 16);
+          }
 #pragma unroll
-      for (int ks = 0; ks < QK_STEPS_W; ++ks) {
-        if (ks + 1 < QK_STEPS_W) load_k(kb[(ks + 1) & 1], ks + 1);
+          for (int j = 0; j < S_TILES; ++j) {
+            const kd_u32 b0 = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_01>(kraw[ks & 1][j]);
+            const kd_u32 b1 = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_23>(kraw[ks & 1][j]);
 #pragma unroll
-        for (int jp = 0; jp < S_TILES / 2; ++jp) {
+            for (int mf = 0; mf < MF; ++mf) kd_mma16816<IS_BF16>(s[mf][j], qa[ks][mf], b0, b1);
+          }
+        }
+      } else {
+        kd_u32 kb[2][S_TILES / 2][4];
+        auto load_k = [&](kd_u32(&f)[S_TILES / 2][4], int ks) {
+          const kd_u32 a = tk_addr + L.k_lane + ((L.k_chunk0 + 2 * ks) ^ L.k_xor) * 16;
 #pragma unroll
-          for (int mf = 0; mf < MF; ++mf) {
-            kd_mma16816<IS_BF16>(s[mf][2 * jp], qa[ks][mf], kb[ks & 1][jp][0], kb[ks & 1][jp][1]);
-            kd_mma16816<IS_BF16>(s[mf][2 * jp + 1], qa[ks][mf], kb[ks & 1][jp][2], kb[ks & 1][jp][3]);
+          for (int jp = 0; jp < S_TILES / 2; ++jp) kd_ldmatrix_x4(f[jp], a + jp * 16 * QK_CHUNKS * 16);
+        };
+        load_k(kb[0], 0);
+#pragma unroll
+        for (int ks = 0; ks < QK_STEPS_W; ++ks) {
+          if (ks + 1 < QK_STEPS_W) load_k(kb[(ks + 1) & 1], ks + 1);
+#pragma unroll
+          for (int jp = 0; jp < S_TILES / 2; ++jp) {
+#pragma unroll
+            for (int mf = 0; mf < MF; ++mf) {
+              kd_mma16816<IS_BF16>(s[mf][2 * jp], qa[ks][mf], kb[ks & 1][jp][0], kb[ks & 1][jp][1]);
+              kd_mma16816<IS_BF16>(s[mf][2 * jp + 1], qa[ks][mf], kb[ks & 1][jp][2], kb[ks & 1][jp][3]);
+            }
           }
         }
       }
@@ -302,7 +347,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   float* salpha = (float*)(smem_raw + SMEM_STATS);      // [BLOCK_M] this tile's O rescale
   float* srow_l = salpha + BLOCK_M;                     // [BLOCK_M] row sums, at the end
   float* srow_m = srow_l + BLOCK_M;                     // [BLOCK_M] reference maxima, at the end
-  constexpr kd_u32 K_TILE_BYTES = K_TILE_ELEMS * 2;
+  constexpr kd_u32 K_TILE_BYTES = KV_K_TILE_BYTES;
   const kd_u32 sk_addr = kd_smem_addr(smem_raw);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -344,7 +389,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     // stages go next), rows past the request's rows zero-filled.
     kd_u32 qa[QK_STEPS_W][MF][4];
     {
-      load_q_tile(p, req, row0, rows_total, kv_head, sk_addr);
+      if constexpr (KV_FP8) {
+        load_q_tile_kv_fp8(p, req, row0, rows_total, kv_head, sk_addr);
+      } else {
+        load_q_tile(p, req, row0, rows_total, kv_head, sk_addr);
+      }
       kd_cp_async_commit();
       kd_cp_async_wait<0>();
       __syncthreads();
@@ -362,9 +411,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 
     bool bad_page = false;
     KvSource kv_src;
-    kv_src.k_base = (const char*)p.k_cache + (long long)kv_head * HEAD_DIM * 2;
+    kv_src.k_base = (const char*)p.k_cache + (long long)kv_head * HEAD_DIM * KV_ELEM_BYTES;
     kv_src.v_base = kv_src.k_base;
-    kv_src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * 2;
+    kv_src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * KV_ELEM_BYTES;
     kv_src.v_slot_bytes = kv_src.k_slot_bytes;
     kv_src.pages = p.page_table + (long long)sg.b * p.max_pages_per_req;
     const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;

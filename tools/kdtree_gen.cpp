@@ -337,9 +337,11 @@ int run_warm(const WarmOptions& o) {
       const codegen::GridItem& item = items[static_cast<size_t>(i)];
       const Clock::time_point t0 = Clock::now();
       enum class Result { compiled, reused, failed } result = Result::compiled;
-      std::string error;
+      std::string error, tiles;
       try {
-        auto module = rt->compile(item.make());
+        const codegen::KernelSource source = item.make();
+        tiles = source.launch.kernel;  // verify_attention: the family and tiles, as KDTREE_VERIFY_TILES spells them
+        auto module = rt->compile(source);
         if (module->outcome != cache::Outcome::built) result = Result::reused;
         // Compiled, but warm's job is to store it: a blocked entry path is a failure.
         if (!module->not_stored.empty()) {
@@ -363,7 +365,8 @@ int run_warm(const WarmOptions& o) {
         failures.push_back({item.label, error});
         what = "FAILED  ";
       }
-      fmt::print(progress, "[{:>{}}/{}] {} {} {:.1f} s\n", done, width, total, what, item.label, secs);
+      fmt::print(progress, "[{:>{}}/{}] {} {} {:.1f} s{}\n", done, width, total, what, item.label, secs,
+                 tiles.empty() ? "" : " (" + tiles + ")");
       std::fflush(progress);
     }
   };
@@ -464,7 +467,8 @@ int run_emit(const EmitOptions& o) {
     fail(KDTREE_ERROR_INVALID_ARGUMENT,
          fmt::format("--output: cannot write {}: {}", o.output, err ? errno_text(err) : "short write"));
   }
-  fmt::print(stderr, "{}: {} bytes to {}\n", kernel.label, source.size(), o.output);
+  fmt::print(stderr, "{}{}: {} bytes to {}\n", kernel.label,
+             kernel.launch.kernel.empty() ? "" : " (" + kernel.launch.kernel + ")", source.size(), o.output);
   return 0;
 }
 

@@ -34,7 +34,7 @@ def throughput(models, ops, groups, *, mode, max_new, budget=63, top_k=8, graphs
             torch.cuda.synchronize()
             e.admit(groups[0])
     e.generate(groups[0])  # warm: cuBLAS heuristics, kdtree's cubins, the allocator
-    seconds, steps, acc, per_request = 0.0, 0, [], []
+    seconds, steps, acc, per_request, used = 0.0, 0, [], [], []
     for prompts in groups:  # admit() refills the captured graph's buffers in place: one graph serves all
         best = None
         for _ in range(repeats):
@@ -44,6 +44,7 @@ def throughput(models, ops, groups, *, mode, max_new, budget=63, top_k=8, graphs
         seconds += best.seconds
         steps += best.steps
         acc += [a for row in best.accept_lens for a in row if a >= 0]
+        used += best.budgets or []
         for b in range(B):
             mine = [row[b] for row in best.accept_lens if row[b] >= 0]
             per_request.append(sum(a + 1 for a in mine) / len(mine) if mine else 1.0)
@@ -57,6 +58,9 @@ def throughput(models, ops, groups, *, mode, max_new, budget=63, top_k=8, graphs
             "batch_tokens_per_step": len(groups) * max_new / steps,
             "request_tokens_per_step": per_request, "accept_lens": acc,
             "cuda_graph": graphs and graph_error is None, "graph_error": graph_error,
+            # budget "auto": the budget of every step, and the measured step cost (ms) by candidate budget
+            "budgets_used": used,
+            "costs_ms": ({b: round(1e3 * t, 4) for b, t in e.costs.row(B).items()} if getattr(e, "costs", None) else None),
             "engine": e}
 
 

@@ -59,6 +59,7 @@ class Result:
     accept_lens: list     # per step, per request accepted draft tokens (-1 = request already done)
     margins: list | None  # per request, the target's top-2 logit margin at each generated token
     seconds: float
+    budgets: list | None = None  # budget "auto": the budget of each step
 
 
 class Engine:
@@ -81,6 +82,15 @@ class Engine:
         self.model_dtype = next(target.parameters()).dtype
         self.B, self.max_new, self.temperature, self.seed = batch_size, max_new, float(temperature), int(seed)
         D = cfg.draft_depth
+        # budget "auto": each round's budget is chosen from the measured step cost at this batch and the
+        # drafter's confidence (kdtree.integrations.budget); the cache is sized for the largest candidate.
+        self.auto = mode == "spec" and budget == "auto"
+        self.policy, self.costs = None, None
+        if self.auto:
+            from kdtree.integrations.budget import DEFAULT_BUDGETS
+            most = min(sum(top_k ** d for d in range(1, D + 1)), 127)
+            self.budgets = tuple(b for b in DEFAULT_BUDGETS if b <= most)
+            budget = self.budgets[-1]
         if mode == "spec":
             if not 1 <= top_k <= min(64, cfg.vocab):
                 raise ValueError(f"top_k must be 1..64, got {top_k}")
@@ -124,6 +134,10 @@ class Engine:
             self.row_split = cfg.kv_lora_rank
         self.pages_of = [[] for _ in range(batch_size)]
         self.graph = None
+        self.graphs = None  # auto: {"decide": graph, budget: graph}
+        self.acc_sum = z(1)  # the last round's accepted draft tokens over the active requests (auto calibration)
+        self._geo = {}
+        self.step_no_host, self.budget_log = 0, []
         self.s = {}
 
     # ------------------------------------------------------------------ admission and prefill
@@ -161,6 +175,7 @@ class Engine:
         self.out_margin.zero_()
         self.acc_log.fill_(-1)
         self.step_no.zero_()
+        self.step_no_host, self.budget_log = 0, []
         # Prefill requests of equal length together: the prompt but its last token (the first root).
         by_len = {}
         for b, p in enumerate(prompts):
@@ -180,15 +195,17 @@ class Engine:
 
     # ------------------------------------------------------------------ the step, in stages
 
-    def _attend(self, kv_total, mask):
+    def _attend(self, kv_total, mask, W=None, indptr=None):
         ops, cache = self.ops, self.cache
+        W = self.W if W is None else W
+        indptr = self.indptr if indptr is None else indptr
 
         def attend(layer, q, row):
             cache.write(layer, self.s["slots"], row)
             k = cache.layer(layer)
             v = None if self.row_split is None else k[..., : self.row_split]
-            out = ops.verify_attention(q.to(self.dtype).contiguous(), k, self.page_table, kv_total, self.indptr,
-                                       mask, max_tree_nodes=self.W, v_cache=v, sm_scale=self.cfg.sm_scale,
+            out = ops.verify_attention(q.to(self.dtype).contiguous(), k, self.page_table, kv_total, indptr,
+                                       mask, max_tree_nodes=W, v_cache=v, sm_scale=self.cfg.sm_scale,
                                        max_kv_len=self.M * self.page_size, **cache.attention_scales())
             return out.to(self.model_dtype)
         return attend
@@ -200,18 +217,42 @@ class Engine:
         top2 = logits.float().topk(2, dim=-1).values
         return top2[:, 0] - top2[:, 1]
 
-    def stages(self):
-        return self._spec_stages() if self.mode == "spec" else self._ar_stages()
+    def stages(self, budget=None):
+        return self._spec_stages(budget) if self.mode == "spec" else self._ar_stages()
 
-    def _spec_stages(self):
-        s, ops, B, N, W = self.s, self.ops, self.B, self.N, self.W
+    def _geometry(self, budget):
+        """(N, W, MW, indptr, node) of a tree of `budget` draft nodes (made once, before any capture)."""
+        if budget not in self._geo:
+            N, W = budget + 1, tree_width(budget)
+            self._geo[budget] = (N, W, (W + 63) // 64,
+                                 torch.arange(self.B + 1, dtype=torch.int32, device=self.device) * N,
+                                 torch.arange(N, dtype=torch.int32, device=self.device))
+        return self._geo[budget]
+
+    def _decide_stages(self):
+        """auto: the drafter and the largest candidate tree, whose scores choose the round's budget."""
+        s, bmax = self.s, self.budgets[-1]
+
+        def drafter():
+            s["active"] = self.gen < self.max_new
+            s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.K)
+
+        def tree_build_max():
+            s["big"] = self.ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=bmax,
+                                           max_tree_nodes=tree_width(bmax))
+        return [("drafter", drafter), ("tree_build_max", tree_build_max)]
+
+    def _spec_stages(self, budget=None):
+        s, ops, B = self.s, self.ops, self.B
+        budget = self.budget if budget is None else budget
+        N, W, MW, indptr, node = self._geometry(budget)
 
         def drafter():
             s["active"] = self.gen < self.max_new
             s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.K)
 
         def tree_build():
-            s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=self.budget,
+            s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=budget,
                                        max_tree_nodes=W)
 
         def target():
@@ -219,10 +260,10 @@ class Engine:
             s["pos"] = t.positions[:, :N].contiguous()
             s["kv_total"] = self.kv_lens + N
             s["slots"] = self.cache.slots(self.page_table, self.req[:, None],
-                                          (self.kv_lens[:, None] + self.node[None, :]).long()).flatten()
-            mask = t.tree_mask[:, :N].reshape(B * N, self.MW)
+                                          (self.kv_lens[:, None] + node[None, :]).long()).flatten()
+            mask = t.tree_mask[:, :N].reshape(B * N, MW)
             s["logits"], s["h"] = self.target.forward_nodes(t.tokens[:, :N].flatten(), s["pos"].flatten(),
-                                                            self._attend(s["kv_total"], mask))
+                                                            self._attend(s["kv_total"], mask, W, indptr))
 
         def sample_tokens():
             s["ttok"] = ops.sample_tokens(s["logits"], temperature=self.temperature, seed=self.seed,
@@ -231,7 +272,7 @@ class Engine:
         def tree_accept():
             t = s["tree"]
             s["path"], s["acc"], s["bonus"] = ops.tree_accept(t.tokens, t.parents, t.node_counts, s["ttok"],
-                                                              node_indptr=self.indptr)
+                                                              node_indptr=indptr)
 
         def kv_compact():
             ops.kv_compact(self.cache.k, self.page_table, s["kv_total"], s["tree"].node_counts, s["path"], s["acc"])
@@ -259,11 +300,12 @@ class Engine:
             self.gen.copy_(torch.where(act, self.gen + acc + 1, self.gen))
             row = self.step_no.clamp(max=self.max_steps).long()
             self.acc_log.index_copy_(0, row, torch.where(act, acc, -1)[None])
+            self.acc_sum.copy_(torch.where(act, acc, 0).sum().view(1))
             self.step_no.add_(1)
 
-        return [("drafter", drafter), ("tree_build", tree_build), ("target", target),
-                ("sample_tokens", sample_tokens), ("tree_accept", tree_accept), ("kv_compact", kv_compact),
-                ("update", update)]
+        stages = [("tree_build", tree_build), ("target", target), ("sample_tokens", sample_tokens),
+                  ("tree_accept", tree_accept), ("kv_compact", kv_compact), ("update", update)]
+        return stages if self.auto else [("drafter", drafter)] + stages
 
     def _ar_stages(self):
         s, ops, B = self.s, self.ops, self.B
@@ -296,11 +338,53 @@ class Engine:
 
     @torch.no_grad()
     def step(self):
+        if self.auto:
+            return self._auto_step()
         if self.graph is not None:
             self.graph.replay()
             return
         for _, f in self.stages():
             f()
+
+    def _auto_step(self):
+        """Drafter + the largest tree, one host read of the budget choice, then the round at that budget."""
+        if self.policy is None:
+            self.calibrate()
+        if self.graphs is not None:
+            self.graphs["decide"].replay()
+        else:
+            for _, f in self._decide_stages():
+                f()
+        first = self.step_no_host == 0
+        b = self.policy.choose(self.s["big"].scores, self.s["active"], self.B, None if first else self.acc_sum)
+        self.step_no_host += 1
+        self.budget_log.append(b)
+        if self.graphs is not None:
+            self.graphs[b].replay()
+        else:
+            for _, f in self._spec_stages(b):
+                f()
+
+    @torch.no_grad()
+    def calibrate(self, repeats=5):
+        """auto: measures one round (decide + the round) at this batch for every candidate budget, state
+        restored after, and starts the budget policy. Graphs are used when captured."""
+        from kdtree.integrations.budget import BudgetPolicy, CostTable
+        snap = self._snapshot()
+        self.costs = CostTable()
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else None
+
+        def run(b):
+            if self.graphs is not None:
+                self.graphs["decide"].replay()
+                self.graphs[b].replay()
+            else:
+                for _, f in self._decide_stages() + self._spec_stages(b):
+                    f()
+            self._restore(snap)
+
+        self.costs.measure(self.B, self.budgets, run, repeats=repeats, sync=sync)
+        self.policy = BudgetPolicy(self.budgets, self.costs)
 
     # ------------------------------------------------------------------ CUDA graphs
 
@@ -313,12 +397,18 @@ class Engine:
                          self.acc_log, self.step_no), snap):
             t.copy_(v)
 
+    def _all_stages(self):
+        """Every stage a step can run: auto runs the decide stages and then one budget's stages."""
+        if not self.auto:
+            return self.stages()
+        return self._decide_stages() + [st for b in self.budgets for st in self._spec_stages(b)]
+
     def _warm(self):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):
-                for _, f in self.stages():
+                for _, f in self._all_stages():
                     f()
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
@@ -332,6 +422,18 @@ class Engine:
             raise RuntimeError("CUDA graphs need a CUDA device")
         snap = self._snapshot()
         self._warm()
+        if self.auto:  # the decide graph first: the budget graphs read its drafter outputs
+            graphs = {}
+            for key, stages in [("decide", self._decide_stages())] + [(b, self._spec_stages(b)) for b in self.budgets]:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    for _, f in stages:
+                        f()
+                graphs[key] = g
+            torch.cuda.synchronize()
+            self._restore(snap)
+            self.graphs = graphs
+            return
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             for _, f in self.stages():
@@ -343,6 +445,8 @@ class Engine:
     @torch.no_grad()
     def stage_graphs(self):
         """One CUDA graph per stage (for the per-op breakdown), captured like `capture`."""
+        if self.auto:
+            raise ValueError("the per-op breakdown takes a fixed budget, not 'auto'")
         snap = self._snapshot()
         self._warm()
         graphs = []
@@ -403,4 +507,4 @@ class Engine:
         out = self.out[:, : self.max_new].tolist()
         acc = self.acc_log[: min(steps, self.max_steps)].tolist() if self.mode == "spec" else []
         margins = self.out_margin[:, : self.max_new].tolist() if self.record_margins else None
-        return Result(out, steps, acc, margins, seconds)
+        return Result(out, steps, acc, margins, seconds, list(self.budget_log) if self.auto else None)

@@ -22,8 +22,13 @@ def log(*a):
     print(*a, flush=True)
 
 
+SKIP = set()
+
+
 def run_section(name, fn, failed):
     """Runs one part of the report; a failure is printed with its traceback and the rest still runs."""
+    if name in SKIP:
+        return
     try:
         fn()
     except Exception:  # noqa: BLE001 - report and go on: the device run is expensive
@@ -96,6 +101,9 @@ def main(argv=None):
                     help="batch 1 is measured over this many prompts, one at a time (one prompt alone can be a "
                          "lucky repetition loop); tokens/s = all tokens / total time")
     ap.add_argument("--top-k", type=int, default=8)
+    ap.add_argument("--budget", choices=["auto"], default=None,
+                    help="auto: also decode with a per-round budget chosen from the measured step cost at the batch "
+                         "and the drafter's confidence (kdtree.integrations.budget), compared with the best fixed one")
     ap.add_argument("--max-new", type=int, default=256)
     ap.add_argument("--prompt-lens", default="32,224",
                     help="min,max prompt length (bytes); with --max-new within the training length 512")
@@ -112,8 +120,11 @@ def main(argv=None):
     ap.add_argument("--kv-scale", type=float, default=0.0,
                     help="e4m3 cache scale (value = code x scale); 0 = calibrated: the power of two that maps twice "
                          "the largest |row value| of the target's prefill over the greedy prompts to <= 448")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip: greedy, sampling, throughput, "
+                                               "acceptance, speedup, ops, bad_input")
     a = ap.parse_args(argv)
 
+    SKIP.update(x for x in a.skip.split(",") if x)
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("run: --device cuda but torch sees no CUDA device (use --device cpu --backend torch)")
@@ -251,6 +262,21 @@ def main(argv=None):
                     log(f"                 tokens/step per prompt: {' '.join(f'{x:.2f}' for x in per)} ({spread(per)})")
                 elif B > 1:
                     log(f"                 tokens/step per request: {spread(per)}")
+            if a.budget == "auto":
+                sp = bench.throughput(models, ops, groups, mode="spec", max_new=a.max_new, budget="auto",
+                                      top_k=a.top_k, graphs=not a.no_graphs, **kw)
+                best = max(row["spec"], key=lambda e: e["tokens_per_s"])
+                used = sp["budgets_used"]
+                hist = {b: used.count(b) for b in sorted(set(used))}
+                row["auto"] = {k: v for k, v in sp.items() if k not in ("engine", "accept_lens", "budgets_used")}
+                row["auto"].update(budget_histogram=hist, speedup=sp["tokens_per_s"] / ar["tokens_per_s"],
+                                   vs_best_fixed=sp["tokens_per_s"] / best["tokens_per_s"],
+                                   best_fixed_budget=best["budget"], costs_ms=sp["costs_ms"])
+                log(f"             DDTree budget auto  : {sp['tokens_per_s']:9.0f} tok/s  {sp['step_ms']:.3f} ms/step  "
+                    f"{sp['tokens_per_step']:.2f} tok/step  speedup {row['auto']['speedup']:.2f}x; "
+                    f"{row['auto']['vs_best_fixed']:.3f}x the best fixed budget ({best['budget']}) "
+                    f"{'>=' if row['auto']['vs_best_fixed'] >= 1 else '<'} 1; budgets chosen {hist}; "
+                    f"measured step ms by budget {sp['costs_ms']}" + eager_note(sp))
             rows.append(row)
         report["throughput"] = rows
 
@@ -278,6 +304,11 @@ def main(argv=None):
             log(f"  {row['batch']:>5} {row['prompts']:>7} {row['ar']['tokens_per_s']:>10.0f} {best['tokens_per_s']:>13.0f} {best['budget']:>6} "
                 f"{best['speedup']:>7.2f}x {best['tokens_per_step']:>9.2f} {row['ar']['step_ms']:>11.3f} "
                 f"{best['step_ms']:>15.3f}")
+            if "auto" in row:
+                au = row["auto"]
+                log(f"  {row['batch']:>5} {row['prompts']:>7} {row['ar']['tokens_per_s']:>10.0f} {au['tokens_per_s']:>13.0f} "
+                    f"{'auto':>6} {au['speedup']:>7.2f}x {au['tokens_per_step']:>9.2f} {row['ar']['step_ms']:>11.3f} "
+                    f"{au['step_ms']:>15.3f}   ({au['vs_best_fixed']:.3f}x best fixed)")
 
     run_section('speedup', sec_speedup, failed)
 

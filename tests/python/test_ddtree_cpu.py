@@ -386,3 +386,13 @@ def test_bad_input_errors(models):
                       budget=128, top_k=4, **CPU)
     with pytest.raises(ValueError, match="backend"):
         engine.load_backend("triton")
+
+
+def test_greedy_with_auto_budget(models, prompts):
+    """budget 'auto' (chosen each step from measured costs and the drafter's confidence) stays lossless."""
+    g = checks.greedy_equality(models, torch_ops, prompts[:3], max_new=24, budget="auto", top_k=4, **CPU)
+    assert g["other_divergences"] == 0, g["requests"]
+    e = engine.Engine(*models, torch_ops, mode="spec", batch_size=2, max_prompt=64, max_new=12, budget="auto",
+                      top_k=4, **CPU)
+    r = e.generate(prompts[:2])
+    assert r.budgets and set(r.budgets) <= set(e.budgets) and e.costs.has(2, e.budgets)

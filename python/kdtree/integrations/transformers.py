@@ -1,0 +1,703 @@
+"""DDTree speculative decoding of Hugging Face transformers causal LMs through kdtree.
+
+Supported: transformers 5.x (tested with 5.17 and 5.24; `pip install 'transformers>=5.17,<6'`), models
+DeepseekV3ForCausalLM (MLA, absorbed form over a 576-wide latent cache row), Qwen3ForCausalLM and
+LlamaForCausalLM (GQA, head dim 64/128/256). transformers is imported only when a DDTreeDecoder is made.
+
+One DDTree round, all on the device: drafter top-K -> tree_build -> ONE target forward over the tree nodes
+(verify_attention in every layer, RoPE at prefix_len + depth) -> sample_tokens -> tree_accept -> kv_compact.
+The prompt is prefilled into the same paged cache through the same path (chunks of up to W tokens as
+chain trees).
+
+How the model is driven, and why:
+- The forward is the model's own (`model.model(input_ids, position_ids)`: embeddings, RoPE tables, norms,
+  MLPs/MoE, the decoder layers), over the packed nodes of every request as one sequence [1, B*N].
+- GQA: the attention goes through transformers' attention-function registry (AttentionInterface,
+  registered as "kdtree_ddtree" and selected only while the decoder runs a forward). The registered
+  function receives the nodes' post-norm, post-RoPE K and V: it writes them into the paged cache and runs
+  verify_attention over the cache. No transformers Cache object is used: the registry already hands over
+  exactly the rows to cache, and the Cache.update signature and the forward's cache argument changed within
+  5.x (past_key_values -> cache), which the registry did not. The mask registry has no entry for the name,
+  so transformers builds no dense mask.
+- MLA: DeepseekV3Attention expands the latent into per-head K/V (kv_b_proj) before it calls the attention
+  function, so the registry never sees the latent row the absorbed form attends over. Its forward is
+  therefore replaced, on each attention module and only while the decoder runs a forward, by one that uses
+  the module's own weights: cache row [kv_a_layernorm(c_kv) | RoPE(k_pe)], query
+  [q_nope @ W_UK per head | RoPE(q_pe)], verify_attention over the latent cache (V = the first
+  kv_lora_rank dims), then W_UV and o_proj. The softmax scale is the module's own `scaling`
+  (qk_head_dim**-0.5 with the YaRN mscale when configured).
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+from .budget import DEFAULT_BUDGETS, BudgetPolicy, CostTable
+
+SUPPORTED_VERSIONS = ">=5.17,<6"
+SUPPORTED_MODELS = {"DeepseekV3ForCausalLM": "mla", "Qwen3ForCausalLM": "gqa", "LlamaForCausalLM": "gqa"}
+ATTN_NAME = "kdtree_ddtree"
+
+_active = contextvars.ContextVar("kdtree_ddtree_step", default=None)
+
+
+def require_transformers():
+    """The transformers module, or an ImportError that says how to install a supported version."""
+    try:
+        import transformers
+    except ImportError as e:
+        raise ImportError("kdtree.integrations.transformers needs Hugging Face transformers 5.x: "
+                          f"pip install transformers (supported: transformers{SUPPORTED_VERSIONS})") from e
+    major = int(transformers.__version__.split(".")[0])
+    if major != 5:
+        raise ImportError(f"kdtree.integrations.transformers supports transformers{SUPPORTED_VERSIONS}, found "
+                          f"{transformers.__version__}: pip install 'transformers{SUPPORTED_VERSIONS}'")
+    return transformers
+
+
+# ----------------------------------------------------------------------------- drafters
+
+class Drafter(Protocol):
+    """What the decoder needs from a drafter: `depth` (D) and per-depth top-K tokens and log-probs of the D
+    tokens after the root, from the target's final hidden state at the position before the root."""
+    depth: int
+
+    def topk(self, hidden: torch.Tensor, root: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden [B, d], root [B] int32 -> (tokens int32 [B, D, k], log-probs float32 [B, D, k]), descending."""
+
+
+class LogitsDrafter:
+    """Adapts a module mapping (hidden [B, d], root [B]) to per-depth logits [B, D, vocab] (the DDTree
+    example's block drafter, examples/ddtree/model.py Drafter) to the Drafter interface."""
+
+    def __init__(self, module, depth: int):
+        self.module, self.depth = module, int(depth)
+
+    def topk(self, hidden, root, k):
+        dtype = next(self.module.parameters()).dtype
+        logits = self.module(hidden.to(dtype), root.long())
+        if logits.dim() != 3 or logits.shape[1] != self.depth:
+            raise ValueError(f"drafter: expected logits [B, {self.depth}, vocab], got {tuple(logits.shape)}")
+        lp = torch.log_softmax(logits.float(), dim=-1)
+        vals, idx = lp.topk(k, dim=-1)
+        return idx.to(torch.int32), vals.contiguous()
+
+
+# ----------------------------------------------------------------------------- the model's layout
+
+@dataclass(frozen=True)
+class ModelSpec:
+    family: str          # "mla" or "gqa"
+    arch: str            # the model class name
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int    # 1 for MLA (one latent row per token)
+    head_dim: int        # q/K width per head in the cache: 576-style latent + rope for MLA
+    v_dim: int           # V width read from the cache (kv_lora_rank for MLA)
+    hidden_size: int
+    vocab_size: int
+    max_positions: int
+
+
+def model_spec(model) -> ModelSpec:
+    """The kdtree cache layout of a supported transformers model; ValueError naming the class otherwise."""
+    arch = type(model).__name__
+    family = SUPPORTED_MODELS.get(arch)
+    if family is None:
+        raise ValueError(f"kdtree.integrations.transformers: {arch} is not supported; supported models: "
+                         f"{', '.join(SUPPORTED_MODELS)} (DeepSeek-V3 MLA, Qwen3 and Llama GQA)")
+    c = model.config
+    L, H = c.num_hidden_layers, c.num_attention_heads
+    maxpos = getattr(c, "max_position_embeddings", 1 << 30) or (1 << 30)
+    if family == "mla":
+        return ModelSpec("mla", arch, L, H, 1, c.kv_lora_rank + c.qk_rope_head_dim, c.kv_lora_rank, c.hidden_size,
+                         c.vocab_size, maxpos)
+    hd = getattr(c, "head_dim", None) or c.hidden_size // H
+    kvh = getattr(c, "num_key_value_heads", None) or H
+    if H % kvh:
+        raise ValueError(f"{arch}: num_attention_heads {H} is not a multiple of num_key_value_heads {kvh}")
+    layer_types = getattr(c, "layer_types", None) or []
+    if getattr(c, "use_sliding_window", False) or any(t != "full_attention" for t in layer_types):
+        raise ValueError(f"{arch}: sliding-window layers are not supported (kdtree's verify_attention attends "
+                         f"over the whole prefix); set use_sliding_window=False / layer_types to full_attention")
+    return ModelSpec("gqa", arch, L, H, kvh, hd, hd, c.hidden_size, c.vocab_size, maxpos)
+
+
+def check_kdtree_shapes(spec: ModelSpec, page_size: int, cache_dtype: torch.dtype):
+    """Raises ValueError naming what to change when libkdtree has no kernel for this layout."""
+    import kdtree
+    s = kdtree.supported_shapes()
+    if spec.family == "mla":
+        head = s.head(spec.head_dim, mla=True)
+        if head is None or head.head_dim_v != spec.v_dim:
+            mla = [f"{h.head_dim_v} + {h.head_dim_qk - h.head_dim_v}" for h in s.heads if h.mla]
+            raise ValueError(f"{spec.arch}: kdtree's MLA kernels take a cache row of kv_lora_rank + "
+                             f"qk_rope_head_dim = {' or '.join(mla)}; this model has "
+                             f"{spec.v_dim} + {spec.head_dim - spec.v_dim}. Use a config with those dims, or "
+                             f"backend='torch'")
+    else:
+        if s.head(spec.head_dim, mla=False) is None:
+            dims = [str(h.head_dim_qk) for h in s.heads if not h.mla]
+            raise ValueError(f"{spec.arch}: head_dim {spec.head_dim} has no kdtree GQA kernel; supported head dims: "
+                             f"{', '.join(dims)} (set head_dim in the config, or use backend='torch')")
+    if page_size not in s.page_sizes:
+        raise ValueError(f"page_size must be one of {', '.join(map(str, s.page_sizes))}, got {page_size}")
+    if cache_dtype not in s.torch_dtypes:
+        raise ValueError(f"cache_dtype must be one of {', '.join(map(str, s.torch_dtypes))}, got {cache_dtype}")
+
+
+def load_ops(backend: str):
+    if backend == "torch":
+        from . import torch_ops
+        return torch_ops
+    if backend == "kdtree":
+        import kdtree
+        return kdtree
+    raise ValueError(f"backend must be 'kdtree' or 'torch', got {backend!r}")
+
+
+# ----------------------------------------------------------------------------- one forward's attention state
+
+@dataclass
+class _Step:
+    """What every layer's attention needs for one forward: where the nodes' rows go and what they see."""
+    dec: "DDTreeDecoder"
+    slots: torch.Tensor        # [T] flat cache row of each node
+    page_table: torch.Tensor   # [B, M]
+    kv_total: torch.Tensor     # [B] int32: prefix + nodes
+    indptr: torch.Tensor       # [B + 1] int32
+    mask: torch.Tensor         # [T, ceil(W/64)] int64 ancestor bits
+    W: int
+    dense: bool = False        # SDPA over a dense ancestor mask (the reference method) instead of verify_attention
+    nodes: int = 0             # nodes per request (dense only: equal for every request)
+    _dense_mask: torch.Tensor | None = field(default=None, repr=False)
+
+    def write(self, layer, k_rows, v_rows=None):
+        d = self.dec
+        d.k_cache[layer].view(-1, *d.k_cache.shape[3:]).index_copy_(0, self.slots, k_rows.to(d.cache_dtype))
+        if v_rows is not None:
+            d.v_cache[layer].view(-1, *d.v_cache.shape[3:]).index_copy_(0, self.slots, v_rows.to(d.cache_dtype))
+
+    def attend(self, layer, q, scale):
+        """q [T, H, Dq] -> [T, H, Dv] in the cache dtype."""
+        d = self.dec
+        k = d.k_cache[layer]
+        v = d.v_cache[layer] if d.v_cache is not None else None
+        if self.dense:
+            return self._attend_dense(q, k, v, scale)
+        if v is None and d.spec.v_dim != 512:
+            v = k[..., : d.spec.v_dim]  # the torch backend's small MLA rows: V = the latent part
+        return d.ops.verify_attention(q.to(d.cache_dtype).contiguous(), k, self.page_table, self.kv_total, self.indptr,
+                                      self.mask, max_tree_nodes=self.W, v_cache=v, sm_scale=scale,
+                                      max_kv_len=d.max_kv)
+
+    def _visible(self, L):
+        """[B, 1, N, L] bool: a node sees the committed prefix and its ancestors (the tree's mask bits)."""
+        if self._dense_mask is None:
+            B, N = self.page_table.shape[0], self.nodes
+            prefix = (self.kv_total - N).long()[:, None, None]  # [B, 1, 1]
+            j = torch.arange(N, device=self.mask.device)
+            bits = ((self.mask[:, j // 64] >> (j % 64)) & 1).bool().view(B, N, N)
+            pos = torch.arange(L, device=self.mask.device)[None, None, :]
+            col = (pos - prefix).clamp(0, N - 1).expand(B, N, L)
+            tree = bits.gather(2, col) & (pos >= prefix) & (pos < prefix + N)
+            self._dense_mask = ((pos < prefix) | tree)[:, None]
+        return self._dense_mask
+
+    def _attend_dense(self, q, k, v, scale):
+        d = self.dec
+        B, N = self.page_table.shape[0], self.nodes
+        if k.dim() == 3:  # MLA: one latent row per token
+            k = k.unsqueeze(2)
+        # The cache gathered into a dense [B, Hkv, L, D] per layer, as a contiguous per-request cache holds it.
+        kd = k[self.page_table.long()].flatten(1, 2).transpose(1, 2)
+        L = kd.shape[2]
+        vd = kd[..., : d.spec.v_dim] if v is None else v[self.page_table.long()].flatten(1, 2).transpose(1, 2)
+        qd = q.to(d.cache_dtype).view(B, N, q.shape[1], q.shape[2]).transpose(1, 2)
+        o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=self._visible(L), scale=scale,
+                                           enable_gqa=kd.shape[1] != qd.shape[1])
+        return o.transpose(1, 2).reshape(B * N, q.shape[1], -1)
+
+
+def _gqa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """The registered attention function: query [1, H, T, D], key/value [1, Hkv, T, D] of the packed nodes."""
+    st = _active.get()
+    if st is None:
+        raise RuntimeError(f"attention implementation {ATTN_NAME!r} runs only inside a kdtree DDTreeDecoder forward; "
+                           f"use another attn_implementation for the model's own forward")
+    if query.shape[0] != 1:
+        raise RuntimeError(f"{ATTN_NAME}: expected the packed batch [1, H, T, D], got {tuple(query.shape)}")
+    st.write(module.layer_idx, key[0].transpose(0, 1), value[0].transpose(0, 1))
+    out = st.attend(module.layer_idx, query[0].transpose(0, 1), scaling)
+    return out.to(query.dtype)[None], None
+
+
+def _rope_fn(attn):
+    mod = sys.modules[type(attn).__module__]
+    return mod.apply_rotary_pos_emb_interleave if attn.config.rope_interleave else mod.apply_rotary_pos_emb
+
+
+def _mla_forward(attn, hidden_states, position_embeddings=None, attention_mask=None, *args, **kwargs):
+    """DeepseekV3Attention in the absorbed form over the latent cache (see the module docstring for why the
+    forward is replaced). hidden_states [1, T, d] packed nodes."""
+    st = _active.get()
+    if st is None:
+        raise RuntimeError("the kdtree MLA forward runs only inside a DDTreeDecoder forward")
+    x = hidden_states[0]
+    T, H = x.shape[0], attn.num_heads
+    nope, rope_d, lora, vd = attn.qk_nope_head_dim, attn.qk_rope_head_dim, attn.kv_lora_rank, attn.v_head_dim
+    q = attn.q_proj(x) if attn.q_lora_rank is None else attn.q_b_proj(attn.q_a_layernorm(attn.q_a_proj(x)))
+    q_nope, q_rot = q.view(T, H, nope + rope_d).split([nope, rope_d], dim=-1)
+    kv_nope, k_rot = attn.kv_a_proj_with_mqa(x).split([lora, rope_d], dim=-1)
+    kv_nope = attn.kv_a_layernorm(kv_nope)
+    cos, sin = position_embeddings
+    # The model's own RoPE function (interleaved or rotate-half), on its [B, heads, T, dim] layout.
+    q_rot, k_rot = _rope_fn(attn)(q_rot.transpose(0, 1)[None], k_rot[None, None], cos, sin)
+    row = torch.cat([kv_nope, k_rot[0, 0]], dim=-1)  # [T, lora + rope]
+    w = attn.kv_b_proj.weight.view(H, nope + vd, lora)
+    q_lat = torch.einsum("thc,hcl->thl", q_nope, w[:, :nope])  # W_UK folded into the query
+    qa = torch.cat([q_lat, q_rot[0].transpose(0, 1)], dim=-1)  # [T, H, lora + rope]
+    st.write(attn.layer_idx, row)
+    lat = st.attend(attn.layer_idx, qa, attn.scaling)  # [T, H, lora]
+    o = torch.einsum("thl,hvl->thv", lat.to(x.dtype), w[:, nope:]).reshape(T, H * vd)  # W_UV
+    return attn.o_proj(o)[None], None
+
+
+_registered = False
+
+
+def _register():
+    global _registered
+    if not _registered:
+        from transformers import AttentionInterface
+        AttentionInterface.register(ATTN_NAME, _gqa_attention)
+        _registered = True
+
+
+# ----------------------------------------------------------------------------- the decoder
+
+@dataclass
+class DDTreeOutput:
+    tokens: list             # per request, exactly max_new_tokens generated token ids
+    steps: int               # decoding rounds run
+    accept_lens: list        # per round, per request accepted draft tokens (-1: request already done)
+    budgets: list            # per round, the tree budget used
+    margins: list | None     # per request, the target's top-2 logit margin at each generated token
+    seconds: float           # prefill + decoding, wall time
+    prefill_seconds: float
+    stage_ms: dict | None    # profile=True: mean ms per round of each stage
+
+
+class DDTreeDecoder:
+    """DDTree decoding of a transformers causal LM over a kdtree paged KV cache.
+
+    model      DeepseekV3ForCausalLM, Qwen3ForCausalLM or LlamaForCausalLM (eval mode; float32 or bf16)
+    drafter    a Drafter (per-depth top-K tokens and log-probs); None allows mode="ar" only
+    backend    "kdtree" (CUDA) or "torch" (kdtree.integrations.torch_ops: any device, for CPU tests)
+    budget     draft nodes per round (1..127), or "auto": chosen each round from the measured step cost at the
+               batch size and the drafter's confidence (kdtree.integrations.budget)
+    attention  "verify" (kdtree's verify_attention, or its torch twin) or "sdpa": torch SDPA over a dense
+               ancestor mask, the DDTree reference implementation's verification (for comparisons)
+    cache_dtype  the KV cache's and attention's dtype (bf16 or f16 for kdtree's kernels)
+    """
+
+    def __init__(self, model, drafter=None, *, backend="kdtree", budget=63, top_k=8, page_size=64,
+                 cache_dtype=torch.bfloat16, attention="verify", temperature=0.0, seed=0,
+                 auto_budgets=DEFAULT_BUDGETS, costs: CostTable | None = None):
+        require_transformers()
+        self.spec = model_spec(model)
+        if attention not in ("verify", "sdpa"):
+            raise ValueError(f"attention must be 'verify' or 'sdpa', got {attention!r}")
+        if backend == "kdtree":
+            check_kdtree_shapes(self.spec, page_size, cache_dtype)
+        self.ops = load_ops(backend)
+        self.backend, self.attention = backend, attention
+        self.model, self.drafter = model, drafter
+        self.base = getattr(model, model.base_model_prefix)
+        self.lm_head = model.get_output_embeddings()
+        self.page_size, self.cache_dtype = page_size, cache_dtype
+        self.temperature, self.seed = float(temperature), int(seed)
+        import kdtree
+        self.widths = kdtree.supported_shapes().widths
+        self.top_k = int(top_k)
+        self.auto = budget == "auto"
+        if drafter is not None:
+            D = int(drafter.depth)
+            if not 1 <= self.top_k <= min(64, self.spec.vocab_size):
+                raise ValueError(f"top_k must be 1..64, got {top_k}")
+            most = min(sum(self.top_k ** d for d in range(1, D + 1)), self.widths[-1] - 1)
+            cands = [b for b in auto_budgets if b <= most] if self.auto else [int(budget)]
+            if not cands or any(not 1 <= b <= most for b in cands):
+                raise ValueError(f"budget must be 1..{most} (a {D}-deep, {self.top_k}-wide tree in a tree of at most "
+                                 f"{self.widths[-1]} nodes) or 'auto', got {budget!r}")
+            self.budgets = tuple(sorted(cands))
+        else:
+            self.budgets = (1,)
+        self.costs = costs if costs is not None else CostTable()
+        self.policy = None
+        self.k_cache = self.v_cache = None
+
+    # ------------------------------------------------------------------ forward through the model
+
+    def width(self, nodes):
+        for w in self.widths:
+            if nodes <= w:
+                return w
+        raise ValueError(f"{nodes} tree nodes do not fit the largest tree width {self.widths[-1]}")
+
+    @contextlib.contextmanager
+    def _driving(self, step):
+        """Routes the model's attention to the paged cache for one forward, then restores the model."""
+        _register()
+        cfg = self.model.config
+        old_impl = cfg._attn_implementation
+        token = _active.set(step)
+        swapped = []
+        try:
+            cfg._attn_implementation = ATTN_NAME  # GQA: the registry; both: transformers builds no mask
+            if self.spec.family == "mla":
+                for layer in self.base.layers:
+                    attn = layer.self_attn
+                    attn.forward = _mla_forward.__get__(attn)
+                    swapped.append(attn)
+            yield
+        finally:
+            for attn in swapped:
+                del attn.forward  # back to the class's forward
+            cfg._attn_implementation = old_impl
+            _active.reset(token)
+
+    def forward_nodes(self, tokens, positions, step):
+        """tokens/positions [T] packed nodes -> (float32 logits [T, V], final hidden [T, d])."""
+        with self._driving(step):
+            h = self.base(input_ids=tokens.long()[None], position_ids=positions.long()[None],
+                          use_cache=False).last_hidden_state[0]
+        # float32 logits: bf16 would round top-2 margins and make exact ties common (as in the example)
+        return F.linear(h.float(), self.lm_head.weight.float()), h
+
+    # ------------------------------------------------------------------ cache and admission
+
+    def _alloc(self, prompts, max_new, num_pages):
+        spec, ps, dev = self.spec, self.page_size, self.device
+        B = len(prompts)
+        D = self.drafter.depth if self.drafter is not None else 0
+        Wmax = max(self.width(b + 1) for b in self.budgets) if self.mode == "spec" else self.widths[0]
+        need_len = max(len(p) for p in prompts) + max_new + D + 1 + Wmax
+        if need_len > spec.max_positions:
+            raise ValueError(f"prompts of up to {max(len(p) for p in prompts)} tokens + max_new_tokens {max_new} + "
+                             f"drafter depth {D} + one tree of {Wmax} nodes reach position {need_len}, beyond the "
+                             f"model's max_position_embeddings {spec.max_positions}")
+        self.M = math.ceil(need_len / ps)
+        self.max_kv = self.M * ps
+        need = B * self.M
+        if num_pages is None:
+            num_pages = need
+        if num_pages < need:
+            raise ValueError(f"the KV cache is too small: a batch of {B} requests needs {need} pages of {ps} tokens "
+                             f"({self.M} per request: longest prompt {max(len(p) for p in prompts)} + "
+                             f"max_new_tokens {max_new} + drafter depth {D} + one tree of {Wmax} nodes), but "
+                             f"num_pages is {num_pages}; raise num_pages or lower the batch or max_new_tokens")
+        L, rows = spec.num_layers, (spec.num_kv_heads, spec.head_dim)
+        shape = (L, num_pages, ps) + ((rows[1],) if spec.family == "mla" else rows)
+        if self.k_cache is None or self.k_cache.shape != shape or self.k_cache.device != dev:
+            self.k_cache = torch.zeros(shape, dtype=self.cache_dtype, device=dev)
+            self.v_cache = torch.zeros(shape, dtype=self.cache_dtype, device=dev) if spec.family == "gqa" else None
+        self.page_table = torch.arange(need, dtype=torch.int32, device=dev).view(B, self.M)
+
+    def _prefill(self, prompts):
+        """The prompts but their last tokens (the first roots), in chunks of up to W tokens per request, each
+        chunk a chain tree through the same forward."""
+        dev, B = self.device, len(prompts)
+        C = self.widths[-1]
+        MW = (C + 63) // 64
+        # node i sees nodes 0..i: word w of row i holds bits j - 64w for 64w <= j <= i
+        j = torch.arange(C)
+        words = [torch.where((j[:, None] >= 64 * w + torch.arange(64)[None, :]),
+                             torch.ones((), dtype=torch.int64) << torch.arange(64)[None, :], 0).sum(1)
+                 for w in range(MW)]
+        chain = torch.stack(words, 1).to(dev)  # int64 wraparound gives bit 63 its two's-complement value
+        lens = [len(p) - 1 for p in prompts]
+        for start in range(0, max(lens), C):
+            reqs = [b for b in range(B) if lens[b] > start]
+            n = [min(C, lens[b] - start) for b in reqs]
+            toks = torch.tensor([t for b, k in zip(reqs, n) for t in prompts[b][start:start + k]], device=dev)
+            pos = torch.cat([torch.arange(start, start + k) for k in n]).to(dev)
+            idx = torch.tensor(reqs, device=dev)
+            table = self.page_table.index_select(0, idx)
+            rq = torch.cat([torch.full((k,), i) for i, k in enumerate(n)]).to(dev)
+            slots = table[rq, pos // self.page_size].long() * self.page_size + pos % self.page_size
+            mask = torch.cat([chain[:k] for k in n])
+            indptr = torch.tensor([0] + n, dtype=torch.int32).cumsum(0).to(torch.int32).to(dev)
+            kv = torch.tensor([start + k for k in n], dtype=torch.int32, device=dev)
+            step = _Step(self, slots, table, kv, indptr, mask, C)
+            _, h = self.forward_nodes(toks, pos, step)
+            ends = indptr[1:].long() - 1
+            for i, b in enumerate(reqs):
+                if start + n[i] == lens[b]:
+                    self.h_last[b] = h[ends[i]]
+        self.kv_lens.copy_(torch.tensor(lens, dtype=torch.int32))
+        self.root.copy_(torch.tensor([p[-1] for p in prompts], dtype=torch.int32))
+
+    def _admit(self, prompts, max_new, stream_ids, num_pages):
+        spec = self.spec
+        if not prompts:
+            raise ValueError("prompts: expected at least one prompt")
+        for i, p in enumerate(prompts):
+            if len(p) < 2:
+                raise ValueError(f"prompts[{i}] has {len(p)} tokens; at least 2 are needed")
+            if any(not 0 <= t < spec.vocab_size for t in p):
+                raise ValueError(f"prompts[{i}] has a token outside 0..{spec.vocab_size - 1}")
+        if max_new < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new}")
+        self.device = self.lm_head.weight.device
+        self.model_dtype = self.lm_head.weight.dtype
+        dev, B = self.device, len(prompts)
+        self.B = B
+        self._alloc(prompts, max_new, num_pages)
+        z = lambda *s, dt=torch.int32: torch.zeros(*s, dtype=dt, device=dev)
+        self.kv_lens, self.root, self.gen = z(B), z(B), z(B)
+        self.stream = torch.as_tensor(list(stream_ids) if stream_ids is not None else range(B), dtype=torch.int64,
+                                      device=dev)
+        self.h_last = torch.zeros(B, spec.hidden_size, dtype=self.model_dtype, device=dev)
+        D = self.drafter.depth if self.drafter is not None else 0
+        self.max_new = max_new
+        self.out_cols = max_new + D + 2  # the last column takes the writes of finished requests
+        self.out = z(B, self.out_cols)
+        self.out_margin = torch.zeros(B, self.out_cols, dtype=torch.float32, device=dev)
+        self.req = torch.arange(B, device=dev)
+        self.acc_log, self.budget_log = [], []
+        self.s = {}
+        self._prefill(prompts)
+
+    # ------------------------------------------------------------------ one round, in stages
+
+    def _row_offsets(self, positions):
+        return (self.stream[:, None] << 32) + positions.view(self.B, -1).long() + 1
+
+    @staticmethod
+    def _margins(logits):
+        top2 = logits.float().topk(2, dim=-1).values
+        return top2[:, 0] - top2[:, 1]
+
+    def _stages(self, budget=None):
+        """The round's stages as (name, fn); `budget` fixes the tree budget (auto chooses inside tree_build)."""
+        s, ops, B = self.s, self.ops, self.B
+        if self.mode == "ar":
+            return self._ar_stages()
+
+        def drafter():
+            s["active"] = self.gen < self.max_new
+            s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.top_k)
+
+        def tree_build():
+            n = budget
+            if n is None and self.policy is not None:
+                bmax = self.budgets[-1]
+                big = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=bmax,
+                                     max_tree_nodes=self.width(bmax + 1))
+                n = self.policy.choose(big.scores, s["active"], B, s.get("acc_sum"))
+                if n == bmax:
+                    s["tree"], s["budget"] = big, n
+                    return
+            n = n if n is not None else self.budgets[0]
+            s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=n,
+                                       max_tree_nodes=self.width(n + 1))
+            s["budget"] = n
+
+        def target():
+            t, N = s["tree"], s["budget"] + 1
+            W = self.width(N)
+            s["N"] = N
+            s["pos"] = t.positions[:, :N].contiguous()
+            s["kv_total"] = self.kv_lens + N
+            node = torch.arange(N, device=self.device)
+            s["slots"] = self._slots(self.req[:, None], self.kv_lens[:, None].long() + node[None, :]).flatten()
+            s["indptr"] = torch.arange(B + 1, dtype=torch.int32, device=self.device) * N
+            mask = t.tree_mask[:, :N].reshape(B * N, -1)
+            step = _Step(self, s["slots"], self.page_table, s["kv_total"], s["indptr"], mask, W,
+                         dense=self.attention == "sdpa", nodes=N)
+            s["logits"], s["h"] = self.forward_nodes(t.tokens[:, :N].flatten(), s["pos"].flatten(), step)
+
+        def sample():
+            s["ttok"] = ops.sample_tokens(s["logits"], temperature=self.temperature, seed=self.seed,
+                                          row_offsets=self._row_offsets(s["pos"]).flatten())
+
+        def accept():
+            t = s["tree"]
+            s["path"], s["acc"], s["bonus"] = ops.tree_accept(t.tokens, t.parents, t.node_counts, s["ttok"],
+                                                              node_indptr=s["indptr"])
+
+        def compact():
+            ops.kv_compact(self.k_cache, self.page_table, s["kv_total"], s["tree"].node_counts, s["path"], s["acc"],
+                           v_caches=self.v_cache)
+
+        def update():
+            t, act, acc, path, N = s["tree"], s["active"], s["acc"], s["path"], s["N"]
+            J = self.drafter.depth + 1  # at most D accepted draft tokens + the bonus
+            j = torch.arange(J, device=self.device)[None, :]
+            nxt = path[:, 1:J + 1].clamp(min=0).long()
+            if nxt.shape[1] < J:
+                nxt = torch.cat([nxt, nxt.new_zeros(B, J - nxt.shape[1])], 1)
+            vals = torch.where(j < acc[:, None], t.tokens.gather(1, nxt), s["bonus"][:, None])
+            keep = (j <= acc[:, None]) & act[:, None]
+            cols = torch.where(keep, self.gen[:, None].long() + j, self.out_cols - 1)
+            self.out.scatter_(1, cols, vals)
+            if self.record_margins:  # the margin at the node that produced each emitted token
+                node = path[:, :J].clamp(min=0).long()
+                if node.shape[1] < J:
+                    node = torch.cat([node, node.new_zeros(B, J - node.shape[1])], 1)
+                m = self._margins(s["logits"]).view(B, N).gather(1, node)
+                self.out_margin.scatter_(1, cols, m)
+            last = path.gather(1, acc[:, None].long()).long()
+            h_new = s["h"].view(B, N, -1).gather(1, last[:, :, None].expand(-1, -1, s["h"].shape[-1]))[:, 0]
+            self.h_last.copy_(torch.where(act[:, None], h_new, self.h_last))
+            self.root.copy_(torch.where(act, s["bonus"], self.root))
+            self.kv_lens.copy_(torch.where(act, self.kv_lens + acc + 1, self.kv_lens))
+            self.gen.copy_(torch.where(act, self.gen + acc + 1, self.gen))
+            logged = torch.where(act, acc, -1)
+            s["acc_sum"] = logged.clamp(min=0).sum()
+            self.acc_log.append(logged)
+            self.budget_log.append(s["budget"])
+
+        return [("drafter", drafter), ("tree_build", tree_build), ("target", target), ("sample_tokens", sample),
+                ("tree_accept", accept), ("kv_compact", compact), ("update", update)]
+
+    def _slots(self, req, positions):
+        ps = self.page_size
+        return self.page_table[req, positions // ps].long() * ps + (positions % ps).long()
+
+    def _ar_stages(self):
+        s, ops, B = self.s, self.ops, self.B
+        W = self.widths[0]
+
+        def target():
+            s["active"] = self.gen < self.max_new
+            s["pos"] = self.kv_lens.clone()
+            kv = self.kv_lens + 1
+            slots = self._slots(self.req, self.kv_lens.long())
+            indptr = torch.arange(B + 1, dtype=torch.int32, device=self.device)
+            mask = torch.ones(B, (W + 63) // 64, dtype=torch.int64, device=self.device)  # bit 0: the node itself
+            step = _Step(self, slots, self.page_table, kv, indptr, mask, W, dense=self.attention == "sdpa", nodes=1)
+            s["logits"], _ = self.forward_nodes(self.root, s["pos"], step)
+
+        def sample():
+            s["ttok"] = ops.sample_tokens(s["logits"], temperature=self.temperature, seed=self.seed,
+                                          row_offsets=self._row_offsets(s["pos"]).flatten())
+
+        def update():
+            act = s["active"]
+            cols = torch.where(act, self.gen.long(), self.out_cols - 1)[:, None]
+            self.out.scatter_(1, cols, s["ttok"][:, None])
+            if self.record_margins:
+                self.out_margin.scatter_(1, cols, self._margins(s["logits"])[:, None])
+            self.root.copy_(torch.where(act, s["ttok"], self.root))
+            self.kv_lens.copy_(torch.where(act, self.kv_lens + 1, self.kv_lens))
+            self.gen.copy_(torch.where(act, self.gen + 1, self.gen))
+
+        return [("target", target), ("sample_tokens", sample), ("update", update)]
+
+    # ------------------------------------------------------------------ running
+
+    def _sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+
+    def _snapshot(self):
+        return [t.clone() for t in (self.kv_lens, self.root, self.gen, self.h_last, self.out, self.out_margin)]
+
+    def _restore(self, snap):
+        for t, v in zip((self.kv_lens, self.root, self.gen, self.h_last, self.out, self.out_margin), snap):
+            t.copy_(v)
+
+    def calibrate(self, repeats=3):
+        """Measures one round's time at this batch for every candidate budget (state restored after), into
+        self.costs. Runs on the first auto round of a batch size the table lacks."""
+        snap = self._snapshot()
+        logs = (list(self.acc_log), list(self.budget_log))
+
+        def run(b):
+            for _, f in self._stages(budget=b):
+                f()
+            self._restore(snap)
+
+        self.costs.measure(self.B, self.budgets, run, repeats=repeats, sync=self._sync)
+        self.acc_log, self.budget_log = logs
+        self.s.pop("acc_sum", None)
+
+    @torch.no_grad()
+    def generate(self, prompts, max_new_tokens, *, mode="spec", stream_ids=None, record_margins=False,
+                 num_pages=None, profile=False, lag=2) -> DDTreeOutput:
+        """Decodes every prompt (a list of token id lists; the batch is their number) to max_new_tokens.
+        mode "spec" (DDTree) or "ar" (one token per round through the same cache and attention). The host
+        checks for the end `lag` rounds late without waiting on the device (auto budgets read one number
+        per round)."""
+        if mode not in ("spec", "ar"):
+            raise ValueError(f"mode must be 'spec' or 'ar', got {mode!r}")
+        if mode == "spec" and self.drafter is None:
+            raise ValueError("mode 'spec' needs a drafter (DDTreeDecoder(model, drafter, ...))")
+        self.mode, self.record_margins = mode, record_margins
+        t0 = time.perf_counter()
+        self._admit(prompts, max_new_tokens, stream_ids, num_pages)
+        self._sync()
+        t_prefill = time.perf_counter() - t0
+        self.policy = None
+        if mode == "spec" and self.auto:
+            if not self.costs.has(self.B, self.budgets):
+                self.calibrate()  # once per batch size; not counted in the decoding time
+            self.policy = BudgetPolicy(self.budgets, self.costs)
+        t1 = time.perf_counter()
+        stage_ms = {} if profile else None
+        max_steps = max_new_tokens + 1
+        steps = 0
+        cuda = self.device.type == "cuda"
+        flags, events, pending = None, None, []
+        if cuda:
+            flags = torch.zeros(lag + 1, dtype=torch.bool, pin_memory=True)
+            events = [torch.cuda.Event() for _ in range(lag + 1)]
+        while steps < max_steps:
+            budget = None if (self.auto or mode == "ar") else self.budgets[0]
+            for name, f in self._stages(budget=budget):
+                if profile:
+                    self._sync()
+                    t = time.perf_counter()
+                    f()
+                    self._sync()
+                    stage_ms[name] = stage_ms.get(name, 0.0) + 1e3 * (time.perf_counter() - t)
+                else:
+                    f()
+            steps += 1
+            if mode == "ar":
+                if steps == max_new_tokens:
+                    break
+                continue
+            if not cuda:
+                if int(self.gen.min()) >= max_new_tokens:
+                    break
+                continue
+            i = steps % (lag + 1)
+            flags[i:i + 1].copy_((self.gen >= max_new_tokens).all().view(1), non_blocking=True)
+            events[i].record()
+            pending.append(i)
+            if len(pending) > lag:
+                j = pending.pop(0)
+                events[j].synchronize()
+                if bool(flags[j]):
+                    break
+        self._sync()
+        t_end = time.perf_counter()
+        if int(self.gen.min()) < max_new_tokens:
+            raise RuntimeError(f"decoding stopped after {steps} rounds with requests unfinished: {self.gen.tolist()}")
+        acc = torch.stack(self.acc_log).tolist() if self.acc_log else []
+        return DDTreeOutput(
+            tokens=self.out[:, :max_new_tokens].tolist(), steps=steps, accept_lens=acc,
+            budgets=list(self.budget_log), margins=self.out_margin[:, :max_new_tokens].tolist() if record_margins else None,
+            seconds=t_prefill + (t_end - t1), prefill_seconds=t_prefill,
+            stage_ms={k: v / steps for k, v in stage_ms.items()} if profile else None)

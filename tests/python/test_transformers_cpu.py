@@ -1,0 +1,198 @@
+"""CPU tests of kdtree.integrations.transformers (torch backend, tiny DeepSeek-V3 and Qwen3 configs trained for
+a few seconds as in the DDTree example): greedy DDTree equals the model's own generate(do_sample=False) under the
+near-tie rule (float32 model, float32 and bf16 cache), the SDPA dense-mask verification gives the same tokens,
+the sampling TV test, the cost-chosen budget, and the errors a user can hit. Skipped without transformers."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers", reason="transformers is not installed (pip install 'transformers>=5.17,<6')")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from examples.ddtree import hf  # noqa: E402
+from kdtree.integrations import budget as kbudget  # noqa: E402
+from kdtree.integrations import transformers as kt  # noqa: E402
+
+ARCHS = ["deepseek-tiny", "qwen3-tiny"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+_models = {}
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("hf-cache"))
+
+
+def models(preset, cache_dir):
+    if preset not in _models:
+        old = os.environ.get("KDTREE_DDTREE_CACHE")
+        os.environ["KDTREE_DDTREE_CACHE"] = cache_dir
+        try:
+            _models[preset] = hf.get_models(preset, "cpu", log=lambda *a: None)
+        finally:
+            if old is None:
+                del os.environ["KDTREE_DDTREE_CACHE"]
+            else:
+                os.environ["KDTREE_DDTREE_CACHE"] = old
+    return _models[preset]
+
+
+def prompts(preset):
+    return hf.prompts(preset, [20, 33, 9, 41], seed=3)
+
+
+@pytest.mark.parametrize("preset", ARCHS)
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
+def test_greedy_equals_generate(preset, cache_dtype, cache_dir):
+    """greedy DDTree[budget 15, top-4, page 16] == model.generate(do_sample=False), 4 prompts x 32 tokens,
+    every divergence at a near-tie (the float32 model; the cache and attention in float32 or bf16)."""
+    model, drafter, dcfg, _ = models(preset, cache_dir)
+    dec = hf.decoder(model, drafter, dcfg, backend="torch", budget=15, top_k=4, page_size=16, cache_dtype=cache_dtype)
+    g = hf.greedy_vs_generate(model, dec, prompts(preset), max_new=32)
+    assert g["other_divergences"] == 0, (g["numeric_margin_noise"], g["requests"])
+    assert g["near_tie_divergences"] <= 1, g["requests"]
+    assert g["mean_tokens_per_step"] > 1.2  # the drafter is predictive
+    if cache_dtype == torch.float32:
+        assert g["equal"] == len(g["requests"])
+
+
+@pytest.mark.parametrize("preset", ARCHS)
+def test_greedy_all_bf16_and_sdpa_reference(preset, cache_dir):
+    """A bf16 model with a bf16 cache, verified by kdtree's path and by SDPA over a dense ancestor mask: both
+    agree with generate() under the near-tie rule; auto budget too."""
+    model, drafter, dcfg, _ = models(preset, cache_dir)
+    import copy
+    m16 = copy.deepcopy(model).to(torch.bfloat16)
+    d16 = copy.deepcopy(drafter).to(torch.bfloat16)
+    ps = prompts(preset)[:2]
+    for kw in (dict(attention="verify"), dict(attention="sdpa"), dict(budget="auto")):
+        dec = hf.decoder(m16, d16, dcfg, backend="torch", top_k=4, page_size=16, **{"budget": 15, **kw})
+        g = hf.greedy_vs_generate(m16, dec, ps, max_new=24)
+        assert g["other_divergences"] == 0, (kw, g["numeric_margin_noise"], g["requests"])
+
+
+def test_sampling_matches_one_token_rounds(cache_dir):
+    model, drafter, dcfg, _ = models("qwen3-tiny", cache_dir)
+    dec = hf.decoder(model, drafter, dcfg, backend="torch", budget=15, top_k=4, page_size=16, temperature=1.0,
+                     seed=11)
+    r = hf.sampling_tv(dec, prompts("qwen3-tiny")[1], n_samples=300, chunk=300, rounds=300)
+    for name, st in r["stats"].items():
+        assert st["tv"] <= st["threshold"], (name, st)
+    assert r["coupled_identical_fraction"] == 1.0
+
+
+def test_mla_absorbed_path_equals_model_logits(cache_dir):
+    """The absorbed MLA forward over the paged latent cache reproduces the model's own logits (float32)."""
+    model, drafter, dcfg, _ = models("deepseek-tiny", cache_dir)
+    p = prompts("deepseek-tiny")[1]
+    dec = hf.decoder(model, drafter, dcfg, backend="torch", budget=4, top_k=4, page_size=16,
+                     cache_dtype=torch.float32)
+    dec.generate([p[:2]], 1, mode="ar")  # allocates and prefills
+    full = model(torch.tensor([p])).logits[0]
+    dec._admit([p], 1, None, None)  # prefill p[:-1] through the kdtree path
+    dec.mode, dec.record_margins = "ar", False
+    stages = dict(dec._stages())
+    stages["target"]()
+    assert torch.allclose(dec.s["logits"][0], full[len(p) - 1], atol=1e-4, rtol=1e-4)
+
+
+def test_expected_accepts_and_policy():
+    # a best-first tree's scores: root 0, then non-increasing log path probabilities
+    scores = torch.log(torch.tensor([[1.0, 0.9, 0.8, 0.5, 0.1, 0.05, 0.01, 0.01],
+                                     [1.0, 0.2, 0.1, 0.05, 0.01, 0.01, 0.01, 0.01]]))
+    e = kbudget.expected_accepts(scores, [1, 3, 7])
+    assert torch.allclose(e, torch.tensor([[0.9, 2.2, 2.37], [0.2, 0.35, 0.39]]), atol=1e-5)
+    costs = kbudget.CostTable()
+    for b, s in ((1, 1.0), (3, 1.1), (7, 2.0)):
+        costs.set(2, b, s)
+    pol = kbudget.BudgetPolicy((1, 3, 7), costs, calibrate=False)
+    active = torch.tensor([True, True])
+    # (2 + 1.1)/1, (2 + 2.55)/1.1, (2 + 2.76)/2 -> budget 3
+    assert pol.choose(scores, active, 2) == 3
+    costs.set(2, 3, 3.0)
+    assert pol.choose(scores, active, 2) == 1
+    # calibration: the drafter predicted far more than was accepted -> smaller trees
+    pol = kbudget.BudgetPolicy((1, 3, 7), costs, prior=1.0)
+    costs.set(2, 3, 1.1)
+    pol.choose(scores, active, 2)
+    pol.observe(0.0)
+    assert pol.correction < 0.5
+
+
+def test_auto_budget_reports_its_choices(cache_dir):
+    model, drafter, dcfg, _ = models("qwen3-tiny", cache_dir)
+    dec = hf.decoder(model, drafter, dcfg, backend="torch", budget="auto", top_k=4, page_size=16,
+                     auto_budgets=(4, 8, 16))
+    out = dec.generate(prompts("qwen3-tiny")[:3], 16)
+    assert dec.costs.has(3, (4, 8, 16))
+    assert set(out.budgets) <= {4, 8, 16} and len(out.budgets) == out.steps
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_unsupported_model_family():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    m = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
+    with pytest.raises(ValueError, match="GPT2LMHeadModel is not supported; supported models: DeepseekV3ForCausalLM"):
+        kt.DDTreeDecoder(m, backend="torch")
+
+
+def test_unsupported_head_layout_names_the_head_dim():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    m = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                     num_attention_heads=2, num_key_value_heads=1, head_dim=16))
+    with pytest.raises(ValueError, match="head_dim 16 has no kdtree GQA kernel; supported head dims: 64, 128, 256"):
+        kt.DDTreeDecoder(m, backend="kdtree")
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    d = DeepseekV3ForCausalLM(DeepseekV3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                               num_attention_heads=2, kv_lora_rank=32, qk_rope_head_dim=16,
+                                               qk_nope_head_dim=16, v_head_dim=16, q_lora_rank=None,
+                                               first_k_dense_replace=1))
+    with pytest.raises(ValueError, match=r"kv_lora_rank \+ qk_rope_head_dim = 512 \+ 64; this model has 32 \+ 16"):
+        kt.DDTreeDecoder(d, backend="kdtree")
+
+
+def test_cache_too_small_names_the_sizes(cache_dir):
+    model, drafter, dcfg, _ = models("qwen3-tiny", cache_dir)
+    dec = hf.decoder(model, drafter, dcfg, backend="torch", budget=15, top_k=4, page_size=16)
+    with pytest.raises(ValueError, match=r"KV cache is too small: a batch of 2 requests needs \d+ pages of 16 tokens"):
+        dec.generate(prompts("qwen3-tiny")[:2], 16, num_pages=3)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        dec.generate([[1] * 1000], 100)
+
+
+def test_without_transformers_is_a_clear_import_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(ImportError, match="pip install transformers"):
+        kt.DDTreeDecoder(object())
+
+
+def test_greedy_check_fails_without_kv_compact(cache_dir):
+    """Negative control: skipping kv_compact keeps rejected nodes' KV rows and the output diverges."""
+    class NoCompact:
+        def __getattr__(self, name):
+            return getattr(kt.load_ops("torch"), name)
+
+        @staticmethod
+        def kv_compact(*a, **k):
+            return None
+
+    model, drafter, dcfg, _ = models("qwen3-tiny", cache_dir)
+    dec = hf.decoder(model, drafter, dcfg, backend="torch", budget=15, top_k=4, page_size=16)
+    dec.ops = NoCompact()
+    g = hf.greedy_vs_generate(model, dec, prompts("qwen3-tiny"), max_new=32)
+    assert g["other_divergences"] > 0
