@@ -4,13 +4,15 @@
 // and tiles are the runtime's, not a copy of its logic.
 //
 // usage: verify_plan --arch sm_120|sm_90|sm_80 [--cubin-dir DIR] [--cache-dir DIR] [--shape PREFIX]
-//                    [--compile-arch ARCH] [--splits N] [--grid [-j N]]
+//                    [--compile-arch ARCH] [--splits N] [--kv-dtype as_q|e4m3] [--grid [-j N]]
 //   One JSON object per line and shape. KDTREE_VERIFY_TILES applies as in the
 //   runtime. With --cubin-dir, each shape's kernel is compiled (or read from the
 //   cache) and written as DIR/<kernel>.cubin with its ptxas log in <kernel>.log.
 //   --compile-arch compiles the --arch kernels (its tiles) for another arch: a
 //   what-if for the model (e.g. sm_90's tiles in sm_120 code), never launched.
 //   --splits forces the KV split count as kdtree_verify_args.num_splits does.
+//   --kv-dtype: the shapes' KV cache type (default as_q); e4m3 fails (UNSUPPORTED,
+//   naming kv_dtype) while this build does not generate e4m3 kernels.
 //   --grid [-j N]: instead of the shapes, every verify_attention kernel of the default
 //   grid (codegen/grid.hpp: heads x widths x page sizes x dtypes), one JSON object
 //   each, compiled on N threads when --cubin-dir is given.
@@ -62,12 +64,14 @@ int run_grid(kdtree::Engine& rt, const std::string& cubin_dir, int jobs) {
   for (const std::string& head : grid.heads)
     for (int width : grid.widths)
       for (int page : grid.page_sizes)
-        for (kdtree_dtype dtype : grid.dtypes) {
+        for (kdtree_dtype dtype : grid.dtypes)
+          for (kdtree_kv_dtype kv_dtype : grid.kv_dtypes) {
           Item it;
           kdtree::codegen::parse_head_name(head, &it.spec.head_dim_qk, &it.spec.head_dim_v);
           it.spec.max_tree_nodes = width;
           it.spec.page_size = page;
           it.spec.dtype = dtype;
+          it.spec.kv_dtype = kv_dtype;
           it.tiles = kdtree::codegen::choose_verify_tiles(it.spec, arch);
           it.source = kdtree::codegen::generate_verify_attention(it.spec, arch, it.tiles);
           it.kernel = kernel_name(it.source.file_stem, arch.name(), it.tiles);
@@ -95,24 +99,25 @@ int run_grid(kdtree::Engine& rt, const std::string& cubin_dir, int jobs) {
   for (const Item& it : items) {
     const kdtree::codegen::VerifyTiles& t = it.tiles;
     std::printf(
-        "{\"arch\":\"%s\",\"head_qk\":%d,\"head_v\":%d,\"width\":%d,\"page\":%d,\"dtype\":\"%s\","
+        "{\"arch\":\"%s\",\"head_qk\":%d,\"head_v\":%d,\"width\":%d,\"page\":%d,\"dtype\":\"%s\",\"kv_dtype\":\"%s\","
         "\"family\":\"%s\",\"tiles\":\"%s\",\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,"
         "\"warp_rows\":%d,\"smem\":%d,\"kernel\":\"%s\"}\n",
         arch.name().c_str(), it.spec.head_dim_qk, it.spec.head_dim_v, it.spec.max_tree_nodes, it.spec.page_size,
-        kdtree::codegen::dtype_name(it.spec.dtype), kdtree::codegen::kernel_name(t.kernel), t.str().c_str(), t.block_m,
+        kdtree::codegen::dtype_name(it.spec.dtype), kdtree::codegen::kv_dtype_name(it.spec.kv_dtype),
+        kdtree::codegen::kernel_name(t.kernel), t.str().c_str(), t.block_m,
         t.block_n, t.warps, t.stages, t.warp_rows, kdtree::codegen::verify_smem_bytes(it.spec, t), it.kernel.c_str());
   }
   return 0;
 }
 
 int run(int argc, char** argv) {
-  std::string arch_name, cubin_dir, cache_dir, only, compile_arch, splits_text, jobs_text = "1";
+  std::string arch_name, cubin_dir, cache_dir, only, compile_arch, splits_text, jobs_text = "1", kv_text = "as_q";
   bool grid = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       std::printf(
           "usage: verify_plan --arch sm_120|sm_90|sm_80 [--cubin-dir DIR] [--cache-dir DIR] [--shape PREFIX] "
-          "[--compile-arch ARCH] [--splits N] [--grid [-j N]]\n");
+          "[--compile-arch ARCH] [--splits N] [--kv-dtype as_q|e4m3] [--grid [-j N]]\n");
       return 0;
     }
     auto value = [&](std::string* out) {
@@ -131,6 +136,8 @@ int run(int argc, char** argv) {
       value(&compile_arch);
     else if (!std::strcmp(argv[i], "--splits"))
       value(&splits_text);
+    else if (!std::strcmp(argv[i], "--kv-dtype"))
+      value(&kv_text);
     else if (!std::strcmp(argv[i], "--grid"))
       grid = true;
     else if (!std::strcmp(argv[i], "-j"))
@@ -139,6 +146,7 @@ int run(int argc, char** argv) {
       kdtree::fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("unknown argument '{}'", argv[i]));
   }
   if (arch_name.empty()) kdtree::fail(KDTREE_ERROR_INVALID_ARGUMENT, "--arch is required (sm_120, sm_90, sm_80)");
+  const kdtree_kv_dtype kv_dtype = kdtree::codegen::parse_kv_dtype(kv_text);
   auto rt = kdtree::Engine::offline(kdtree::codegen::parse_arch(arch_name).sm, cache_dir);
   const kdtree::codegen::Arch& arch = rt->arch();
   if (grid) return run_grid(*rt, cubin_dir, std::max(1, std::stoi(jobs_text)));
@@ -147,11 +155,12 @@ int run(int argc, char** argv) {
   for (const kdtree::bench::VerifyShape& s : kdtree::bench::kVerifyShapes) {
     if (!only.empty() && std::strncmp(only.c_str(), s.name, only.size())) continue;
     const int width = kdtree::bench::verify_width(s.nodes);
-    kdtree_verify_spec spec{s.head_qk, s.head_v, s.q_heads, s.kv_heads, s.page, width, KDTREE_DTYPE_BF16};
+    kdtree_verify_spec spec{s.head_qk, s.head_v, s.q_heads, s.kv_heads, s.page, width, KDTREE_DTYPE_BF16, kv_dtype};
     const int total_nodes = s.nodes * s.batch;
     const int kv_len = s.prefix + s.nodes;
     const int forced = splits_text.empty() ? 0 : std::stoi(splits_text);
     const kdtree::codegen::VerifySpec vspec = kdtree::codegen::validate_verify_spec(spec);
+    kdtree::codegen::require_kv_dtype_supported(vspec);
     // The runtime's tiles (KDTREE_VERIFY_TILES applies) and its generated source and plan.
     const kdtree::codegen::VerifyTiles t = kdtree::codegen::verify_tiles(vspec, arch);
     const kdtree::codegen::KernelSource source = kdtree::codegen::generate_verify_attention(vspec, arch, t);
@@ -171,13 +180,13 @@ int run(int argc, char** argv) {
         "\"family\":\"%s\",\"tiles\":\"%s\",\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,"
         "\"warp_rows\":%d,\"warps_n\":%d,\"smem\":%d,\"ctas_per_sm\":%d,"
         "\"splits\":%d,\"stream_ctas\":%d,\"split_tokens\":%d,\"grid\":[%u,%u,%d],\"active_x\":%lld,\"combine_ctas\":%u,"
-        "\"kernel\":\"%s\"}\n",
+        "\"kernel\":\"%s\",\"kv_dtype\":\"%s\"}\n",
         s.name, arch.name().c_str(), arch.num_sms, arch.max_smem_per_sm, s.batch, s.q_heads, s.kv_heads, s.nodes,
         kv_len, s.head_qk, s.head_v, s.page, width, kdtree::codegen::kernel_name(t.kernel), t.str().c_str(), t.block_m,
         t.block_n, t.warps, t.stages, t.warp_rows, t.warps_n(), source.launch.dynamic_smem,
         kdtree::codegen::ctas_per_sm(arch, source.launch.dynamic_smem, source.launch.threads), plan.num_splits, plan.stream_ctas, plan.split_tokens, plan.grid_x, plan.grid_y,
         plan.grid_z, active_x,
-        plan.combine_ctas, kernel.c_str());
+        plan.combine_ctas, kernel.c_str(), kdtree::codegen::kv_dtype_name(kv_dtype));
   }
   return 0;
 }

@@ -35,4 +35,19 @@ inline kdtree_dtype checked_dtype(const kdtree_dtype& field, const char* name) {
   return static_cast<kdtree_dtype>(raw);
 }
 
+static_assert(sizeof(kdtree_kv_dtype) == sizeof(int32_t), "kdtree_kv_dtype is an int-sized C enum");
+
+// The same for a kdtree_kv_dtype field (its enum's range is only 0..1).
+inline kdtree_kv_dtype checked_kv_dtype(const kdtree_kv_dtype& field, const char* name) {
+  int32_t raw;
+  std::memcpy(&raw, &field, sizeof raw);
+  if (raw != KDTREE_KV_DTYPE_AS_Q && raw != KDTREE_KV_DTYPE_E4M3) {
+    fail(KDTREE_ERROR_INVALID_ARGUMENT,
+         fmt::format("{} {} is not a kdtree_kv_dtype (KDTREE_KV_DTYPE_AS_Q = 0: the caches hold dtype, "
+                     "KDTREE_KV_DTYPE_E4M3 = 1)",
+                     name, raw));
+  }
+  return static_cast<kdtree_kv_dtype>(raw);
+}
+
 }  // namespace kdtree::codegen

@@ -4,6 +4,7 @@
 
 #include "base/error.hpp"
 #include "codegen/ops.hpp"
+#include "codegen/verify_attention.hpp"
 
 namespace kdtree::codegen {
 
@@ -11,6 +12,16 @@ std::vector<std::string> default_heads() {
   std::vector<std::string> names;
   for (const HeadShape& h : supported_heads()) names.push_back(h.name);
   return names;
+}
+
+std::vector<kdtree_kv_dtype> default_kv_dtypes() {
+  std::vector<kdtree_kv_dtype> kv_dtypes;
+  for (kdtree_kv_dtype kv : supported_kv_dtypes()) {
+    VerifySpec spec;
+    spec.kv_dtype = kv;
+    if (kv_dtype_supported(spec)) kv_dtypes.push_back(kv);
+  }
+  return kv_dtypes;
 }
 
 namespace {
@@ -28,6 +39,7 @@ std::vector<GridItem> enumerate_grid(const GridOptions& options, const Arch& arc
   if (options.attention) {
     require_nonempty(!options.heads.empty(), "heads");
     require_nonempty(!options.dtypes.empty(), "dtypes");
+    require_nonempty(!options.kv_dtypes.empty(), "kv_dtypes");
   }
   std::vector<GridItem> items;
   for (const OpInfo& op : operations()) {

@@ -1,6 +1,6 @@
 // The grid of kernels `kdtree-gen warm` compiles: by default MLA 576/512 and GQA
-// 64/128/256 x tree widths 16..128 x page sizes 1/16/64 x bf16/f16, plus the
-// tree operations for the same widths and page sizes.
+// 64/128/256 x tree widths 16..128 x page sizes 1/16/64 x bf16/f16 x KV caches
+// as_q/e4m3, plus the tree operations for the same widths and page sizes.
 #pragma once
 #include <functional>
 #include <string>
@@ -16,12 +16,17 @@ namespace kdtree::codegen {
 // Every name of supported_heads().
 std::vector<std::string> default_heads();
 
+// as_q and e4m3: every KV dtype whose kernels codegen generates (kv_dtype_supported),
+// so the warm grid compiles e4m3 kernels once they exist.
+std::vector<kdtree_kv_dtype> default_kv_dtypes();
+
 struct GridOptions {
   // Every head and width of codegen/shapes.hpp; the common page sizes.
   std::vector<std::string> heads{default_heads()};
   std::vector<int> widths{supported_widths()};
   std::vector<int> page_sizes{1, 16, 64};
   std::vector<kdtree_dtype> dtypes{KDTREE_DTYPE_BF16, KDTREE_DTYPE_F16};
+  std::vector<kdtree_kv_dtype> kv_dtypes{default_kv_dtypes()};  // verify_attention's caches
   bool attention = true;
   bool tree_ops = true;
 };

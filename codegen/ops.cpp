@@ -25,7 +25,8 @@ struct Items {
 };
 
 // Head counts are run-time values; any consistent pair passes validation.
-VerifySpec verify_spec(const std::string& head, int width, int page, kdtree_dtype dtype) {
+// A kv dtype whose kernels are not generated yet fails here, up front.
+VerifySpec verify_spec(const std::string& head, int width, int page, kdtree_dtype dtype, kdtree_kv_dtype kv_dtype) {
   kdtree_verify_spec c{};
   parse_head_name(head, &c.head_dim_qk, &c.head_dim_v);
   c.num_q_heads = 16;
@@ -33,7 +34,10 @@ VerifySpec verify_spec(const std::string& head, int width, int page, kdtree_dtyp
   c.max_tree_nodes = width;
   c.page_size = page;
   c.dtype = dtype;
-  return validate_verify_spec(c);
+  c.kv_dtype = kv_dtype;
+  const VerifySpec spec = validate_verify_spec(c);
+  require_kv_dtype_supported(spec);
+  return spec;
 }
 
 std::vector<GridItem> verify_grid(const GridOptions& o, const Arch& arch) {
@@ -42,8 +46,10 @@ std::vector<GridItem> verify_grid(const GridOptions& o, const Arch& arch) {
     for (int width : o.widths) {
       for (int page : o.page_sizes) {
         for (kdtree_dtype dtype : o.dtypes) {
-          const VerifySpec spec = verify_spec(head, width, page, dtype);
-          out.add(spec.label(), [spec, arch] { return generate_verify_attention(spec, arch); });
+          for (kdtree_kv_dtype kv_dtype : o.kv_dtypes) {
+            const VerifySpec spec = verify_spec(head, width, page, dtype, kv_dtype);
+            out.add(spec.label(), [spec, arch] { return generate_verify_attention(spec, arch); });
+          }
         }
       }
     }
@@ -52,7 +58,7 @@ std::vector<GridItem> verify_grid(const GridOptions& o, const Arch& arch) {
 }
 
 KernelSource verify_point(const OpPoint& p, const Arch& arch) {
-  return generate_verify_attention(verify_spec(p.head, p.width, p.page, p.dtype), arch);
+  return generate_verify_attention(verify_spec(p.head, p.width, p.page, p.dtype, p.kv_dtype), arch);
 }
 
 TreeBuildSpec build_spec(int width) {
@@ -141,7 +147,7 @@ KernelSource sample_point(const OpPoint& p, const Arch& arch) {
 
 const std::vector<OpInfo>& operations() {
   static const std::vector<OpInfo> ops = {
-      {"verify_attention", true, verify_grid, verify_point, {"--head", "--width", "--page", "--dtype"}},
+      {"verify_attention", true, verify_grid, verify_point, {"--head", "--width", "--page", "--dtype", "--kv-dtype"}},
       {"tree_build", false, build_grid, build_point, {"--width"}},
       {"tree_accept", false, accept_grid, accept_point, {"--width"}},
       {"sample_tokens", false, sample_grid, sample_point, {"--dtype"}},

@@ -20,6 +20,7 @@ struct OpPoint {
   int width = 64;                   // max_tree_nodes
   int page = 64;                    // page_size
   kdtree_dtype dtype = KDTREE_DTYPE_BF16;
+  kdtree_kv_dtype kv_dtype = KDTREE_KV_DTYPE_AS_Q;  // verify_attention: the caches
 };
 
 struct OpInfo {

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "base/error.hpp"
 #include "codegen/arch.hpp"
 #include "codegen/grid.hpp"
 #include "codegen/verify_attention.hpp"
@@ -26,6 +27,12 @@ std::string json_strings(const std::vector<std::string>& values) {
 std::vector<std::string> dtype_names(const std::vector<kdtree_dtype>& dtypes) {
   std::vector<std::string> names;
   for (kdtree_dtype d : dtypes) names.push_back(dtype_name(d));
+  return names;
+}
+
+std::vector<std::string> kv_dtype_names(const std::vector<kdtree_kv_dtype>& kv_dtypes) {
+  std::vector<std::string> names;
+  for (kdtree_kv_dtype d : kv_dtypes) names.push_back(kv_dtype_name(d));
   return names;
 }
 
@@ -63,6 +70,19 @@ const std::vector<kdtree_dtype>& supported_attention_dtypes() {
   return dtypes;
 }
 
+const std::vector<kdtree_kv_dtype>& supported_kv_dtypes() {
+  static const std::vector<kdtree_kv_dtype> kv_dtypes{KDTREE_KV_DTYPE_AS_Q, KDTREE_KV_DTYPE_E4M3};
+  return kv_dtypes;
+}
+
+kdtree_kv_dtype parse_kv_dtype(const std::string& name) {
+  for (kdtree_kv_dtype d : supported_kv_dtypes()) {
+    if (name == kv_dtype_name(d)) return d;
+  }
+  fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("kv dtype '{}' is not supported (use {})", name,
+                                             fmt::join(kv_dtype_names(supported_kv_dtypes()), " or ")));
+}
+
 std::string or_list(const std::vector<int>& values) {
   std::string text;
   for (std::size_t i = 0; i < values.size(); ++i) {
@@ -93,11 +113,12 @@ std::string supported_shapes_json() {
   for (int sm : supported_sms()) archs.push_back(fmt::format("sm_{}", sm));
   const GridOptions grid;
   return fmt::format(
-      R"({{"heads":[{}],"widths":{},"page_sizes":{},"dtypes":{},"archs":{},)"
-      R"("default_grid":{{"heads":{},"widths":{},"page_sizes":{},"dtypes":{}}}}})",
+      R"({{"heads":[{}],"widths":{},"page_sizes":{},"dtypes":{},"kv_dtypes":{},"archs":{},)"
+      R"("default_grid":{{"heads":{},"widths":{},"page_sizes":{},"dtypes":{},"kv_dtypes":{}}}}})",
       fmt::join(heads, ","), json_ints(supported_widths()), json_ints(supported_page_sizes()),
-      json_strings(dtype_names(supported_attention_dtypes())), json_strings(archs), json_strings(grid.heads),
-      json_ints(grid.widths), json_ints(grid.page_sizes), json_strings(dtype_names(grid.dtypes)));
+      json_strings(dtype_names(supported_attention_dtypes())), json_strings(kv_dtype_names(supported_kv_dtypes())),
+      json_strings(archs), json_strings(grid.heads), json_ints(grid.widths), json_ints(grid.page_sizes),
+      json_strings(dtype_names(grid.dtypes)), json_strings(kv_dtype_names(grid.kv_dtypes)));
 }
 
 }  // namespace kdtree::codegen

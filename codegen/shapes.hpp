@@ -35,6 +35,12 @@ bool is_supported_page_size(int page_size);
 // Element types of q/caches/out for verify_attention and kv_compact: bf16, f16.
 const std::vector<kdtree_dtype>& supported_attention_dtypes();
 
+// Element types of verify_attention's KV caches (kdtree_verify_spec.kv_dtype) and
+// of kv_compact's rows: as_q (the 16-bit dtype of q), e4m3.
+const std::vector<kdtree_kv_dtype>& supported_kv_dtypes();
+// "as_q" or "e4m3"; throws KDTREE_ERROR_UNSUPPORTED listing the names otherwise.
+kdtree_kv_dtype parse_kv_dtype(const std::string& name);
+
 // "1, 16, 32, 64 or 128"
 std::string or_list(const std::vector<int>& values);
 std::string supported_page_sizes_text();  // or_list(supported_page_sizes())
@@ -44,8 +50,9 @@ std::string head_names_text();
 
 // The whole table as one JSON object:
 // {"heads":[{"name":"mla576/512","head_dim_qk":576,"head_dim_v":512,"mla":true},...],
-//  "widths":[16,...],"page_sizes":[1,...],"dtypes":["bf16","f16"],"archs":["sm_80",...],
-//  "default_grid":{"heads":[...],"widths":[...],"page_sizes":[...],"dtypes":[...]}}
+//  "widths":[16,...],"page_sizes":[1,...],"dtypes":["bf16","f16"],"kv_dtypes":["as_q","e4m3"],
+//  "archs":["sm_80",...],
+//  "default_grid":{"heads":[...],"widths":[...],"page_sizes":[...],"dtypes":[...],"kv_dtypes":[...]}}
 std::string supported_shapes_json();
 
 }  // namespace kdtree::codegen

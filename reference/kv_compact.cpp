@@ -65,7 +65,10 @@ int kv_compact_moved_rows(const KvCompactInput& in, int b) {
   return in.accept_lens[b] + 1 - first_moved(in, b);
 }
 
-int kv_compact(const KvCompactInput& in, std::vector<uint16_t>& cache, int row_elems) {
+namespace {
+
+template <typename T>
+int compact_rows(const KvCompactInput& in, std::vector<T>& cache, int row_elems) {
   check_sizes(in);
   if (row_elems < 1 || cache.size() != static_cast<size_t>(in.num_pages) * in.page_size * row_elems) {
     throw std::invalid_argument("kv_compact reference: cache size != num_pages * page_size * row_elems");
@@ -84,6 +87,16 @@ int kv_compact(const KvCompactInput& in, std::vector<uint16_t>& cache, int row_e
     }
   }
   return errors;
+}
+
+}  // namespace
+
+int kv_compact(const KvCompactInput& in, std::vector<uint16_t>& cache, int row_elems) {
+  return compact_rows(in, cache, row_elems);
+}
+
+int kv_compact(const KvCompactInput& in, std::vector<uint8_t>& cache, int row_elems) {
+  return compact_rows(in, cache, row_elems);
 }
 
 }  // namespace kdtree::ref

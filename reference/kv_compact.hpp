@@ -33,5 +33,7 @@ int kv_compact_moved_rows(const KvCompactInput& in, int b);
 // place; returns the OR of every request's error bits. Throws
 // std::invalid_argument on inconsistent sizes.
 int kv_compact(const KvCompactInput& in, std::vector<uint16_t>& cache, int row_elems);
+// The same for a cache of e4m3 (1-byte) elements: rows move as bytes either way.
+int kv_compact(const KvCompactInput& in, std::vector<uint8_t>& cache, int row_elems);
 
 }  // namespace kdtree::ref

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "reference/fp8.hpp"
 #include "reference/half.hpp"
 
 namespace kdtree::ref {
@@ -21,6 +22,13 @@ void check(bool ok, const std::string& message) {
 std::vector<float> decode(const uint16_t* data, size_t count, int dtype) {
   std::vector<float> values(count);
   for (size_t i = 0; i < count; ++i) values[i] = from_half(data[i], dtype);
+  return values;
+}
+
+// e4m3 codes decoded to float (exact); the scale is applied in float64 later.
+std::vector<float> decode8(const uint8_t* data, size_t count) {
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; ++i) values[i] = e4m3_to_float(data[i]);
   return values;
 }
 
@@ -41,9 +49,15 @@ void validate(const VerifyHostInputs& in) {
   check(s.num_q_heads > 0 && s.num_kv_heads > 0 && s.num_q_heads % s.num_kv_heads == 0,
         "num_q_heads must be a positive multiple of num_kv_heads");
   check(s.page_size > 0 && s.max_tree_nodes > 0, "page_size and max_tree_nodes must be positive");
-  check(in.v_cache != nullptr || s.head_dim_v <= s.head_dim_qk, "MLA needs head_dim_v <= head_dim_qk");
+  const bool fp8 = s.kv_dtype == KDTREE_KV_DTYPE_E4M3;
+  check(fp8 || s.kv_dtype == KDTREE_KV_DTYPE_AS_Q, "kv_dtype must be as_q or e4m3");
+  check((fp8 ? in.v_cache8 != nullptr : in.v_cache != nullptr) || s.head_dim_v <= s.head_dim_qk,
+        "MLA needs head_dim_v <= head_dim_qk");
+  check(!fp8 || (std::isfinite(in.k_scale) && in.k_scale > 0 && std::isfinite(in.v_scale) && in.v_scale > 0),
+        "e4m3 scales must be positive and finite");
   check(in.batch_size > 0 && in.num_pages > 0 && in.max_pages_per_req > 0, "sizes must be positive");
-  check(in.q && in.node_indptr && in.k_cache && in.page_table && in.kv_lens && in.tree_mask,
+  check(in.q && in.node_indptr && (fp8 ? in.k_cache8 != nullptr : in.k_cache != nullptr) && in.page_table &&
+            in.kv_lens && in.tree_mask,
         "an input pointer is NULL");
   check(in.node_indptr[0] == 0 && in.node_indptr[in.batch_size] == in.total_nodes,
         "node_indptr must start at 0 and end at total_nodes");
@@ -72,12 +86,20 @@ VerifyReference verify_attention(const VerifyHostInputs& in, int threads) {
   const int hq = s.num_q_heads, hkv = s.num_kv_heads, group = hq / hkv;
   const int dqk = s.head_dim_qk, dv = s.head_dim_v, page_size = s.page_size;
   const int mask_words = (s.max_tree_nodes + 63) / 64;
-  const bool mla = in.v_cache == nullptr;
+  const bool fp8 = s.kv_dtype == KDTREE_KV_DTYPE_E4M3;
+  const bool mla = fp8 ? in.v_cache8 == nullptr : in.v_cache == nullptr;
 
   const size_t cache_rows = size_t(in.num_pages) * page_size * hkv;
   const std::vector<float> q = decode(in.q, size_t(in.total_nodes) * hq * dqk, s.dtype);
-  const std::vector<float> k = decode(in.k_cache, cache_rows * dqk, s.dtype);
-  const std::vector<float> v = mla ? std::vector<float>() : decode(in.v_cache, cache_rows * dv, s.dtype);
+  // Unscaled cache values; k_scale multiplies the scores and v_scale the output
+  // in float64, which equals scaling every element (exact arithmetic aside from
+  // the final rounding of each double operation).
+  const std::vector<float> k =
+      fp8 ? decode8(in.k_cache8, cache_rows * dqk) : decode(in.k_cache, cache_rows * dqk, s.dtype);
+  const std::vector<float> v = mla   ? std::vector<float>()
+                               : fp8 ? decode8(in.v_cache8, cache_rows * dv)
+                                     : decode(in.v_cache, cache_rows * dv, s.dtype);
+  const double k_scale = fp8 ? in.k_scale : 1.0, v_scale = fp8 ? in.v_scale : 1.0;
 
   // The cache row of logical token t of request b, KV head kvh, through the page table.
   auto cache_row = [&](int b, int t, int kvh) -> size_t {
@@ -120,7 +142,7 @@ VerifyReference verify_attention(const VerifyHostInputs& in, int threads) {
     std::vector<std::vector<double>> scores(group, std::vector<double>(rows.size()));
     for (size_t j = 0; j < rows.size(); ++j)
       for (int g = 0; g < group; ++g)
-        scores[g][j] = in.sm_scale * dot(&q[(size_t(node) * hq + h0 + g) * dqk], k_row(rows[j]), dqk);
+        scores[g][j] = in.sm_scale * k_scale * dot(&q[(size_t(node) * hq + h0 + g) * dqk], k_row(rows[j]), dqk);
     // Softmax per head: scores become probabilities.
     for (int g = 0; g < group; ++g) {
       const double max_score = *std::max_element(scores[g].begin(), scores[g].end());
@@ -136,7 +158,7 @@ VerifyReference verify_attention(const VerifyHostInputs& in, int threads) {
       const float* vrow = v_row(rows[j]);
       for (int g = 0; g < group; ++g) {
         double* out = &result.out[(size_t(node) * hq + h0 + g) * dv];
-        const double p = scores[g][j];
+        const double p = scores[g][j] * v_scale;
         for (int d = 0; d < dv; ++d) out[d] += p * double(vrow[d]);
       }
     }

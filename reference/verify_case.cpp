@@ -7,6 +7,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "reference/fp8.hpp"
 #include "reference/half.hpp"
 
 namespace kdtree::ref {
@@ -36,6 +37,31 @@ std::string fmt_double(const char* format, double x) {
   return buf;
 }
 
+// e4m3 caches: the 16-bit values just drawn, divided by the scale and encoded
+// (round to nearest even, saturating); unused rows keep their fill (NaN: 0x7f).
+// Drawing everything as 16-bit first keeps one value stream for both cache types.
+void to_e4m3(VerifyCase& c, const VerifyCaseOptions& o, std::mt19937_64& rng) {
+  auto draw_scale = [&] {
+    const int e = uniform_int(rng, -8, -3), m = uniform_int(rng, 0, 7);
+    return std::ldexp(1.0f + float(m) / 8.0f, e);
+  };
+  c.k_scale = o.k_scale > 0 ? o.k_scale : draw_scale();
+  c.v_scale = o.v_scale > 0 ? o.v_scale : draw_scale();
+  // MLA encodes its one row with k_scale; V reads the same codes x v_scale.
+  auto encode = [&](const std::vector<uint16_t>& from, float scale) {
+    std::vector<uint8_t> to(from.size());
+    for (size_t i = 0; i < from.size(); ++i) {
+      const float x = from_half(from[i], c.spec.dtype);
+      to[i] = std::isnan(x) ? kE4m3Nan : float_to_e4m3(x / scale);
+    }
+    return to;
+  };
+  c.k_cache8 = encode(c.k_cache, c.k_scale);
+  c.v_cache8 = encode(c.v_cache, c.v_scale);
+  c.k_cache.clear();
+  c.v_cache.clear();
+}
+
 }  // namespace
 
 std::string VerifyCase::head_name() const {
@@ -49,7 +75,8 @@ std::string verify_label(const kdtree_verify_spec& spec, int batch_size, const s
                   (mla ? "mla" + std::to_string(spec.head_dim_qk) + "/" + std::to_string(spec.head_dim_v)
                        : "gqa" + std::to_string(spec.head_dim_qk)) +
                   ",W=" + std::to_string(spec.max_tree_nodes) + ",page=" + std::to_string(spec.page_size) + "," +
-                  (spec.dtype == KDTREE_DTYPE_BF16 ? "bf16" : "f16") + ",Hq=" + std::to_string(spec.num_q_heads);
+                  (spec.dtype == KDTREE_DTYPE_BF16 ? "bf16" : "f16") +
+                  (spec.kv_dtype == KDTREE_KV_DTYPE_E4M3 ? ",kv=e4m3" : "") + ",Hq=" + std::to_string(spec.num_q_heads);
   if (!mla) s += ",Hkv=" + std::to_string(spec.num_kv_heads);
   s += ",B=" + std::to_string(batch_size);
   if (!extra.empty()) s += "," + extra;
@@ -67,8 +94,15 @@ VerifyHostInputs VerifyCase::host_inputs() const {
   in.max_pages_per_req = max_pages_per_req;
   in.q = q.data();
   in.node_indptr = node_indptr.data();
-  in.k_cache = k_cache.data();
-  in.v_cache = mla ? nullptr : v_cache.data();
+  if (kv_fp8()) {
+    in.k_cache8 = k_cache8.data();
+    in.v_cache8 = mla ? nullptr : v_cache8.data();
+    in.k_scale = k_scale;
+    in.v_scale = v_scale;
+  } else {
+    in.k_cache = k_cache.data();
+    in.v_cache = mla ? nullptr : v_cache.data();
+  }
   in.page_table = page_table.data();
   in.kv_lens = kv_lens.data();
   in.tree_mask = tree_mask.data();
@@ -195,6 +229,7 @@ VerifyCase build_verify_case(const kdtree_verify_spec& spec, int batch_size, uin
       }
     }
   }
+  if (spec.kv_dtype == KDTREE_KV_DTYPE_E4M3) to_e4m3(c, o, rng);
   return c;
 }
 

@@ -19,8 +19,9 @@ enum class ValueDist { uniform, normal };  // uniform [-1, 1] or N(0, 1)
 enum class UnusedFill { nan, random, zero };
 
 // A grid point's name, as the GPU tests print it and `kdtree_gpu_tests --case`
-// selects it: "verify_attention[mla576/512,W=64,page=64,bf16,Hq=16,B=3]" (GQA adds
-// Hkv=), with `extra` ("splits=3,...") before the bracket.
+// selects it: "verify_attention[mla576/512,W=64,page=64,bf16,Hq=16,B=3]" (e4m3
+// caches add kv=e4m3 after the dtype, GQA adds Hkv=), with `extra`
+// ("splits=3,...") before the bracket.
 std::string verify_label(const kdtree_verify_spec& spec, int batch_size, const std::string& extra = "");
 
 struct VerifyCaseOptions {
@@ -45,6 +46,12 @@ struct VerifyCaseOptions {
   UnusedFill unused = UnusedFill::nan;
   std::vector<int> prefix_lens;  // per request; overrides the random draw when not empty
   std::vector<int> node_counts;  // per request; overrides the random draw when not empty
+  // e4m3 caches (spec.kv_dtype): value = code x scale. 0 = drawn at random as
+  // 2^e x (1 + m / 8), e in [-8, -3], m in [0, 8), so uniform values use most of
+  // e4m3's range, subnormals included. The draws come after every 16-bit draw, so
+  // 16-bit cases stay what they were.
+  float k_scale = 0.0f;
+  float v_scale = 0.0f;
 };
 
 struct VerifyCase {
@@ -62,6 +69,12 @@ struct VerifyCase {
   std::vector<uint16_t> q;           // [total_nodes, Hq, Dqk]
   std::vector<uint16_t> k_cache;     // [num_pages, page_size, Hkv, Dqk]
   std::vector<uint16_t> v_cache;     // [num_pages, page_size, Hkv, Dv]; empty for MLA
+  // spec.kv_dtype == KDTREE_KV_DTYPE_E4M3: the caches as e4m3 codes (same layouts;
+  // k_cache and v_cache are then empty), value = code x k_scale / v_scale.
+  std::vector<uint8_t> k_cache8;
+  std::vector<uint8_t> v_cache8;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
   std::vector<int32_t> page_table;   // [batch_size, max_pages_per_req], -1 past each request's pages
   std::vector<int32_t> kv_lens;      // [batch_size]
   std::vector<int32_t> node_indptr;  // [batch_size + 1]
@@ -72,7 +85,13 @@ struct VerifyCase {
 
   // "mla576/512" or "gqa128"
   std::string head_name() const;
-  // "verify_attention[mla576/512,W=64,page=64,bf16,Hq=16,B=3]" (GQA adds Hkv);
+  bool kv_fp8() const { return spec.kv_dtype == KDTREE_KV_DTYPE_E4M3; }
+  // The bytes of the K (MLA: the one) cache and of the V cache, whatever the dtype.
+  const void* k_data() const { return kv_fp8() ? (const void*)k_cache8.data() : (const void*)k_cache.data(); }
+  const void* v_data() const { return kv_fp8() ? (const void*)v_cache8.data() : (const void*)v_cache.data(); }
+  size_t k_bytes() const { return kv_fp8() ? k_cache8.size() : k_cache.size() * 2; }
+  size_t v_bytes() const { return kv_fp8() ? v_cache8.size() : v_cache.size() * 2; }
+  // "verify_attention[mla576/512,W=64,page=64,bf16,Hq=16,B=3]" (kv=e4m3, Hkv as verify_label);
   // `extra` is appended inside the brackets, e.g. "splits=3".
   std::string label(const std::string& extra = "") const;
   // Views of the host arrays for the reference.
@@ -83,7 +102,8 @@ struct VerifyCase {
 
 // A verify spec from its fields, in kdtree_verify_spec order.
 inline kdtree_verify_spec make_verify_spec(int head_dim_qk, int head_dim_v, int num_q_heads, int num_kv_heads,
-                                           int page_size, int max_tree_nodes, kdtree_dtype dtype) {
+                                           int page_size, int max_tree_nodes, kdtree_dtype dtype,
+                                           kdtree_kv_dtype kv_dtype = KDTREE_KV_DTYPE_AS_Q) {
   kdtree_verify_spec s{};
   s.head_dim_qk = head_dim_qk;
   s.head_dim_v = head_dim_v;
@@ -92,6 +112,7 @@ inline kdtree_verify_spec make_verify_spec(int head_dim_qk, int head_dim_v, int 
   s.page_size = page_size;
   s.max_tree_nodes = max_tree_nodes;
   s.dtype = dtype;
+  s.kv_dtype = kv_dtype;
   return s;
 }
 

@@ -14,9 +14,11 @@
 namespace kdtree {
 namespace {
 
-// Rows are copied as 16-byte vectors.
-void require_row(int elems, const char* name) {
-  require(elems % 8 == 0, "{} = {} must be a multiple of 8 (rows are copied as 16-byte vectors)", name, elems);
+// Rows are copied as 16-byte vectors: 8 16-bit or 16 e4m3 elements.
+void require_row(int elems, int elem_bytes, const char* name, const char* type) {
+  const int per_vec = 16 / elem_bytes;
+  require(elems % per_vec == 0, "{} = {} must be a multiple of {} for {} rows (rows are copied as 16-byte vectors)",
+          name, elems, per_vec, type);
 }
 
 constexpr int kMaxGridYZ = 65535;
@@ -33,6 +35,9 @@ void kv_compact(Engine& rt, const kdtree_kv_compact_args& a) {
     fail(KDTREE_ERROR_UNSUPPORTED,
          fmt::format("kv_compact: cache dtype {} is not supported: use BF16 or F16", static_cast<int>(dtype)));
   }
+  const bool fp8 = codegen::checked_kv_dtype(a.kv_dtype, "kv_dtype") == KDTREE_KV_DTYPE_E4M3;
+  const int elem_bytes = fp8 ? 1 : 2;
+  const char* type = fp8 ? "e4m3" : "16-bit";
   require(a.num_layers >= 1 && a.num_layers <= kMaxGridYZ, "num_layers = {} must be in [1, {}]", a.num_layers,
           kMaxGridYZ);
   require(a.batch_size >= 1 && a.batch_size <= kMaxGridYZ, "batch_size = {} must be in [1, {}]", a.batch_size,
@@ -40,9 +45,9 @@ void kv_compact(Engine& rt, const kdtree_kv_compact_args& a) {
   require(a.num_pages >= 1, "num_pages = {} must be >= 1", a.num_pages);
   require(a.max_pages_per_req >= 1, "max_pages_per_req = {} must be >= 1", a.max_pages_per_req);
   require(a.row_elems_k >= 1, "row_elems_k = {} must be >= 1", a.row_elems_k);
-  require_row(a.row_elems_k, "row_elems_k");
+  require_row(a.row_elems_k, elem_bytes, "row_elems_k", type);
   require(a.row_elems_v >= 0, "row_elems_v = {} must be >= 0 (0 for MLA)", a.row_elems_v);
-  require_row(a.row_elems_v, "row_elems_v");
+  require_row(a.row_elems_v, elem_bytes, "row_elems_v", type);
   require_buffer(a.k_caches, 8, "k_caches");
   if (a.row_elems_v == 0) {
     require(a.v_caches == nullptr, "v_caches must be NULL when row_elems_v is 0 (MLA: one cache)");
@@ -59,7 +64,8 @@ void kv_compact(Engine& rt, const kdtree_kv_compact_args& a) {
   require_optional_buffer(a.error_flags, 4, "error_flags");
 
   const int chunk = codegen::kKvCompactChunkVecs;
-  const int row_vecs_k = a.row_elems_k / 8, row_vecs_v = a.row_elems_v / 8;
+  // The kernel moves bytes: the row widths in 16-byte vectors are all it needs.
+  const int row_vecs_k = a.row_elems_k * elem_bytes / 16, row_vecs_v = a.row_elems_v * elem_bytes / 16;
   const int chunks_k = (row_vecs_k + chunk - 1) / chunk, chunks_v = (row_vecs_v + chunk - 1) / chunk;
 
   Module& module = rt.module(spec.fast_key(), [&] { return codegen::generate_kv_compact(spec, rt.arch()); });

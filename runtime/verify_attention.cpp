@@ -31,6 +31,7 @@ int checked_int(long long v, const char* what) {
 }
 
 codegen::KernelSource generate(Engine& rt, const codegen::VerifySpec& spec) {
+  codegen::require_kv_dtype_supported(spec);
   return codegen::generate_verify_attention(spec, rt.arch());
 }
 
@@ -44,6 +45,21 @@ std::shared_ptr<const codegen::KernelSource> verify_source(Engine& rt, const cod
 }
 
 }  // namespace
+
+void check_kv_scales(bool kv_fp8, float k_scale, float v_scale) {
+  for (const auto& [name, value] : {std::pair<const char*, float>{"k_scale", k_scale}, {"v_scale", v_scale}}) {
+    if (kv_fp8) {
+      require(std::isfinite(value) && value > 0.0f,
+              "{} {} must be positive and finite for e4m3 caches (value = stored x {})", name, value, name);
+    } else {
+      // 0 is what a zero-initialised args struct holds; 1 is the identity.
+      require(value == 0.0f || value == 1.0f,
+              "{} {} is given with 16-bit caches: scales apply to e4m3 caches only (kv_dtype "
+              "KDTREE_KV_DTYPE_E4M3); leave it 0 or 1",
+              name, value);
+    }
+  }
+}
 
 void check_verify_sizes(const kdtree_verify_spec& s, int max_tree_nodes, int batch_size, int total_nodes,
                         int max_kv_len, int num_splits) {
@@ -200,6 +216,7 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   // Positive: the kernel takes row maxima of the raw scores and scales them once.
   require(std::isfinite(a.sm_scale) && a.sm_scale > 0.0f,
           "sm_scale {} must be positive and finite (e.g. 1/sqrt(head_dim_qk))", a.sm_scale);
+  check_kv_scales(spec.kv_fp8(), a.k_scale, a.v_scale);
   auto check_workspace = [&](size_t needed) {
     require(needed == 0 || (a.workspace != nullptr && a.workspace_size >= needed),
             "workspace too small: {} bytes given, {} needed (kdtree_verify_workspace_size)",
@@ -236,8 +253,10 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   p.num_splits = plan.num_splits;
   p.split_tokens = plan.split_tokens;
   p.stream_ctas = plan.stream_ctas;
-  p.scale_log2 = a.sm_scale * 1.4426950408889634f;
-  p.v_scale = 1.0f;
+  // e4m3: scores are q . code x k_scale, so k_scale folds into the score scale;
+  // O = P . code x v_scale, applied by the kernel once at the end.
+  p.scale_log2 = a.sm_scale * (spec.kv_fp8() ? a.k_scale : 1.0f) * 1.4426950408889634f;
+  p.v_scale = spec.kv_fp8() ? a.v_scale : 1.0f;
   const VerifyWorkspace ws = plan.stream_ctas > 0
                                 ? verify_stream_workspace(a.spec, launch.block_m, plan.stream_ctas)
                                 : verify_workspace(a.spec, a.total_nodes, plan.num_splits);

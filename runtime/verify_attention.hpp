@@ -27,6 +27,10 @@ struct VerifyPlan {
 // The host-known sizes of a call (batch_size, total_nodes, max_kv_len, a forced
 // num_splits, and the grid limits they imply), checked before anything reads
 // them. Throws KDTREE_ERROR_INVALID_ARGUMENT naming the value.
+// e4m3 caches: k_scale and v_scale positive and finite; 16-bit caches: each 0
+// or 1. KDTREE_ERROR_INVALID_ARGUMENT naming the scale and its value otherwise.
+void check_kv_scales(bool kv_fp8, float k_scale, float v_scale);
+
 void check_verify_sizes(const kdtree_verify_spec& spec, int max_tree_nodes, int batch_size, int total_nodes,
                         int max_kv_len, int num_splits);
 

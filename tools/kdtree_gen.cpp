@@ -2,7 +2,7 @@
 // toolchain and device, and manages the cache directory.
 //
 //   kdtree-gen warm  [--arch sm_120|sm_90|native] [grid options] [-j N] [--cache-dir DIR] [--json]
-//   kdtree-gen emit  --op OP [--head H] [--width W] [--page P] [--dtype T] [-o FILE]
+//   kdtree-gen emit  --op OP [--head H] [--width W] [--page P] [--dtype T] [--kv-dtype K] [-o FILE]
 //   kdtree-gen info  [--cache-dir DIR] [--json]
 //   kdtree-gen cache list|clear|verify|prune [--cache-dir DIR] [--json (list)]
 //
@@ -188,6 +188,17 @@ std::string check_dtype(const std::string& v, std::initializer_list<const char*>
   return fmt::format("'{}' is not supported (use {})", v, names);
 }
 
+std::string check_kv_dtype(const std::string& v) {
+  std::vector<const char*> names;
+  for (kdtree_kv_dtype d : codegen::supported_kv_dtypes()) names.push_back(codegen::kv_dtype_name(d));
+  std::string text;
+  for (const char* n : names) {
+    if (v == n) return "";
+    text += text.empty() ? n : std::string(" or ") + n;
+  }
+  return fmt::format("'{}' is not supported (use {})", v, text);
+}
+
 std::string check_arch(const std::string& v) {
   if (v == "native") return "";
   try {
@@ -207,7 +218,7 @@ std::string check_jobs(const std::string& v) {
 // An empty element (--widths 16,,32, a leading or trailing comma) is an error
 // naming the option: CLI11 drops empty elements when it splits at ','.
 void check_list_elements(int argc, char** argv) {
-  static const std::set<std::string> lists = {"--heads", "--widths", "--pages", "--dtypes"};
+  static const std::set<std::string> lists = {"--heads", "--widths", "--pages", "--dtypes", "--kv-dtypes"};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], flag = arg, value;
     if (const auto eq = arg.find('='); eq != std::string::npos) {
@@ -269,6 +280,11 @@ struct WarmOptions {
   std::vector<int> widths{codegen::GridOptions{}.widths};
   std::vector<int> pages{codegen::GridOptions{}.page_sizes};
   std::vector<std::string> dtypes{"bf16", "f16"};
+  std::vector<std::string> kv_dtypes{[] {
+    std::vector<std::string> names;
+    for (kdtree_kv_dtype d : codegen::GridOptions{}.kv_dtypes) names.emplace_back(codegen::kv_dtype_name(d));
+    return names;
+  }()};
   bool no_tree_ops = false;
   bool no_attention = false;
   unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
@@ -289,6 +305,8 @@ int run_warm(const WarmOptions& o) {
   grid.page_sizes = o.pages;
   grid.dtypes.clear();
   for (const std::string& d : o.dtypes) grid.dtypes.push_back(codegen::parse_dtype(d));
+  grid.kv_dtypes.clear();
+  for (const std::string& d : o.kv_dtypes) grid.kv_dtypes.push_back(codegen::parse_kv_dtype(d));
   grid.tree_ops = !o.no_tree_ops;
   grid.attention = !o.no_attention;
 
@@ -390,6 +408,7 @@ struct EmitOptions {
   int width = 64;
   int page = 64;
   std::string dtype = "bf16";
+  std::string kv_dtype = "as_q";
   std::string arch = "sm_120";
   std::string output;
 };
@@ -404,7 +423,7 @@ std::string check_op(const std::string& v) {
 // A flag given that the op does not use is an error rather than silently ignored.
 void check_emit_flags(const EmitOptions& o, CLI::App* emit_cmd) {
   const std::vector<std::string>& used = codegen::find_operation(o.op).axes;
-  for (const char* flag : {"--head", "--width", "--page", "--dtype"}) {
+  for (const char* flag : {"--head", "--width", "--page", "--dtype", "--kv-dtype"}) {
     if (emit_cmd->get_option(flag)->count() == 0 || std::count(used.begin(), used.end(), flag)) continue;
     std::string takes;
     for (const std::string& u : used) takes += (takes.empty() ? "" : ", ") + u;
@@ -425,6 +444,7 @@ codegen::KernelSource emit_source(const EmitOptions& o) {
   point.width = o.width;
   point.page = o.page;
   point.dtype = codegen::parse_dtype(o.dtype);
+  point.kv_dtype = codegen::parse_kv_dtype(o.kv_dtype);
   return codegen::find_operation(o.op).generate(point, arch);
 }
 
@@ -705,6 +725,11 @@ int main(int argc, char** argv) {
         return check_dtype(v, {"bf16", "f16"});
       })
       ->capture_default_str();
+  list_option(warm_cmd->add_option("--kv-dtypes", warm.kv_dtypes,
+                                   "verify_attention KV cache dtypes: as_q (the 16-bit dtype of q), e4m3 (fp8 "
+                                   "caches with k_scale/v_scale; in the default once its kernels are generated)"))
+      ->check(check_kv_dtype)
+      ->capture_default_str();
   warm_cmd->add_flag("--no-tree-ops", warm.no_tree_ops, "Only verify_attention kernels");
   warm_cmd->add_flag("--no-attention", warm.no_attention, "Only the tree operations");
   warm_cmd->add_option("-j,--jobs", warm.jobs, "Compile threads, 1..1024 (default: hardware threads)")
@@ -729,6 +754,9 @@ int main(int argc, char** argv) {
       ->check(check_page)
       ->capture_default_str();
   emit_cmd->add_option("--dtype", emit.dtype, "verify_attention: bf16 or f16; sample_tokens: logits bf16 or f32")
+      ->capture_default_str();
+  emit_cmd->add_option("--kv-dtype", emit.kv_dtype, "verify_attention: KV cache dtype as_q or e4m3")
+      ->check(check_kv_dtype)
       ->capture_default_str();
   emit_cmd->add_option("--arch", emit.arch, "Target arch: sm_120, sm_90, ... or native")
       ->check(check_arch)

@@ -25,13 +25,14 @@ def _engine(models, ops, mode, B, prompts_max, max_new, **kw):
 
 
 def greedy_equality(models, ops, prompts, *, max_new, budget, top_k, page_size=64, device="cuda",
-                    dtype=torch.bfloat16):
+                    dtype=torch.bfloat16, kv_dtype=None, kv_scale=1.0):
     B = len(prompts)
     mp = max(len(p) for p in prompts)
     runs = {}
     for mode in ("ar", "spec"):
         e = _engine(models, ops, mode, B, mp, max_new, budget=budget, top_k=top_k, temperature=0.0,
-                    page_size=page_size, record_margins=True, device=device, dtype=dtype)
+                    page_size=page_size, record_margins=True, device=device, dtype=dtype, kv_dtype=kv_dtype,
+                    kv_scale=kv_scale)
         runs[mode] = e.generate(prompts)
     ar, sp = runs["ar"], runs["spec"]
     noise = 0.0
@@ -106,8 +107,9 @@ def _sample_first(models, ops, prompt, streams, n_tokens, mode, chunk, **kw):
 
 
 def sampling_tv(models, ops, prompt, *, n_samples, n_tokens=3, budget, top_k, seed=11, chunk=1024,
-                page_size=64, device="cuda", dtype=torch.bfloat16, alpha=1e-3, rounds=2000):
-    kw = dict(budget=budget, top_k=top_k, seed=seed, page_size=page_size, device=device, dtype=dtype)
+                page_size=64, device="cuda", dtype=torch.bfloat16, alpha=1e-3, rounds=2000, kv_dtype=None, kv_scale=1.0):
+    kw = dict(budget=budget, top_k=top_k, seed=seed, page_size=page_size, device=device, dtype=dtype,
+              kv_dtype=kv_dtype, kv_scale=kv_scale)
     vocab = models[2].vocab
     spec = _sample_first(models, ops, prompt, list(range(n_samples)), n_tokens, "spec", chunk, **kw)
     ar = _sample_first(models, ops, prompt, list(range(n_samples, 2 * n_samples)), n_tokens, "ar", chunk, **kw)

@@ -66,7 +66,7 @@ class Engine:
 
     def __init__(self, target, drafter, cfg, ops, *, mode="spec", batch_size, max_prompt, max_new,
                  budget=63, top_k=8, temperature=0.0, seed=0, page_size=64, num_pages=None,
-                 record_margins=False, device="cuda", dtype=torch.bfloat16):
+                 record_margins=False, device="cuda", dtype=torch.bfloat16, kv_dtype=None, kv_scale=1.0):
         if mode not in ("spec", "ar"):
             raise ValueError(f"mode must be 'spec' or 'ar', got {mode!r}")
         if batch_size < 1 or max_new < 1 or max_prompt < 2:
@@ -104,7 +104,9 @@ class Engine:
         self.M = math.ceil(self.max_kv / page_size)
         if num_pages is None:
             num_pages = self.M * batch_size
-        self.cache = PagedKVCache(cfg.n_layers, num_pages, page_size, cfg.row_dim, dtype, self.device)
+        # kv_dtype torch.float8_e4m3fn: an e4m3 cache with one scale (paged_cache.py)
+        self.cache = PagedKVCache(cfg.n_layers, num_pages, page_size, cfg.row_dim, dtype, self.device,
+                                  kv_dtype=kv_dtype, kv_scale=kv_scale)
         self.max_prompt = max_prompt
         self.record_margins = record_margins
         self.out_cols = max_new + D + 2  # the last column takes the writes of finished requests
@@ -199,7 +201,7 @@ class Engine:
             v = None if self.row_split is None else k[..., : self.row_split]
             out = ops.verify_attention(q.to(self.dtype).contiguous(), k, self.page_table, kv_total, indptr,
                                        mask, max_tree_nodes=W, v_cache=v, sm_scale=self.cfg.sm_scale,
-                                       max_kv_len=self.M * self.page_size)
+                                       max_kv_len=self.M * self.page_size, **cache.attention_scales())
             return out.to(self.model_dtype)
         return attend
 

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from . import bench, checks, train
+from . import bench, checks, paged_cache, train
 from .engine import load_backend, tree_width
 
 
@@ -74,6 +74,18 @@ def summary_line(row, ops):
             f"tree_build+tree_accept+kv_compact {tree_ops:.3f}, sampling+update {rest:+.3f}")
 
 
+def calibrate_kv_scale(target, prompts, device):
+    """The e4m3 cache scale from the data: the largest |value| of the cache rows (every layer) of the target's
+    prefill over `prompts`, through paged_cache.scale_for (a power of two, 2x headroom). One fixed scale for
+    every engine of the run, so spec and AR decode over the same fp8 cache."""
+    amax = 0.0
+    with torch.no_grad():
+        for p in prompts:
+            _, _, rows = target(torch.tensor([p], device=device))
+            amax = max(amax, max(float(r.float().abs().max()) for r in rows))
+    return paged_cache.scale_for(amax)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="h200", choices=sorted(train.PRESETS))
@@ -102,6 +114,12 @@ def main(argv=None):
     ap.add_argument("--no-cache", action="store_true", help="train even if cached weights exist")
     ap.add_argument("--quick", action="store_true", help="small sizes (CPU smoke run)")
     ap.add_argument("--json", help="write every number here")
+    ap.add_argument("--kv-dtype", default="as_q", choices=["as_q", "e4m3"],
+                    help="the paged cache's storage: as_q (the attention dtype) or e4m3 (torch.float8_e4m3fn, one "
+                         "scale per cache; every check and measurement then runs over the fp8 cache)")
+    ap.add_argument("--kv-scale", type=float, default=0.0,
+                    help="e4m3 cache scale (value = code x scale); 0 = calibrated: the power of two that maps twice "
+                         "the largest |row value| of the target's prefill over the greedy prompts to <= 448")
     ap.add_argument("--skip", default="", help="comma-separated sections to skip: greedy, sampling, throughput, "
                                                "acceptance, speedup, ops, bad_input")
     a = ap.parse_args(argv)
@@ -155,13 +173,19 @@ def main(argv=None):
     kw = dict(device=device, dtype=dtype)
     rows = []
     prompts = prompt_set(a.preset, a.greedy_requests, lo, hi, seed=1)
+    if a.kv_dtype == "e4m3":
+        kw.update(kv_dtype=paged_cache.E4M3, kv_scale=a.kv_scale or calibrate_kv_scale(target, prompts, device))
+        log(f"KV cache: e4m3 (torch.float8_e4m3fn), scale {kw['kv_scale']:g}"
+            f"{'' if a.kv_scale else ' (calibrated)'}")
+        report["kv_cache"] = {"dtype": "e4m3", "scale": kw["kv_scale"], "calibrated": not a.kv_scale}
 
     failed = []
     state = {}
     def sec_greedy():
-        configs = [("bf16 model" if dtype == torch.bfloat16 else f"{dtype} model", models)]
+        kv = ", e4m3 KV cache" if a.kv_dtype == "e4m3" else ""
+        configs = [(("bf16 model" if dtype == torch.bfloat16 else f"{dtype} model") + kv, models)]
         if dtype != torch.float32:
-            configs.append(("float32 model, bf16 KV cache and attention", models_f32))
+            configs.append((f"float32 model, {'e4m3' if kv else 'bf16'} KV cache and bf16 attention", models_f32))
         report["greedy"] = {}
         for label, mdl in configs:
             log(f"\n== greedy ({label}): speculative (budget {a.check_budget}) vs autoregressive, "

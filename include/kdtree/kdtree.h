@@ -61,6 +61,25 @@ typedef enum kdtree_kv_dtype {
                                x v_scale (V); q and out stay `dtype`. MLA: one 576-byte row per token
                                (latent 512 + rope 64), V = its first 512 bytes with v_scale. */
 } kdtree_kv_dtype;
+/* e4m3 caches, in full:
+ *  - Codes are OCP e4m3fn: sign, 4 exponent bits (bias 7), 3 mantissa bits; no
+ *    infinities; 0x7f / 0xff are NaN; the largest finite value is 448. Write them
+ *    with round-to-nearest-even, saturating (cvt.rn.satfinite; torch's
+ *    float8_e4m3fn). A NaN code in a row that a request reads makes its output NaN.
+ *  - One float scale per cache: K value = code x k_scale, V value = code x v_scale,
+ *    both positive and finite (0, negative, NaN or inf: KDTREE_ERROR_INVALID_ARGUMENT
+ *    naming the scale and its value). 16-bit caches take k_scale and v_scale 0 or 1
+ *    (a zero-initialised struct), anything else is KDTREE_ERROR_INVALID_ARGUMENT:
+ *    scales apply to e4m3 caches only.
+ *  - Layouts as for 16-bit caches with 1-byte elements: MLA [num_pages, page_size,
+ *    1, 576] (V = the first 512 bytes of each row, with v_scale); GQA k_cache and
+ *    v_cache [num_pages, page_size, num_kv_heads, 64/128/256]. Caches 16-byte aligned.
+ *  - Every supported arch (sm_80+) takes them. A build whose kernels do not read
+ *    e4m3 yet refuses the spec with KDTREE_ERROR_UNSUPPORTED naming kv_dtype.
+ *  - Accuracy: e4m3 caches: results match a float64 reference over the dequantised
+ *    cache with the same tolerance as bf16 (KV values are exact after
+ *    dequantisation; Q and P stay 16-bit).
+ *  - kv_compact moves e4m3 rows too (kdtree_kv_compact_args.kv_dtype). */
 
 typedef struct kdtree_runtime kdtree_runtime;
 
@@ -73,8 +92,10 @@ const char* kdtree_version(void);
  *  "widths":[16,32,64,128],            max_tree_nodes W (every operation)
  *  "page_sizes":[1,16,32,64,128],      verify_attention and kv_compact
  *  "dtypes":["bf16","f16"],            q / caches / out of verify_attention and kv_compact
+ *  "kv_dtypes":["as_q","e4m3"],        verify_attention's caches (kdtree_kv_dtype) and kv_compact's rows
  *  "archs":["sm_80",...,"sm_121"],
- *  "default_grid":{...}}               what `kdtree-gen warm` compiles without grid options
+ *  "default_grid":{...}}               what `kdtree-gen warm` compiles without grid options (heads, widths,
+ *                                      page_sizes, dtypes, kv_dtypes; e4m3 once its kernels are generated)
  * The one list of these values; bindings read it instead of keeping their own. */
 const char* kdtree_supported_shapes_json(void);
 
@@ -128,8 +149,9 @@ typedef struct kdtree_verify_spec {
   int num_kv_heads;
   int page_size;      /* 1, 16, 32, 64, 128 */
   int max_tree_nodes; /* W: 16, 32, 64, 128 */
-  kdtree_dtype dtype; /* of q, caches and out: BF16 or F16 */
-  kdtree_kv_dtype kv_dtype; /* of k_cache and v_cache: KDTREE_KV_DTYPE_AS_Q (0) or KDTREE_KV_DTYPE_E4M3 */
+  kdtree_dtype dtype; /* of q and out (and of the caches with kv_dtype AS_Q): BF16 or F16 */
+  kdtree_kv_dtype kv_dtype; /* of k_cache and v_cache: KDTREE_KV_DTYPE_AS_Q (0) or KDTREE_KV_DTYPE_E4M3; any other
+                               integer is KDTREE_ERROR_INVALID_ARGUMENT naming kv_dtype */
 } kdtree_verify_spec;
 
 typedef struct kdtree_verify_args {
@@ -141,7 +163,7 @@ typedef struct kdtree_verify_args {
   int num_pages;              /* physical pages in the caches; page ids are checked against it */
   const void* q;              /* device [total_nodes, num_q_heads, head_dim_qk] */
   const int32_t* node_indptr; /* device [batch_size + 1]; request b owns nodes [indptr[b], indptr[b+1]) */
-  const void* k_cache;        /* device [num_pages, page_size, num_kv_heads, head_dim_qk] */
+  const void* k_cache;        /* device [num_pages, page_size, num_kv_heads, head_dim_qk] of kv_dtype elements */
   const void* v_cache;        /* device [num_pages, page_size, num_kv_heads, head_dim_v]; NULL for MLA */
   const int32_t* page_table;  /* device [batch_size, max_pages_per_req] */
   int max_pages_per_req;
@@ -156,7 +178,8 @@ typedef struct kdtree_verify_args {
   void* stream;         /* CUstream; NULL = default stream */
   int num_splits;       /* 0 = chosen from the shape and SM count; 1..65535 forces it (splits past kv_len stay idle) */
   float k_scale;        /* e4m3 caches: K value = stored x k_scale; positive and finite. 16-bit caches: 0 or 1 */
-  float v_scale;        /* e4m3 caches: V value = stored x v_scale (MLA: of the same row's first 512 bytes) */
+  float v_scale;        /* e4m3 caches: V value = stored x v_scale (MLA: of the same row's first 512 bytes);
+                           positive and finite. 16-bit caches: 0 or 1 */
 } kdtree_verify_args;
 
 /* Workspace bytes a verify_attention call with these host-known sizes needs
@@ -167,7 +190,9 @@ kdtree_status kdtree_verify_workspace_size(kdtree_runtime* rt, const kdtree_veri
 
 kdtree_status kdtree_verify_attention(kdtree_runtime* rt, const kdtree_verify_args* args);
 
-/* Compiles (or loads from the cache) every kernel a spec needs, ahead of time. */
+/* Compiles (or loads from the cache) every kernel a spec needs (its kv_dtype
+ * included), ahead of time. kdtree_verify_workspace_size plans with the spec's
+ * kv_dtype too. */
 kdtree_status kdtree_warm(kdtree_runtime* rt, const kdtree_verify_spec* spec);
 
 /* ---------------------------------------------------------------- tree operations */
@@ -246,6 +271,12 @@ typedef struct kdtree_sample_args {
 
 kdtree_status kdtree_sample_tokens(kdtree_runtime* rt, const kdtree_sample_args* args);
 
+/* Moves the accepted path's rows of every layer's caches (one launch). Rows are
+ * copied as bytes, so any row of a multiple of 16 bytes moves: 16-bit rows
+ * (row_elems a multiple of 8; MLA 576, GQA num_kv_heads x 64/128/256) and e4m3
+ * rows (kv_dtype E4M3: row_elems a multiple of 16; MLA 576 bytes, GQA
+ * num_kv_heads x 64/128/256 bytes). The scales of e4m3 caches are per cache,
+ * so they do not move. */
 typedef struct kdtree_kv_compact_args {
   int num_layers;
   int batch_size;
@@ -254,7 +285,7 @@ typedef struct kdtree_kv_compact_args {
   int num_pages;
   int row_elems_k;           /* elements per token row of a K (or MLA) cache: num_kv_heads * head_dim */
   int row_elems_v;           /* elements per token row of a V cache; 0 for MLA */
-  kdtree_dtype dtype;        /* BF16 or F16 */
+  kdtree_dtype dtype;        /* BF16 or F16 (always checked; the element size comes from kv_dtype) */
   const uint64_t* k_caches;  /* device [num_layers] device pointers to [num_pages, page_size, row] */
   const uint64_t* v_caches;  /* device [num_layers] or NULL (MLA) */
   const int32_t* page_table; /* device [B, max_pages_per_req] */
@@ -265,6 +296,11 @@ typedef struct kdtree_kv_compact_args {
   const int32_t* accept_lens;   /* device [B]: path length - 1 */
   int32_t* error_flags;         /* optional device int32 */
   void* stream;
+  /* The caches' element type: KDTREE_KV_DTYPE_AS_Q (0, 2-byte `dtype` elements)
+   * or KDTREE_KV_DTYPE_E4M3 (1-byte elements); any other value is
+   * KDTREE_ERROR_INVALID_ARGUMENT. Last member so that the fields before it
+   * keep their offsets. */
+  kdtree_kv_dtype kv_dtype;
 } kdtree_kv_compact_args;
 
 kdtree_status kdtree_kv_compact(kdtree_runtime* rt, const kdtree_kv_compact_args* args);

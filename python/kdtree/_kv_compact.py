@@ -23,6 +23,7 @@ from ._ops import lib
 from ._plan_cache import PlanCache
 
 _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}  # torch dtype -> kdtree_dtype
+_E4M3 = getattr(torch, "float8_e4m3fn", None)  # e4m3 caches: rows move as bytes (kv_dtype E4M3)
 _T = torch.Tensor
 _I32 = (torch.int32,)
 
@@ -82,18 +83,19 @@ class Plan(NamedTuple):
     page_size: int
     row_elems_k: int
     row_elems_v: int  # 0: no V caches (MLA)
-    dtype: int        # kdtree_dtype
+    dtype: int        # kdtree_dtype (BF16 for e4m3 caches: the C call checks it, the element size is kv_dtype's)
     batch_size: int
     max_pages_per_req: int
     max_tree_nodes: int
     device: int       # CUDA index (-1: the CPU tests, or a fake implementation)
+    kv_dtype: int = _lib.KV_DTYPE_AS_Q  # E4M3: 1-byte elements
 
 
 def check(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked,
           require_cuda=True):
     """The Plan of these arguments (caches as lists; stacked: one-element lists of [L, P, page, ...]);
     raises TypeError/ValueError naming the argument that is wrong."""
-    dtypes = C.supported().torch_dtypes
+    dtypes = C.supported().torch_dtypes + ((_E4M3,) if _E4M3 is not None else ())
     num_layers, k_geom, dtype = _layers("k_caches", k_caches, stacked, dtypes)
     num_pages, page_size = k_geom[0], k_geom[1]
     C.page_size("k_caches page size", page_size)
@@ -106,10 +108,12 @@ def check(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, a
                              f"match k_caches' {num_layers} layers of {list(k_geom)} {C._dtype_name(dtype)} "
                              f"(layers, pages, page size and dtype must agree)")
         row_v = math.prod(v_geom[2:])
+    fp8 = dtype == _E4M3
+    per_vec = 16 if fp8 else 8  # elements per 16-byte vector
     for name, row in (("k_caches", row_k), ("v_caches", row_v)):
-        if row % 8 != 0:
-            raise ValueError(f"{name}: a token row holds {row} elements; kv_compact needs a multiple of 8 "
-                             f"(rows move as 16-byte vectors)")
+        if row % per_vec != 0:
+            raise ValueError(f"{name}: a token row holds {row} elements; kv_compact needs a multiple of {per_vec} "
+                             f"for {C._dtype_name(dtype)} caches (rows move as 16-byte vectors)")
         C.int32_range(f"{name} row elements", row)
     batch, max_pages = C.tensor("page_table", page_table, _I32, 2)
     for name, t in (("kv_lens", kv_lens), ("node_counts", node_counts), ("accept_lens", accept_lens)):
@@ -122,8 +126,9 @@ def check(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, a
     named = (("k_caches", k_caches[0]), ("v_caches", None if v_caches is None else v_caches[0]),
              ("page_table", page_table), ("kv_lens", kv_lens), ("node_counts", node_counts),
              ("accepted_path", accepted_path), ("accept_lens", accept_lens))
-    return Plan(num_layers, num_pages, page_size, row_k, row_v, _DTYPES[dtype], batch, max_pages, w,
-                C.device_index(named, require_cuda))
+    return Plan(num_layers, num_pages, page_size, row_k, row_v, _lib.DTYPE_BF16 if fp8 else _DTYPES[dtype], batch,
+                max_pages, w, C.device_index(named, require_cuda),
+                _lib.KV_DTYPE_E4M3 if fp8 else _lib.KV_DTYPE_AS_Q)
 
 
 class _Table:
@@ -186,7 +191,7 @@ def _pointer_table(name, caches, stacked, index, stream):
 def _make_launch(p):
     return _launch.Launch(p, p.device, _lib.KvCompactArgs(
         p.num_layers, p.batch_size, p.max_tree_nodes, p.page_size, p.num_pages, p.row_elems_k, p.row_elems_v,
-        p.dtype, max_pages_per_req=p.max_pages_per_req))
+        p.dtype, max_pages_per_req=p.max_pages_per_req, kv_dtype=p.kv_dtype))
 
 
 _launches = _launch.Launches(_make_launch)
@@ -260,7 +265,8 @@ def kv_compact(k_caches, page_table, kv_lens, node_counts, accepted_path, accept
     every layer's cache, in place (prefix_len = kv_lens[b] - node_counts[b]); the caller then sets
     kv_lens[b] = prefix_len + accept_lens[b] + 1.
 
-    k_caches: a list of per-layer caches [num_pages, page_size, ...] (same shape and dtype, bf16/f16), or one
+    k_caches: a list of per-layer caches [num_pages, page_size, ...] (same shape and dtype, bf16/f16 or
+    float8_e4m3fn: rows move as bytes, scales are per cache and do not move), or one
     tensor [num_layers, num_pages, page_size, ...]; v_caches likewise, or None (MLA). page_table [B, M],
     kv_lens, node_counts, accept_lens [B] int32; accepted_path [B, W] int32 (tree_accept's output).
     """

@@ -25,6 +25,10 @@ DTYPE_BF16 = 0
 DTYPE_F16 = 1
 DTYPE_F32 = 2
 
+# kdtree_kv_dtype
+KV_DTYPE_AS_Q = 0
+KV_DTYPE_E4M3 = 1
+
 c_enum = c_int  # C enums with these values are int-sized on every ABI kdtree targets
 
 
@@ -71,7 +75,7 @@ class KvCompactArgs(ctypes.Structure):
                 ("k_caches", c_void_p), ("v_caches", c_void_p), ("page_table", c_void_p),
                 ("max_pages_per_req", c_int), ("kv_lens", c_void_p), ("node_counts", c_void_p),
                 ("accepted_path", c_void_p), ("accept_lens", c_void_p), ("error_flags", c_void_p),
-                ("stream", c_void_p)]
+                ("stream", c_void_p), ("kv_dtype", c_enum)]
 
 
 STRUCTS = {"kdtree_verify_spec": VerifySpec, "kdtree_verify_args": VerifyArgs,

@@ -31,6 +31,7 @@ class Grid:
     widths: Tuple[int, ...]
     page_sizes: Tuple[int, ...]
     dtypes: Tuple[str, ...]
+    kv_dtypes: Tuple[str, ...]
 
 
 # The table's dtype names as torch dtypes (verify_attention's q/caches/out and kv_compact's caches).
@@ -45,6 +46,8 @@ class SupportedShapes:
     widths      max_tree_nodes W every operation takes
     page_sizes  KV page sizes of verify_attention and kv_compact
     dtypes      q / cache / out dtypes of verify_attention and kv_compact, by name ("bf16", "f16")
+    kv_dtypes   KV cache types of verify_attention and kv_compact: "as_q" (q's dtype), "e4m3"
+                (torch.float8_e4m3fn with k_scale / v_scale)
     archs       GPU architectures ("sm_90", ...)
     default_grid  what `kdtree-gen warm` compiles by default (Grid)
     """
@@ -52,6 +55,7 @@ class SupportedShapes:
     widths: Tuple[int, ...]
     page_sizes: Tuple[int, ...]
     dtypes: Tuple[str, ...]
+    kv_dtypes: Tuple[str, ...]
     archs: Tuple[str, ...]
     default_grid: Grid
 
@@ -83,8 +87,9 @@ def parse(text):
         heads=tuple(HeadShape(h["name"], int(h["head_dim_qk"]), int(h["head_dim_v"]), bool(h["mla"]))
                     for h in d["heads"]),
         widths=tuple(d["widths"]), page_sizes=tuple(d["page_sizes"]), dtypes=tuple(d["dtypes"]),
-        archs=tuple(d["archs"]),
-        default_grid=Grid(tuple(g["heads"]), tuple(g["widths"]), tuple(g["page_sizes"]), tuple(g["dtypes"])))
+        kv_dtypes=tuple(d["kv_dtypes"]), archs=tuple(d["archs"]),
+        default_grid=Grid(tuple(g["heads"]), tuple(g["widths"]), tuple(g["page_sizes"]), tuple(g["dtypes"]),
+                          tuple(g["kv_dtypes"])))
 
 
 _lock = threading.Lock()

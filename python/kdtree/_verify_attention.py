@@ -2,6 +2,7 @@
 
 import ctypes
 import math
+import numbers
 from typing import NamedTuple
 from ctypes import byref as _byref
 
@@ -14,6 +15,7 @@ from ._ops import lib
 from ._plan_cache import PlanCache
 
 _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}  # torch dtype -> kdtree_dtype
+E4M3 = getattr(torch, "float8_e4m3fn", None)  # the e4m3 cache dtype (torch >= 2.1)
 _TORCH_DTYPES = {code: dt for dt, code in _DTYPES.items()}
 _I32 = (torch.int32,)
 _I64 = (torch.int64,)
@@ -36,23 +38,77 @@ class Plan(NamedTuple):
     max_kv_len: int
     sm_scale: float
     device: int            # CUDA index (-1: the CPU tests, or a fake implementation)
+    kv_dtype: int = _lib.KV_DTYPE_AS_Q  # kdtree_kv_dtype of the caches
+    k_scale: float = 0.0   # e4m3 caches: value = stored x scale; 0 (unused) for 16-bit caches
+    v_scale: float = 0.0
 
     @property
     def mla(self):
         return self.head_dim_qk != self.head_dim_v
 
 
+def scale(name, value):
+    """A k_scale / v_scale argument as a Python float (None stays None). Python numbers, or 0-d tensors: a
+    CPU tensor is read on the host; a CUDA tensor with .item(), which synchronises with the GPU and so is
+    refused during CUDA-graph capture (pass a float there)."""
+    if value is None or type(value) is float:
+        return value
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0:
+            raise ValueError(f"{name}: expected a float or a 0-d tensor, got a tensor of shape {tuple(value.shape)}")
+        if value.dtype.is_complex or value.dtype == torch.bool:
+            raise TypeError(f"{name}: expected a real 0-d tensor, got dtype {C._dtype_name(value.dtype)}")
+        if value.is_cuda and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(f"{name}: a CUDA tensor cannot be read during CUDA-graph capture (reading it "
+                               f"synchronises with the GPU); pass the scale as a Python float")
+        return float(value.item())
+    if isinstance(value, bool):
+        raise TypeError(f"{name}: expected a float, got bool")
+    if isinstance(value, numbers.Real):  # int, NumPy scalars; not strings
+        return float(value)
+    raise TypeError(f"{name}: expected a float or a 0-d tensor, got {type(value).__name__}")
+
+
+def _cache_dtype(name, cache, q_dtype):
+    """kdtree_kv_dtype of a cache: q's dtype (AS_Q) or float8_e4m3fn (E4M3); TypeError naming it otherwise."""
+    dt = cache.dtype
+    if dt == q_dtype:
+        return _lib.KV_DTYPE_AS_Q
+    if E4M3 is not None and dt == E4M3:
+        return _lib.KV_DTYPE_E4M3
+    raise TypeError(f"{name}: expected dtype {C._dtype_name(q_dtype)} (q's dtype) or float8_e4m3fn (an e4m3 "
+                    f"cache with k_scale / v_scale), got {C._dtype_name(dt)}")
+
+
+def _scales(kv_dtype, k_scale, v_scale):
+    """The (k_scale, v_scale) a Plan carries: e4m3 caches default to 1.0 (the cache's values as torch reads
+    them) and take positive finite floats; 16-bit caches take none (None or 1.0, carried as 0)."""
+    if kv_dtype == _lib.KV_DTYPE_E4M3:
+        out = []
+        for name, v in (("k_scale", k_scale), ("v_scale", v_scale)):
+            v = 1.0 if v is None else v
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"{name}: expected a finite value > 0 for a float8_e4m3fn cache (value = "
+                                 f"stored x {name}), got {v}")
+            out.append(float(v))
+        return tuple(out)
+    for name, v in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if v is not None and v != 1.0:
+            raise ValueError(f"{name}: {v} given for a 16-bit cache; scales apply to float8_e4m3fn caches only "
+                             f"(leave it None or 1.0)")
+    return 0.0, 0.0
+
+
 def check(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale=None,
-          max_kv_len=None, require_cuda=True):
+          max_kv_len=None, require_cuda=True, k_scale=None, v_scale=None):
     """The Plan of these arguments (shapes, dtypes, strides, devices; never data); raises TypeError/ValueError
-    naming the argument that is wrong."""
+    naming the argument that is wrong. k_scale / v_scale: Python floats or None (see scale())."""
     table = C.supported()
     qs = C.tensor("q", q, table.torch_dtypes, 3)
     total_nodes, num_q_heads, head_dim_qk = qs
     dtype = q.dtype
     ks = C.tensor("k_cache", k_cache, None, (3, 4), contiguous=False)
-    if k_cache.dtype != dtype:
-        raise TypeError(f"k_cache: expected dtype {C._dtype_name(dtype)} (q's dtype), got {C._dtype_name(k_cache.dtype)}")
+    kv_dtype = _cache_dtype("k_cache", k_cache, dtype)
     C.tensor("k_cache", k_cache)
     mla = table.head(head_dim_qk, mla=True)
     if v_cache is None:
@@ -76,8 +132,9 @@ def check(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_
             C.tensor("k_cache", k_cache, None, 4)
         C.shape("k_cache", ks, (None, None, None, head_dim_qk))
         vs = C.tensor("v_cache", v_cache, None, 4, contiguous=False)
-        if v_cache.dtype != dtype:
-            raise TypeError(f"v_cache: expected dtype {C._dtype_name(dtype)} (q's dtype), got {C._dtype_name(v_cache.dtype)}")
+        if v_cache.dtype != k_cache.dtype:
+            raise TypeError(f"v_cache: expected dtype {C._dtype_name(k_cache.dtype)} (k_cache's dtype: both caches "
+                            f"hold one type), got {C._dtype_name(v_cache.dtype)}")
         if vs != ks:
             C.shape("v_cache", vs, tuple(ks))
         C.tensor("v_cache", v_cache)
@@ -110,16 +167,18 @@ def check(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_
         sm_scale = 1.0 / math.sqrt(head_dim_qk)
     if not (math.isfinite(sm_scale) and sm_scale > 0):
         raise ValueError(f"sm_scale: expected a finite value > 0, got {sm_scale}")
+    k_scale, v_scale = _scales(kv_dtype, k_scale, v_scale)
     index = C.device_index((("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("page_table", page_table),
                             ("kv_lens", kv_lens), ("node_indptr", node_indptr), ("tree_mask", tree_mask)),
                            require_cuda)
     return Plan(_DTYPES[dtype], total_nodes, num_q_heads, head_dim_qk, head_dim_v, num_kv_heads, page_size, w,
-                batch_size, max_pages_per_req, num_pages, max_kv_len, float(sm_scale), index)
+                batch_size, max_pages_per_req, num_pages, max_kv_len, float(sm_scale), index, kv_dtype, k_scale,
+                v_scale)
 
 
 def _spec(p):
     return _lib.VerifySpec(p.head_dim_qk, p.head_dim_v, p.num_q_heads, p.num_kv_heads, p.page_size,
-                           p.max_tree_nodes, p.dtype)
+                           p.max_tree_nodes, p.dtype, p.kv_dtype)
 
 
 def workspace_size(p):
@@ -153,7 +212,8 @@ def _make_launch(p):
     with _launch.device_guard(p.device):  # creating the device's runtime binds its context
         nbytes = _workspace_size(p)
     args = _lib.VerifyArgs(_spec(p), p.batch_size, p.total_nodes, p.max_kv_len, p.num_pages,
-                           max_pages_per_req=p.max_pages_per_req, sm_scale=p.sm_scale, workspace_size=nbytes)
+                           max_pages_per_req=p.max_pages_per_req, sm_scale=p.sm_scale, workspace_size=nbytes,
+                           k_scale=p.k_scale, v_scale=p.v_scale)
     return _launch.Launch(p, p.device, args, _Extra(p, nbytes))
 
 
@@ -164,24 +224,25 @@ _EMPTY_SHAPE, _EMPTY_STRIDE = (0,), (1,)
 
 
 def _run(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale, max_kv_len,
-         return_lse, lse_placeholder=True):
+         return_lse, lse_placeholder=True, k_scale=None, v_scale=None):
     """Checks, allocates and launches; returns (out, lse). Without return_lse, lse is an empty [0] tensor
     (the operator must return one) or, for the plain function (lse_placeholder=False), None."""
     if v_cache is None:
         tensors = (q, k_cache, page_table, kv_lens, node_indptr, tree_mask)
     else:
         tensors = (q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask)
-    scalars = (max_tree_nodes, type(max_tree_nodes), sm_scale, max_kv_len, type(max_kv_len), len(tensors))
+    scalars = (max_tree_nodes, type(max_tree_nodes), sm_scale, max_kv_len, type(max_kv_len), len(tensors), k_scale,
+               v_scale)
     e = _cache.find(scalars, tensors)
     if e is None:  # not seen lately: check and plan
         e = _launches.get(check(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes,
-                                sm_scale, max_kv_len))
+                                sm_scale, max_kv_len, k_scale=k_scale, v_scale=v_scale))
         _cache.add(scalars, tensors, e)
     index = e.index
     if _launch._get_device() != index:
         with torch.cuda.device(index):  # outputs are allocated on, and kdtree runs with, the current device
             return _run(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
-                        max_kv_len, return_lse, lse_placeholder)
+                        max_kv_len, return_lse, lse_placeholder, k_scale, v_scale)
     x = e.extra
     empty = e.empty
     out = empty(x.out_shape, x.out_stride, x.dtype)
@@ -207,14 +268,14 @@ def _run(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_t
 
 lib.define("verify_attention(Tensor q, Tensor k_cache, Tensor? v_cache, Tensor page_table, Tensor kv_lens, "
            "Tensor node_indptr, Tensor tree_mask, int max_tree_nodes, float? sm_scale=None, int? max_kv_len=None, "
-           "bool return_lse=False) -> (Tensor, Tensor)")
+           "bool return_lse=False, float? k_scale=None, float? v_scale=None) -> (Tensor, Tensor)")
 
 
 def _op(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale=None,
-        max_kv_len=None, return_lse=False):
+        max_kv_len=None, return_lse=False, k_scale=None, v_scale=None):
     """The operator: returns (out, lse); lse has shape [0] unless return_lse."""
     return _run(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
-                max_kv_len, return_lse)
+                max_kv_len, return_lse, True, k_scale, v_scale)
 
 
 lib.impl("verify_attention", _op, "CUDA")
@@ -223,9 +284,9 @@ lib.impl("verify_attention", _op, "CPU")  # only to reach the checks ('expected 
 
 @torch.library.register_fake("kdtree::verify_attention", lib=lib)
 def _(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale=None,
-      max_kv_len=None, return_lse=False):
+      max_kv_len=None, return_lse=False, k_scale=None, v_scale=None):
     p = check(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
-              max_kv_len, require_cuda=False)
+              max_kv_len, require_cuda=False, k_scale=k_scale, v_scale=v_scale)
     out = q.new_empty((p.total_nodes, p.num_q_heads, p.head_dim_v))
     lse = q.new_empty((p.total_nodes, p.num_q_heads) if return_lse else (0,), dtype=torch.float32)
     return out, lse
@@ -236,7 +297,7 @@ _TENSORS = ("q", "k_cache", "page_table", "kv_lens", "node_indptr", "tree_mask")
 
 
 def verify_attention(q, k_cache, page_table, kv_lens, node_indptr, tree_mask, *, max_tree_nodes, v_cache=None,
-                     sm_scale=None, max_kv_len=None, return_lse=False):
+                     sm_scale=None, max_kv_len=None, return_lse=False, k_scale=None, v_scale=None):
     """Tree attention of every draft-tree node over its request's paged KV prefix and its tree ancestors.
 
     q [total_nodes, Hq, Dqk] bf16/f16. MLA: k_cache [num_pages, page_size, 1, 576] (or [.., 576]) and
@@ -246,12 +307,18 @@ def verify_attention(q, k_cache, page_table, kv_lens, node_indptr, tree_mask, *,
     ancestor), max_tree_nodes W one of kdtree.supported_shapes().widths. sm_scale defaults to 1/sqrt(Dqk); max_kv_len (a host
     upper bound of kv_lens) to max_pages_per_req * page_size.
 
+    Caches hold q's dtype, or torch.float8_e4m3fn (both caches the same): then K = k_cache x k_scale and
+    V = v_cache x v_scale (MLA: V = the first 512 dims of k_cache x v_scale). k_scale / v_scale: positive
+    finite Python floats or 0-d tensors, default 1.0; a CUDA 0-d tensor is read with .item() (a host
+    synchronisation), so during CUDA-graph capture pass floats. 16-bit caches take no scales (None or 1.0).
+
     Returns out [total_nodes, Hq, Dv] in q's dtype, and with return_lse=True also lse [total_nodes, Hq]
     float32 (natural log). Runs on torch's current stream of q's device; never synchronises.
     """
+    k_scale, v_scale = scale("k_scale", k_scale), scale("v_scale", v_scale)
     if type(q) is _T and not _is_compiling() and not _dispatch_stack_len():  # see _dispatch.py
         out, lse = _run(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_tree_nodes, sm_scale,
-                        max_kv_len, return_lse, False)
+                        max_kv_len, return_lse, False, k_scale, v_scale)
     else:
         # torch's dispatcher would reject a non-tensor without naming it: check here.
         for name, t in zip(_TENSORS, (q, k_cache, page_table, kv_lens, node_indptr, tree_mask)):
@@ -262,5 +329,6 @@ def verify_attention(q, k_cache, page_table, kv_lens, node_indptr, tree_mask, *,
         if max_kv_len is not None:
             max_kv_len = C.integer("max_kv_len", max_kv_len)
         out, lse = torch.ops.kdtree.verify_attention(q, k_cache, v_cache, page_table, kv_lens, node_indptr,
-                                                     tree_mask, max_tree_nodes, sm_scale, max_kv_len, return_lse)
+                                                     tree_mask, max_tree_nodes, sm_scale, max_kv_len, return_lse,
+                                                     k_scale, v_scale)
     return (out, lse) if return_lse else out

@@ -2,6 +2,8 @@
 // validation refuses exactly what the table leaves out.
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "base/error.hpp"
@@ -56,6 +58,30 @@ TEST_CASE("shapes: kdtree_supported_shapes_json is the table") {
   CHECK(json.find(R"("dtypes":["bf16","f16"])") != std::string::npos);
   CHECK(json.find(R"({"name":"mla576/512","head_dim_qk":576,"head_dim_v":512,"mla":true})") != std::string::npos);
   CHECK(json.find(R"("sm_120")") != std::string::npos);
+  CHECK(json.find(R"("kv_dtypes":["as_q","e4m3"],"archs")") != std::string::npos);
+  // The default grid's KV dtypes: e4m3 once its kernels are generated.
+  std::string grid_kv = R"("kv_dtypes":["as_q"])";
+  VerifySpec e4m3;
+  e4m3.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  if (kv_dtype_supported(e4m3)) grid_kv = R"("kv_dtypes":["as_q","e4m3"])";
   CHECK(json.find(R"("default_grid":{"heads":["mla576/512","gqa64","gqa128","gqa256"],"widths":[16,32,64,128],)"
-                  R"("page_sizes":[1,16,64],"dtypes":["bf16","f16"]})") != std::string::npos);
+                  R"("page_sizes":[1,16,64],"dtypes":["bf16","f16"],)" +
+                  grid_kv + "}") != std::string::npos);
+}
+
+TEST_CASE("shapes: KV dtypes - the list, names and parsing") {
+  CHECK(supported_kv_dtypes() == std::vector<kdtree_kv_dtype>{KDTREE_KV_DTYPE_AS_Q, KDTREE_KV_DTYPE_E4M3});
+  CHECK(parse_kv_dtype("as_q") == KDTREE_KV_DTYPE_AS_Q);
+  CHECK(parse_kv_dtype("e4m3") == KDTREE_KV_DTYPE_E4M3);
+  CHECK_THROWS_WITH_AS(parse_kv_dtype("fp8"), doctest::Contains("as_q or e4m3"), kdtree::Error);
+  CHECK_THROWS_WITH_AS(parse_kv_dtype(""), doctest::Contains("as_q or e4m3"), kdtree::Error);
+  // Every table point validates with either KV dtype.
+  for (kdtree_kv_dtype kv : supported_kv_dtypes()) {
+    const kdtree_verify_spec s{576, 512, 8, 1, 64, 64, KDTREE_DTYPE_BF16, kv};
+    CHECK(validate_verify_spec(s).kv_dtype == kv);
+  }
+  kdtree_verify_spec bad{576, 512, 8, 1, 64, 64, KDTREE_DTYPE_BF16, KDTREE_KV_DTYPE_AS_Q};
+  const int32_t seven = 7;
+  std::memcpy(&bad.kv_dtype, &seven, sizeof seven);  // not through the enum: 7 is outside its range
+  CHECK_THROWS_WITH_AS(validate_verify_spec(bad), doctest::Contains("kv_dtype 7"), kdtree::Error);
 }

@@ -24,15 +24,27 @@ namespace {
 
 const char* const kTempDir = "kdtree-kv-compact-gpu";
 
-// A problem plus random per-layer caches (K, and V unless MLA).
+// A problem plus random per-layer caches (K, and V unless MLA): 16-bit (k, v)
+// or, with fp8, e4m3 bytes (k8, v8; row_k and row_v count bytes then).
 struct Problem {
   KvCompactInput in;
   int num_layers = 1;
   int row_k = 576, row_v = 0;
+  bool fp8 = false;
   std::vector<std::vector<uint16_t>> k, v;
+  std::vector<std::vector<uint8_t>> k8, v8;
 
   void fill_caches(std::mt19937_64& rng) {
     const size_t rows = static_cast<size_t>(in.num_pages) * in.page_size;
+    if (fp8) {
+      k8.assign(num_layers, std::vector<uint8_t>(rows * row_k));
+      v8.assign(row_v ? num_layers : 0, std::vector<uint8_t>(rows * row_v));
+      for (auto& c : k8)
+        for (auto& x : c) x = static_cast<uint8_t>(rng());
+      for (auto& c : v8)
+        for (auto& x : c) x = static_cast<uint8_t>(rng());
+      return;
+    }
     k.assign(num_layers, std::vector<uint16_t>(rows * row_k));
     v.assign(row_v ? num_layers : 0, std::vector<uint16_t>(rows * row_v));
     for (auto& c : k)
@@ -42,18 +54,38 @@ struct Problem {
   }
 };
 
+template <typename T>
+void upload_caches(std::vector<std::vector<T>>& caches, std::vector<DeviceBuffer>* bufs, std::vector<uint64_t>* ptrs) {
+  for (auto& c : caches) {
+    bufs->emplace_back(c);
+    ptrs->push_back(bufs->back().ptr());
+  }
+}
+
+// Every layer's cache against the reference; returns the reference's error bits.
+template <typename T>
+int check_caches(const KvCompactInput& in, std::vector<std::vector<T>>& caches, int row,
+                 const std::vector<DeviceBuffer>& bufs, const char* which) {
+  int expected = 0;
+  for (size_t l = 0; l < caches.size(); ++l) {
+    expected = kdtree::ref::kv_compact(in, caches[l], row);
+    INFO("layer ", l, " ", which);
+    CHECK(bufs[l].download<T>() == caches[l]);
+  }
+  return expected;
+}
+
 // Runs the kernel; returns error_flags (error_flags NULL when !with_flags) and
 // checks every cache against the reference.
 int run_and_check(kdtree::Engine& rt, Problem& pb, bool with_flags = true) {
   std::vector<DeviceBuffer> kd, vd;
   std::vector<uint64_t> kp, vp;
-  for (auto& c : pb.k) {
-    kd.emplace_back(c);
-    kp.push_back(kd.back().ptr());
-  }
-  for (auto& c : pb.v) {
-    vd.emplace_back(c);
-    vp.push_back(vd.back().ptr());
+  if (pb.fp8) {
+    upload_caches(pb.k8, &kd, &kp);
+    upload_caches(pb.v8, &vd, &vp);
+  } else {
+    upload_caches(pb.k, &kd, &kp);
+    upload_caches(pb.v, &vd, &vp);
   }
   DeviceBuffer k_ptrs(kp), v_ptrs;
   if (!vp.empty()) v_ptrs = DeviceBuffer(vp);
@@ -69,6 +101,7 @@ int run_and_check(kdtree::Engine& rt, Problem& pb, bool with_flags = true) {
   a.row_elems_k = pb.row_k;
   a.row_elems_v = pb.row_v;
   a.dtype = KDTREE_DTYPE_BF16;
+  a.kv_dtype = pb.fp8 ? KDTREE_KV_DTYPE_E4M3 : KDTREE_KV_DTYPE_AS_Q;
   a.k_caches = k_ptrs.get<const uint64_t>();
   a.v_caches = vp.empty() ? nullptr : v_ptrs.get<const uint64_t>();
   a.page_table = table.get<const int32_t>();
@@ -80,16 +113,12 @@ int run_and_check(kdtree::Engine& rt, Problem& pb, bool with_flags = true) {
   a.error_flags = with_flags ? flags.get<int32_t>() : nullptr;
   kdtree::kv_compact(rt, a);
 
-  int expected_flags = 0;
-  for (int l = 0; l < pb.num_layers; ++l) {
-    expected_flags = kdtree::ref::kv_compact(pb.in, pb.k[l], pb.row_k);
-    INFO("layer ", l, " K");
-    CHECK(kd[l].download<uint16_t>() == pb.k[l]);
-    if (pb.row_v) {
-      kdtree::ref::kv_compact(pb.in, pb.v[l], pb.row_v);
-      INFO("layer ", l, " V");
-      CHECK(vd[l].download<uint16_t>() == pb.v[l]);
-    }
+  const int expected_flags = pb.fp8 ? check_caches(pb.in, pb.k8, pb.row_k, kd, "K")
+                                    : check_caches(pb.in, pb.k, pb.row_k, kd, "K");
+  if (pb.fp8) {
+    check_caches(pb.in, pb.v8, pb.row_v, vd, "V");
+  } else {
+    check_caches(pb.in, pb.v, pb.row_v, vd, "V");
   }
   const int got = flags.download<int32_t>()[0];
   if (with_flags) CHECK(got == expected_flags);
@@ -116,8 +145,10 @@ Problem one_request(int page_size, int W, int kv_len, int n, std::vector<int32_t
 // A random batch: node counts up to W, prefixes up to 300, random increasing
 // paths (every node kept with probability `keep`), pages shuffled over a pool
 // larger than needed.
-Problem random_batch(std::mt19937_64& rng, int B, int W, int page_size, int layers, int row_k, int row_v, double keep) {
+Problem random_batch(std::mt19937_64& rng, int B, int W, int page_size, int layers, int row_k, int row_v, double keep,
+                     bool fp8 = false) {
   Problem pb;
+  pb.fp8 = fp8;
   pb.num_layers = layers;
   pb.row_k = row_k;
   pb.row_v = row_v;
@@ -194,6 +225,29 @@ TEST_CASE("kv_compact GPU: random batches - scattered pages - MLA and GQA") {
     Problem pb = random_batch(rng, 4, 32, 16, 2, row, row, 0.5);
     run_and_check(gpu.rt, pb);
   }
+}
+
+// e4m3 rows: MLA's 576-byte row (36 vectors: one full chunk and a partial one)
+// and GQA rows of num_kv_heads x 64/128/256 bytes, every layer in one launch.
+TEST_CASE("kv_compact GPU: e4m3 rows - MLA 576 bytes and GQA 64/128/256 bytes") {
+  Gpu gpu(kTempDir);
+  std::mt19937_64 rng(0xf8);
+  for (int W : {16, 64, 128}) {
+    for (int page_size : {1, 16, 64}) {
+      for (int head : {576, 64, 128, 256}) {
+        const bool mla = head == 576;
+        const int row_k = mla ? 576 : 2 * head, row_v = mla ? 0 : 2 * head;
+        INFO("kv_compact[W=", W, ",page=", page_size, ",kv=e4m3] ", mla ? "MLA 576" : "GQA 2x", head,
+             " bytes, B=5, layers=3");
+        Problem pb = random_batch(rng, 5, W, page_size, 3, row_k, row_v, 0.6, true);
+        run_and_check(gpu.rt, pb);
+      }
+    }
+  }
+  // One KV head of 64: a 64-byte row, less than a chunk.
+  INFO("kv_compact[W=32,page=16,kv=e4m3] GQA 1x64 bytes");
+  Problem pb = random_batch(rng, 4, 32, 16, 2, 64, 64, 0.5, true);
+  run_and_check(gpu.rt, pb);
 }
 
 TEST_CASE("kv_compact GPU: a path longer than one read-then-write round") {

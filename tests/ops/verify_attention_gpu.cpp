@@ -1,7 +1,9 @@
 // verify_attention on the GPU against the float64 reference, across the grid:
-// MLA 576/512 and GQA 64/128/256 x W 16..128 x page 1/16/64 x bf16/f16, with
-// random trees, uneven and long prefixes, scattered pages, NaN in every cache
-// row no request owns, lse on and off, and 1, 3 or automatic KV splits.
+// MLA 576/512 and GQA 64/128/256 x W 16..128 x page 1/16/64 x bf16/f16, and
+// the same W and pages with e4m3 caches (random scales; against the float64
+// reference over the dequantised cache), with random trees, uneven and long
+// prefixes, scattered pages, NaN in every cache row no request owns, lse on and
+// off, and 1, 3 or automatic KV splits.
 // Everything goes through the C ABI, as a host program would use it.
 #include <doctest/doctest.h>
 
@@ -11,12 +13,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "codegen/verify_attention.hpp"
 #include "kdtree/kdtree.h"
 #include "reference/verify_attention.hpp"
 #include "reference/verify_case.hpp"
@@ -70,12 +74,28 @@ struct Session {
   void bind() { REQUIRE_MESSAGE(kdtree_runtime_bind_context(rt) == KDTREE_OK, kdtree_last_error()); }
 };
 
+// Whether this build generates e4m3 kernels (codegen::kv_dtype_supported); until
+// it does, the e4m3 parity points are skipped with a message.
+bool e4m3_generated() {
+  kdtree::codegen::VerifySpec spec;
+  spec.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  return kdtree::codegen::kv_dtype_supported(spec);
+}
+
+// The four paths the tally keeps apart: q dtype x cache type.
+int path_index(const kdtree_verify_spec& s) {
+  return (s.dtype == KDTREE_DTYPE_BF16 ? 0 : 1) + (s.kv_dtype == KDTREE_KV_DTYPE_E4M3 ? 2 : 0);
+}
+constexpr const char* kPathNames[4] = {"bf16", "f16", "bf16,kv=e4m3", "f16,kv=e4m3"};
+
 // The worst result over every launch, printed once at exit.
 struct Tally {
   int launches = 0, failed = 0;
   double worst_rel = -1, worst_lse = -1;
   std::string worst_label, worst_lse_label;
-  double worst_rel_by_dtype[2] = {0, 0};
+  double worst_rel_by_dtype[4] = {0, 0, 0, 0};  // path_index
+  double worst_lse_by_dtype[4] = {0, 0, 0, 0};
+  int launches_by_dtype[4] = {0, 0, 0, 0};
   void record(const std::string& label, int dtype, const kdtree::ref::VerifyComparison& cmp, bool ok) {
     ++launches;
     failed += !ok;
@@ -88,6 +108,8 @@ struct Tally {
       worst_lse_label = label;
     }
     worst_rel_by_dtype[dtype] = std::max(worst_rel_by_dtype[dtype], cmp.worst_rel);
+    worst_lse_by_dtype[dtype] = std::max(worst_lse_by_dtype[dtype], cmp.max_lse_abs);
+    ++launches_by_dtype[dtype];
   }
   ~Tally() {
     if (launches == 0) return;
@@ -96,6 +118,11 @@ struct Tally {
         "worst lse abs err %.3e at %s, %d failed, seed %llu\n",
         launches, worst_rel, worst_label.c_str(), worst_rel_by_dtype[0], worst_rel_by_dtype[1], worst_lse,
         worst_lse_label.c_str(), failed, (unsigned long long)base_seed());
+    for (int i = 0; i < 4; ++i) {
+      if (launches_by_dtype[i] == 0) continue;
+      std::printf("verify_attention GPU parity [%s]: %d launches, worst rel err %.3e, worst lse abs err %.3e\n",
+                  kPathNames[i], launches_by_dtype[i], worst_rel_by_dtype[i], worst_lse_by_dtype[i]);
+    }
   }
 };
 Tally& tally() {
@@ -103,6 +130,8 @@ Tally& tally() {
   return t;
 }
 
+// e4m3 caches: the same rule against the reference over the dequantised cache
+// (KV is exact after dequantisation; Q and P stay 16-bit).
 double rel_tolerance(kdtree_dtype dtype) { return dtype == KDTREE_DTYPE_BF16 ? 1e-2 : 2e-3; }
 constexpr double kLseTolerance = 1e-2;
 
@@ -119,11 +148,18 @@ size_t forced_split_workspace(const VerifyCase& c, int splits) {
   return size_t(splits) * c.total_nodes * c.spec.num_q_heads * (c.spec.head_dim_v + 1) * sizeof(float);
 }
 
-DeviceCase upload(kdtree_runtime* rt, const VerifyCase& c, int max_forced_splits) {
+// The arrays alone, without asking kdtree_verify_workspace_size (which needs the
+// kernel): for calls that must fail before any kernel is generated.
+DeviceCase upload_unplanned(const VerifyCase& c) {
   DeviceCase d;
   d.q = DeviceBuffer(c.q);
-  d.k = DeviceBuffer(c.k_cache);
-  if (!c.mla) d.v = DeviceBuffer(c.v_cache);
+  if (c.kv_fp8()) {
+    d.k = DeviceBuffer(c.k_cache8);
+    if (!c.mla) d.v = DeviceBuffer(c.v_cache8);
+  } else {
+    d.k = DeviceBuffer(c.k_cache);
+    if (!c.mla) d.v = DeviceBuffer(c.v_cache);
+  }
   d.table = DeviceBuffer(c.page_table);
   d.kv_lens = DeviceBuffer(c.kv_lens);
   d.indptr = DeviceBuffer(c.node_indptr);
@@ -131,6 +167,12 @@ DeviceCase upload(kdtree_runtime* rt, const VerifyCase& c, int max_forced_splits
   d.out = DeviceBuffer(c.out_elems() * sizeof(uint16_t));
   d.lse = DeviceBuffer(c.lse_elems() * sizeof(float));
   d.flags = DeviceBuffer(sizeof(int32_t));
+  d.workspace = DeviceBuffer(forced_split_workspace(c, 3));
+  return d;
+}
+
+DeviceCase upload(kdtree_runtime* rt, const VerifyCase& c, int max_forced_splits) {
+  DeviceCase d = upload_unplanned(c);
   const kdtree_status st =
       kdtree_verify_workspace_size(rt, &c.spec, c.batch_size, c.total_nodes, c.max_kv_len, &d.queried_workspace);
   REQUIRE_MESSAGE(st == KDTREE_OK, kdtree_last_error());
@@ -162,6 +204,10 @@ kdtree_verify_args make_args(const VerifyCase& c, DeviceCase& d, bool with_lse, 
   a.error_flags = d.flags.get<int32_t>();
   a.stream = nullptr;
   a.num_splits = splits;
+  if (c.kv_fp8()) {
+    a.k_scale = c.k_scale;
+    a.v_scale = c.v_scale;
+  }
   return a;
 }
 
@@ -200,7 +246,7 @@ void check_launch(kdtree_runtime* rt, const VerifyCase& c, const kdtree::ref::Ve
   INFO("kdtree_last_error: " << r.error);
   CHECK(r.status == KDTREE_OK);
   if (r.status != KDTREE_OK) {
-    tally().record(label, c.spec.dtype == KDTREE_DTYPE_BF16 ? 0 : 1, {}, false);
+    tally().record(label, path_index(c.spec), {}, false);
     return;
   }
   const auto cmp = kdtree::ref::compare_verify(c, ref, r.out, with_lse ? r.lse.data() : nullptr);
@@ -219,7 +265,7 @@ void check_launch(kdtree_runtime* rt, const VerifyCase& c, const kdtree::ref::Ve
     CHECK(cmp.max_lse_abs < kLseTolerance);
     ok &= cmp.max_lse_abs < kLseTolerance;
   }
-  tally().record(label, c.spec.dtype == KDTREE_DTYPE_BF16 ? 0 : 1, cmp, ok);
+  tally().record(label, path_index(c.spec), cmp, ok);
 }
 
 // Compiles every spec in parallel (NVRTC takes seconds per config).
@@ -237,7 +283,8 @@ void warm(Session& s, const std::vector<kdtree_verify_spec>& specs) {
   for (std::thread& t : pool) t.join();
   for (size_t i = 0; i < specs.size(); ++i) {
     INFO("kdtree_warm[" << specs[i].head_dim_qk << "/" << specs[i].head_dim_v << ",W=" << specs[i].max_tree_nodes
-                        << ",page=" << specs[i].page_size << ",dtype=" << int(specs[i].dtype) << "]: " << errors[i]);
+                        << ",page=" << specs[i].page_size << ",dtype=" << int(specs[i].dtype)
+                        << ",kv_dtype=" << int(specs[i].kv_dtype) << "]: " << errors[i]);
     CHECK(errors[i].empty());
   }
 }
@@ -248,9 +295,11 @@ double reference_flops(const kdtree_verify_spec& s, int batch, int max_prefix) {
   return nodes * s.num_q_heads * (max_prefix + s.max_tree_nodes) * 2.0 * (s.head_dim_qk + s.head_dim_v);
 }
 
-// The grid for one head type: every (W, page, dtype), each with its own head
-// counts, batch, prefix range and value distribution, chosen to cycle through
-// the variations; each case runs with splits 1, 3 (lse on and off) and auto.
+// The grid for one head type: every (W, page, dtype) with 16-bit caches and
+// every (W, page) with e4m3 caches (q bf16 and f16 alternating, random scales),
+// each with its own head counts, batch, prefix range and value distribution,
+// chosen to cycle through the variations; each case runs with splits 1, 3 (lse
+// on and off) and auto.
 void run_head_grid(int dqk, int dv, int head_index, Session& s = Session::get()) {
   const auto t0 = Clock::now();
   s.bind();
@@ -271,10 +320,26 @@ void run_head_grid(int dqk, int dv, int head_index, Session& s = Session::get())
     VerifyCaseOptions options;
   };
   std::vector<Point> points;
-  int k = 0;
+  // (q dtype, cache type) per (W, page): both 16-bit paths, and one e4m3 point
+  // whose q dtype alternates.
+  std::vector<std::pair<kdtree_dtype, kdtree_kv_dtype>> kinds;
+  for (kdtree_dtype dtype : dtypes) kinds.emplace_back(dtype, KDTREE_KV_DTYPE_AS_Q);
+  const bool with_e4m3 = e4m3_generated();
+  if (!with_e4m3) {
+    std::printf("verify_attention GPU parity [%s]: e4m3 points skipped: this build does not generate e4m3 kernels "
+                "(codegen::kv_dtype_supported is false)\n",
+                mla ? "mla576/512" : ("gqa" + std::to_string(dqk)).c_str());
+  }
+  // k16 numbers the 16-bit points as before e4m3 existed, so their variations
+  // stay put; an e4m3 point takes the variations of a nearby index.
+  int k16 = 0, e4m3_count = 0;
   for (int W : widths) {
     for (int page : pages) {
-      for (kdtree_dtype dtype : dtypes) {
+      std::vector<std::pair<kdtree_dtype, kdtree_kv_dtype>> here = kinds;
+      if (with_e4m3) here.emplace_back(dtypes[e4m3_count++ % 2], KDTREE_KV_DTYPE_E4M3);
+      for (const auto& [dtype, kv_dtype] : here) {
+        const bool fp8 = kv_dtype == KDTREE_KV_DTYPE_E4M3;
+        const int k = fp8 ? k16 + 3 * e4m3_count : k16++;
         Point p;
         p.batch = 1 + k % 5;
         int hq = 0, hkv = 1;
@@ -294,7 +359,7 @@ void run_head_grid(int dqk, int dv, int head_index, Session& s = Session::get())
           hkv = gh.second;
           hq = gh.first * gh.second;
         }
-        p.spec = make_verify_spec(dqk, dv, hq, hkv, page, W, dtype);
+        p.spec = make_verify_spec(dqk, dv, hq, hkv, page, W, dtype, kv_dtype);
         // Over budget: fewer requests (down to 2), then shorter prefixes, then one request.
         auto over = [&] { return reference_flops(p.spec, p.batch, p.options.max_prefix) > flop_budget; };
         while (over() && p.batch > 2) --p.batch;
@@ -311,7 +376,6 @@ void run_head_grid(int dqk, int dv, int head_index, Session& s = Session::get())
         p.options.dist = k % 4 == 3 ? kdtree::ref::ValueDist::normal : kdtree::ref::ValueDist::uniform;
         p.options.max_kv_len_slack = k % 2 ? 0 : 37;
         points.push_back(p);
-        ++k;
       }
     }
   }
@@ -526,6 +590,42 @@ TEST_CASE("verify_attention GPU: kv_len over max_kv_len flags KV_LEN and NaNs th
       CHECK((r.flags & KDTREE_DEVICE_ERROR_KV_LEN) != 0);
       CHECK(kdtree::ref::request_all_nan(c, 0, r.out, r.lse.data()));
       check_request(c, ref, r, 1);
+    }
+  }
+}
+
+// Bad scales are host errors: nothing is launched, so out, lse and error_flags
+// keep their poison. The scale checks come before the kernel is generated, so
+// this runs whether or not the build generates e4m3 kernels yet.
+TEST_CASE("verify_attention GPU: bad e4m3 scales and scales on 16-bit caches never launch") {
+  Session& s = Session::get();
+  s.bind();
+  uint64_t seed = base_seed() * 1000 + 970;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (kdtree_verify_spec spec : error_specs()) {
+    for (kdtree_kv_dtype kv : {KDTREE_KV_DTYPE_AS_Q, KDTREE_KV_DTYPE_E4M3}) {
+      spec.kv_dtype = kv;
+      const VerifyCase c = error_case(spec, seed++);
+      DeviceCase d = upload_unplanned(c);
+      const std::vector<float> bad_scales =
+          kv == KDTREE_KV_DTYPE_E4M3 ? std::vector<float>{0.0f, -1.0f, nan, inf} : std::vector<float>{2.0f, -1.0f};
+      for (const char* which : {"k_scale", "v_scale"}) {
+        for (float bad : bad_scales) {
+          INFO(c.label(std::string(which) + "=" + std::to_string(bad)));
+          d.out.poison(0x5a);
+          d.lse.poison(0x5a);
+          d.flags.poison(0x5a);
+          kdtree_verify_args a = make_args(c, d, true, 1);
+          (std::string(which) == "k_scale" ? a.k_scale : a.v_scale) = bad;
+          CHECK(kdtree_verify_attention(s.rt, &a) == KDTREE_ERROR_INVALID_ARGUMENT);
+          const std::string msg = kdtree_last_error();
+          INFO("kdtree_last_error: " << msg);
+          CHECK(msg.find(which) != std::string::npos);
+          for (unsigned char byte : d.out.download<unsigned char>()) REQUIRE(byte == 0x5a);
+          for (unsigned char byte : d.lse.download<unsigned char>()) REQUIRE(byte == 0x5a);
+          for (unsigned char byte : d.flags.download<unsigned char>()) REQUIRE(byte == 0x5a);
+        }
+      }
     }
   }
 }

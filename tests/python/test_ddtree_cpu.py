@@ -236,6 +236,41 @@ def test_greedy_speculative_equals_autoregressive(models, prompts):
     assert g["mean_tokens_per_step"] > 1.2  # the drafter is predictive: trees accept tokens
 
 
+E4M3 = getattr(torch, "float8_e4m3fn", None)
+needs_e4m3 = pytest.mark.skipif(E4M3 is None, reason=f"torch {torch.__version__} has no float8_e4m3fn")
+
+
+@needs_e4m3
+def test_greedy_speculative_equals_autoregressive_over_an_e4m3_cache(models, prompts):
+    # --kv-dtype e4m3: both loops decode over the same fp8 cache (one calibrated scale).
+    target = models[0]
+    scale = run.calibrate_kv_scale(target, prompts, "cpu")
+    assert scale > 0 and math.log2(scale) == int(math.log2(scale))  # a power of two
+    g = checks.greedy_equality(models, torch_ops, prompts, max_new=48, budget=15, top_k=4, kv_dtype=E4M3,
+                               kv_scale=scale, **CPU)
+    assert g["other_divergences"] == 0, g["requests"]
+    assert g["near_tie_divergences"] <= 1, g["requests"]
+    assert g["mean_tokens_per_step"] > 1.2
+
+
+@needs_e4m3
+def test_e4m3_paged_cache_stores_codes_and_saturates():
+    from examples.ddtree.paged_cache import PagedKVCache, scale_for
+    assert scale_for(100.0) == 0.5  # 200 / 0.5 = 400 <= 448; 0.25 would give 800
+    with pytest.raises(ValueError, match="calibration maximum"):
+        scale_for(0.0)
+    c = PagedKVCache(2, 3, 4, 16, torch.float32, "cpu", kv_dtype=E4M3, kv_scale=0.5)
+    assert c.k.dtype == E4M3 and c.attention_scales() == dict(k_scale=0.5, v_scale=0.5)
+    rows = torch.tensor([[1.0] * 15 + [1e6], [-3.0] * 16])
+    c.write(1, torch.tensor([0, 5]), rows)
+    flat = c.k[1].view(-1, 16).float() * 0.5
+    assert flat[0, 0] == 1.0 and flat[0, 15] == 224.0  # saturated to 448 x 0.5, not NaN
+    assert (flat[5] == -3.0).all() and (flat[1:5] == 0).all()
+    with pytest.raises(ValueError, match="kv_scale must be finite and > 0"):
+        PagedKVCache(1, 1, 4, 16, torch.float32, "cpu", kv_dtype=E4M3, kv_scale=0.0)
+    assert PagedKVCache(1, 1, 4, 16, torch.float32, "cpu").attention_scales() == {}
+
+
 def test_greedy_check_fails_without_kv_compact(models, prompts):
     """Negative control: a loop that skips kv_compact keeps rejected nodes' KV and diverges."""
     class NoCompact:

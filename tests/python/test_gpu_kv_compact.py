@@ -53,31 +53,44 @@ CASES = [  # (layers, batch, width, page, row, mla, dtype, stacked)
     (2, 5, 32, 64, (8, 128), False, torch.float16, False),
     (4, 2, 128, 16, (2, 64), False, torch.bfloat16, True),
     (1, 6, 64, 128, (4, 256), False, torch.float16, False),
+    # e4m3 rows (bytes): MLA 576, GQA 64/128/256 per head.
+    (3, 4, 16, 16, (1, 576), True, torch.float8_e4m3fn, False),
+    (2, 3, 64, 64, (576,), True, torch.float8_e4m3fn, True),
+    (2, 5, 32, 1, (1, 64), False, torch.float8_e4m3fn, False),
+    (3, 2, 128, 16, (2, 128), False, torch.float8_e4m3fn, True),
+    (1, 4, 64, 128, (4, 256), False, torch.float8_e4m3fn, False),
 ]
 
 
 def _id(c):
     layers, batch, width, page, row, mla, dtype, stacked = c
     return (f"{'mla' if mla else 'k+v'},row={'x'.join(map(str, row))},L={layers},B={batch},W={width},page={page},"
-            f"{'bf16' if dtype == torch.bfloat16 else 'f16'},{'stacked' if stacked else 'list'}")
+            f"{ {torch.bfloat16: 'bf16', torch.float16: 'f16'}.get(dtype, 'e4m3') },"
+            f"{'stacked' if stacked else 'list'}")
+
+
+def _bits(t):
+    """The bytes of a cache, compared exactly (float8 tensors have no != in every torch)."""
+    return t.view(torch.uint8) if t.element_size() == 1 else t
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
 def test_kv_compact_matches_reference(case, record_error):
     layers, batch, width, page, row, mla, dtype, stacked = case
     c = make_case(layers=layers, batch=batch, width=width, page=page, row=row, mla=mla, dtype=dtype, seed=layers * 7 + width)
-    ref_k = R.kv_compact_reference(c["k"], c["page_table"], c["kv_lens"], c["node_counts"], c["accepted_path"], c["accept_lens"])
-    ref_v = None if mla else R.kv_compact_reference(c["v"], c["page_table"], c["kv_lens"], c["node_counts"],
+    ref_k = R.kv_compact_reference([_bits(t) for t in c["k"]], c["page_table"], c["kv_lens"], c["node_counts"],
+                                   c["accepted_path"], c["accept_lens"])
+    ref_v = None if mla else R.kv_compact_reference([_bits(t) for t in c["v"]], c["page_table"], c["kv_lens"], c["node_counts"],
                                                     c["accepted_path"], c["accept_lens"])
     k = torch.stack(c["k"]) if stacked else c["k"]
     v = None if mla else (torch.stack(c["v"]) if stacked else c["v"])
     assert kdtree.kv_compact(k, c["page_table"], c["kv_lens"], c["node_counts"], c["accepted_path"], c["accept_lens"],
                              v_caches=v) is None
     got_k = list(k.unbind(0)) if stacked else k
-    mismatched = sum(int((a != b).sum()) for a, b in zip(got_k, ref_k))
+    mismatched = sum(int((_bits(a) != _bits(b)).sum()) for a, b in zip(got_k, ref_k))
     if not mla:
         got_v = list(v.unbind(0)) if stacked else v
-        mismatched += sum(int((a != b).sum()) for a, b in zip(got_v, ref_v))
+        mismatched += sum(int((_bits(a) != _bits(b)).sum()) for a, b in zip(got_v, ref_v))
     record_error("kv_compact (mismatched elements)", _id(case), mismatched)
     assert mismatched == 0
     assert int(c["accept_lens"].max()) >= 0

@@ -100,3 +100,75 @@ def test_verify_attention_misaligned_q_is_a_kdtree_error():
         kdtree.verify_attention(q, c["k_cache"], c["page_table"], c["kv_lens"], c["node_indptr"], c["tree_mask"],
                                 max_tree_nodes=16, v_cache=c["v_cache"])
     assert e.value.status == 1 and "q" in e.value.message
+
+
+# e4m3 caches (torch.float8_e4m3fn with random scales), against the float64 reference over the dequantised
+# cache, with the bf16/f16 tolerance (KV values are exact after dequantisation; Q and P stay 16-bit).
+E4M3_CASES = [
+    (True, 16, 1, 576, 64, 64, torch.bfloat16, 4, True, False),
+    (True, 128, 1, 576, 1, 16, torch.float16, 2, True, False),
+    (True, 16, 1, 576, 16, 128, torch.bfloat16, 3, False, True),
+    (False, 32, 8, 128, 16, 32, torch.bfloat16, 4, True, False),
+    (False, 8, 8, 64, 1, 16, torch.float16, 3, True, False),
+    (False, 16, 2, 256, 64, 64, torch.bfloat16, 3, False, False),
+]
+
+
+def _e4m3_generated():
+    return "e4m3" in kdtree.supported_shapes().default_grid.kv_dtypes
+
+
+needs_e4m3 = pytest.mark.skipif(not _e4m3_generated(), reason="this libkdtree does not generate e4m3 verify "
+                                "kernels yet (supported_shapes().default_grid.kv_dtypes has no e4m3)")
+
+
+@needs_e4m3
+@pytest.mark.parametrize("case", E4M3_CASES, ids=[_id(c) + ",kv=e4m3" for c in E4M3_CASES])
+def test_verify_attention_e4m3_matches_reference(case, record_error):
+    mla, heads, kv_heads, head_dim, page, width, dtype, batch, lse, mla_3d = case
+    name = _id(case) + ",kv=e4m3"
+    c = R.verify_case(mla=mla, heads=heads, kv_heads=kv_heads, head_dim=head_dim, page=page, width=width,
+                      dtype=dtype, batch=batch, seed=zlib.crc32(name.encode()), device="cuda", mla_3d=mla_3d,
+                      kv_dtype="e4m3")
+    assert c["k_cache"].dtype == torch.float8_e4m3fn
+    res = run(c, return_lse=lse, k_scale=c["k_scale"], v_scale=c["v_scale"])
+    out, out_lse = res if lse else (res, None)
+    ref_out, ref_lse = R.verify_reference(c)
+    assert out.dtype == dtype and out.shape == ref_out.shape
+    assert torch.isfinite(out).all()
+    start = 0
+    for b, n in enumerate(c["nodes"]):
+        err = R.rel_l2(out[start:start + n], ref_out[start:start + n])
+        record_error("verify_attention kv=e4m3", name + f",request={b}", err)
+        assert err < TOL[dtype], f"request {b} ({n} nodes, prefix {c['prefixes'][b]}): rel L2 {err:.2e}"
+        start += n
+    if lse:
+        lse_err = float((out_lse.double() - ref_lse).abs().max())
+        record_error("verify_attention kv=e4m3 (lse, abs)", name, lse_err)
+        assert lse_err < LSE_TOL
+
+
+@needs_e4m3
+def test_verify_attention_e4m3_scales_as_tensors_and_the_operator():
+    c = R.verify_case(mla=True, heads=16, kv_heads=1, head_dim=576, page=16, width=16, dtype=torch.bfloat16,
+                      batch=2, seed=11, device="cuda", kv_dtype="e4m3")
+    ks, vs = c["k_scale"], c["v_scale"]
+    f_out = run(c, k_scale=ks, v_scale=vs)
+    t_out = run(c, k_scale=torch.tensor(ks), v_scale=torch.tensor(vs, device="cuda"))  # CPU and CUDA 0-d
+    o_out, _ = torch.ops.kdtree.verify_attention(c["q"], c["k_cache"], None, c["page_table"], c["kv_lens"],
+                                                 c["node_indptr"], c["tree_mask"], 16, None, None, False, ks, vs)
+    assert torch.equal(f_out, t_out) and torch.equal(f_out, o_out)
+    # Scaling V by 2 doubles the output exactly (the kernel multiplies O by v_scale once).
+    assert torch.equal(run(c, k_scale=ks, v_scale=2 * vs).float(), 2 * f_out.float())
+
+
+def test_verify_attention_e4m3_cuda_scale_in_graph_capture_asks_for_a_float():
+    c = R.verify_case(mla=True, heads=16, kv_heads=1, head_dim=576, page=16, width=16, dtype=torch.bfloat16,
+                      batch=2, seed=12, device="cuda", kv_dtype="e4m3")
+    scale = torch.tensor(c["k_scale"], device="cuda")
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        with pytest.raises(RuntimeError, match=r"^k_scale: a CUDA tensor cannot be read during CUDA-graph capture"):
+            with torch.cuda.graph(g, stream=s):
+                run(c, k_scale=scale, v_scale=c["v_scale"])

@@ -30,9 +30,23 @@ def ancestor_masks(parents, words):
     return rows
 
 
+def to_e4m3(x, scale):
+    """x / scale as torch.float8_e4m3fn codes (round to nearest even), saturated to +-448 as an fp8 KV cache
+    writer does (torch's cast alone would turn values past 448 into NaN)."""
+    return (x.float() / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+
+
+def random_scale(gen):
+    """A KV scale 2^e x (1 + m/8), e in [-8, -3]: N(0, 1) values / scale span most of e4m3's range."""
+    e = int(torch.randint(-8, -2, (1,), generator=gen))
+    m = int(torch.randint(0, 8, (1,), generator=gen))
+    return math.ldexp(1.0 + m / 8.0, e)
+
+
 def verify_case(*, mla, heads, kv_heads, head_dim, page, width, dtype, batch, seed, device, prefix_max=300,
-                spare_pages=5, mla_3d=False):
-    """Random trees (uneven node counts), uneven prefix lengths and scattered pages."""
+                spare_pages=5, mla_3d=False, kv_dtype="as_q"):
+    """Random trees (uneven node counts), uneven prefix lengths and scattered pages. kv_dtype "e4m3": the
+    caches are float8_e4m3fn with random scales (case["k_scale"], case["v_scale"])."""
     gen = torch.Generator().manual_seed(seed)
     words = (width + 63) // 64
     nodes = [int(torch.randint(1, width + 1, (1,), generator=gen)) for _ in range(batch)]
@@ -67,11 +81,17 @@ def verify_case(*, mla, heads, kv_heads, head_dim, page, width, dtype, batch, se
     else:
         k = torch.randn(num_pages, page, kv_heads, head_dim, generator=gen).to(dtype)
         v = torch.randn(num_pages, page, kv_heads, head_dim, generator=gen).to(dtype)
+    k_scale = v_scale = None
+    if kv_dtype == "e4m3":
+        k_scale, v_scale = random_scale(gen), random_scale(gen)
+        k = to_e4m3(k, k_scale)
+        v = None if v is None else to_e4m3(v, v_scale)
     indptr = [0]
     for n in nodes:
         indptr.append(indptr[-1] + n)
     to = dict(device=device)
     return dict(
+        k_scale=k_scale, v_scale=v_scale,
         q=q.to(**to), k_cache=k.to(**to), v_cache=None if v is None else v.to(**to), page_table=table.to(**to),
         kv_lens=torch.tensor(kv_lens, dtype=torch.int32, **to),
         node_indptr=torch.tensor(indptr, dtype=torch.int32, **to),
@@ -81,13 +101,17 @@ def verify_case(*, mla, heads, kv_heads, head_dim, page, width, dtype, batch, se
 
 def verify_reference(c, sm_scale=None):
     """float64 tree attention: node i of request b attends to KV positions [0, prefix_b) and prefix_b + j
-    for every j with bit j of its mask set. Returns out [N, Hq, Dv] and lse [N, Hq] (natural log)."""
+    for every j with bit j of its mask set. Returns out [N, Hq, Dv] and lse [N, Hq] (natural log). e4m3 caches
+    are dequantised first: value = stored x k_scale / v_scale (MLA: V = the first 512 dims x v_scale)."""
     q = c["q"].double()
     n_total, hq, dqk = q.shape
-    k = c["k_cache"].double()
-    page = k.shape[1]
-    k = k.reshape(k.shape[0], page, -1, dqk)
-    v = k[..., :512] if c["v_cache"] is None else c["v_cache"].double()
+    k_scale = c.get("k_scale") or 1.0
+    v_scale = c.get("v_scale") or 1.0
+    stored = c["k_cache"].double()
+    page = stored.shape[1]
+    stored = stored.reshape(stored.shape[0], page, -1, dqk)
+    k = stored * k_scale
+    v = stored[..., :512] * v_scale if c["v_cache"] is None else c["v_cache"].double() * v_scale
     hkv = k.shape[2]
     scale = 1.0 / math.sqrt(dqk) if sm_scale is None else sm_scale
     out = torch.empty(n_total, hq, v.shape[-1], dtype=torch.float64, device=q.device)

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -140,8 +141,16 @@ TEST_CASE("kv_compact reference: in place equals out of place on random batches"
       for (auto& x : cache) x = static_cast<uint16_t>(rng());
       const std::vector<uint16_t> expected = out_of_place(in, cache, row_elems);
       INFO("kv_compact[W=", W, ",page=", page_size, ",B=5]");
+      // The e4m3 (byte) overload moves the same rows: each 16-bit row is two
+      // bytes per element, so the byte cache must end as the 16-bit one's bytes.
+      std::vector<uint8_t> bytes(cache.size() * 2);
+      std::memcpy(bytes.data(), cache.data(), bytes.size());
       CHECK(kdtree::ref::kv_compact(in, cache, row_elems) == 0);
       CHECK(cache == expected);
+      CHECK(kdtree::ref::kv_compact(in, bytes, row_elems * 2) == 0);
+      std::vector<uint8_t> expected_bytes(bytes.size());
+      std::memcpy(expected_bytes.data(), expected.data(), expected_bytes.size());
+      CHECK(bytes == expected_bytes);
     }
   }
 }

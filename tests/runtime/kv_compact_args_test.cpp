@@ -115,6 +115,25 @@ TEST_CASE("kv_compact C ABI: row sizes must be positive multiples of 8 (16-byte 
   expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "row_elems_v");
 }
 
+TEST_CASE("kv_compact C ABI: e4m3 rows are multiples of 16 bytes; kv_dtype must be a kdtree_kv_dtype") {
+  Fixture f(kTempDir);
+  kdtree_kv_compact_args a = good_args();
+  a.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  a.row_elems_k = 8;  // 8 bytes: half a vector
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "row_elems_k");
+  a.row_elems_k = 584;
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "row_elems_k");
+  a = gqa_args();
+  a.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  a.row_elems_v = 72;
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "row_elems_v");
+  for (int32_t bad : {2, 7, -1}) {
+    a = good_args();
+    set_raw_kv_dtype(a.kv_dtype, bad);
+    expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "kv_dtype");
+  }
+}
+
 TEST_CASE("kv_compact C ABI: NULL and misaligned buffers") {
   Fixture f(kTempDir);
   kdtree_kv_compact_args a = good_args();
@@ -155,7 +174,10 @@ TEST_CASE("kv_compact C ABI: NULL and misaligned buffers") {
 TEST_CASE("kv_compact C ABI: valid arguments pass host validation") {
   if (kdtree::driver::available()) return;  // would launch on fake pointers
   Fixture f(kTempDir);
-  for (const kdtree_kv_compact_args& a : {good_args(), gqa_args()}) {
+  kdtree_kv_compact_args mla8 = good_args(), gqa8 = gqa_args();
+  mla8.kv_dtype = gqa8.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  gqa8.row_elems_k = gqa8.row_elems_v = 64;  // one e4m3 head of 64: a 64-byte row
+  for (const kdtree_kv_compact_args& a : {good_args(), gqa_args(), mla8, gqa8}) {
     const kdtree_status status = kdtree_kv_compact(f.rt, &a);
     INFO(kdtree_last_error());
     CHECK((status == KDTREE_ERROR_NO_DRIVER || status == KDTREE_ERROR_NO_DEVICE));

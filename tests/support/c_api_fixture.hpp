@@ -40,6 +40,11 @@ inline void set_raw_dtype(kdtree_dtype& field, int32_t value) {
   std::memcpy(&field, &value, sizeof value);
 }
 
+inline void set_raw_kv_dtype(kdtree_kv_dtype& field, int32_t value) {
+  static_assert(sizeof field == sizeof value, "kdtree_kv_dtype is int-sized");
+  std::memcpy(&field, &value, sizeof value);
+}
+
 // Integers that are not kdtree_dtype enumerators; 1000 and -1 lie outside the
 // enum's range (loading them as the enum is UB), 3 inside it.
 constexpr int32_t kBadDtypes[] = {3, 7, 1000, -1};

@@ -37,7 +37,7 @@ class TreeBuildResult(NamedTuple):
 # ----------------------------------------------------------------------------- verify_attention
 
 def verify_attention(q, k_cache, page_table, kv_lens, node_indptr, tree_mask, *, max_tree_nodes,
-                     v_cache=None, sm_scale=None, max_kv_len=None, return_lse=False):
+                     v_cache=None, sm_scale=None, max_kv_len=None, return_lse=False, k_scale=None, v_scale=None):
     """Tree attention over a paged cache, float32 math, output in q's dtype.
 
     MLA: k_cache [P, page, 1, 576] or [P, page, 576], v_cache None (V = first 512 dims of the row).
@@ -53,6 +53,9 @@ def verify_attention(q, k_cache, page_table, kv_lens, node_indptr, tree_mask, *,
     else:
         vc = v_cache if v_cache.dim() == 4 else v_cache.unsqueeze(2)
         dv = vc.shape[-1]
+    if kc.element_size() == 1:  # e4m3 caches: dequantised up front (value = code x scale)
+        vc = vc.float() * (1.0 if v_scale is None else v_scale)
+        kc = kc.float() * (1.0 if k_scale is None else k_scale)
     if sm_scale is None:
         sm_scale = 1.0 / dqk ** 0.5
     group = hq // hkv
@@ -279,6 +282,8 @@ def kv_compact(k_caches, page_table, kv_lens, node_counts, accepted_path, accept
     src = torch.tensor(src_rows, device=caches[0].device)
     dst = torch.tensor(dst_rows, device=caches[0].device)
     for c in caches:
+        if c.element_size() == 1:
+            c = c.view(torch.uint8)  # e4m3 rows move as bytes
         flat = c.view(-1, *c.shape[2:])
         rows = flat[src].clone()  # read every source before any write: a destination may be a source
         flat[dst] = rows
