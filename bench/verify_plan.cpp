@@ -160,7 +160,6 @@ int run(int argc, char** argv) {
     const int kv_len = s.prefix + s.nodes;
     const int forced = splits_text.empty() ? 0 : std::stoi(splits_text);
     const kdtree::codegen::VerifySpec vspec = kdtree::codegen::validate_verify_spec(spec);
-    kdtree::codegen::require_kv_dtype_supported(vspec);
     // The runtime's tiles (KDTREE_VERIFY_TILES applies) and its generated source and plan.
     const kdtree::codegen::VerifyTiles t = kdtree::codegen::verify_tiles(vspec, arch);
     const kdtree::codegen::KernelSource source = kdtree::codegen::generate_verify_attention(vspec, arch, t);

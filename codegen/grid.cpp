@@ -14,15 +14,6 @@ std::vector<std::string> default_heads() {
   return names;
 }
 
-std::vector<kdtree_kv_dtype> default_kv_dtypes() {
-  std::vector<kdtree_kv_dtype> kv_dtypes;
-  for (kdtree_kv_dtype kv : supported_kv_dtypes()) {
-    VerifySpec spec;
-    spec.kv_dtype = kv;
-    if (kv_dtype_supported(spec)) kv_dtypes.push_back(kv);
-  }
-  return kv_dtypes;
-}
 
 namespace {
 

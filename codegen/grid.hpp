@@ -16,9 +16,6 @@ namespace kdtree::codegen {
 // Every name of supported_heads().
 std::vector<std::string> default_heads();
 
-// as_q and e4m3: every KV dtype whose kernels codegen generates (kv_dtype_supported),
-// so the warm grid compiles e4m3 kernels once they exist.
-std::vector<kdtree_kv_dtype> default_kv_dtypes();
 
 struct GridOptions {
   // Every head and width of codegen/shapes.hpp; the common page sizes.
@@ -26,7 +23,7 @@ struct GridOptions {
   std::vector<int> widths{supported_widths()};
   std::vector<int> page_sizes{1, 16, 64};
   std::vector<kdtree_dtype> dtypes{KDTREE_DTYPE_BF16, KDTREE_DTYPE_F16};
-  std::vector<kdtree_kv_dtype> kv_dtypes{default_kv_dtypes()};  // verify_attention's caches
+  std::vector<kdtree_kv_dtype> kv_dtypes{supported_kv_dtypes()};  // verify_attention's caches
   bool attention = true;
   bool tree_ops = true;
 };

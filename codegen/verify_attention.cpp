@@ -62,18 +62,6 @@ const char* kv_dtype_name(kdtree_kv_dtype kv_dtype) {
   return "unknown";
 }
 
-bool kv_dtype_supported(const VerifySpec& spec) {
-  return !spec.kv_fp8();  // the fp8 kernel path flips this (every arch is sm_80+: all can read e4m3)
-}
-
-void require_kv_dtype_supported(const VerifySpec& spec) {
-  if (!kv_dtype_supported(spec)) {
-    // Refused rather than generated: today's kernels would read e4m3 bytes as 16-bit values.
-    fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("kv_dtype {} is not generated yet: {} (use kv_dtype as_q)",
-                                               kv_dtype_name(spec.kv_dtype), spec.label()));
-  }
-}
-
 VerifySpec validate_verify_spec(const kdtree_verify_spec& s) {
   const kdtree_dtype dtype = checked_dtype(s.dtype, "dtype");  // before anything loads s.dtype
   const HeadShape* head = find_head(s.head_dim_qk, s.head_dim_v);

@@ -34,15 +34,6 @@ struct VerifySpec {
 // KDTREE_ERROR_INVALID_ARGUMENT for inconsistent head counts.
 VerifySpec validate_verify_spec(const kdtree_verify_spec& spec);
 
-// Whether generate_verify_attention emits kernels that read spec.kv_dtype's
-// caches (on every supported arch). 16-bit caches: always. e4m3: false until the
-// fp8 kernel path lands. While it is false the runtime and kdtree-gen refuse the
-// spec with KDTREE_ERROR_UNSUPPORTED naming kv_dtype (require_kv_dtype_supported),
-// and the default warm grid leaves e4m3 out (default_kv_dtypes).
-bool kv_dtype_supported(const VerifySpec& spec);
-// Throws KDTREE_ERROR_UNSUPPORTED naming kv_dtype and the spec unless kv_dtype_supported.
-void require_kv_dtype_supported(const VerifySpec& spec);
-
 // Parses a head name as printed by head_name() ("mla576/512", "gqa64", ...).
 // Throws KDTREE_ERROR_UNSUPPORTED listing the accepted names.
 void parse_head_name(const std::string& name, int* head_dim_qk, int* head_dim_v);

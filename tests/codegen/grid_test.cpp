@@ -12,8 +12,7 @@
 using kdtree::codegen::enumerate_grid;
 using kdtree::codegen::GridItem;
 using kdtree::codegen::GridOptions;
-using kdtree::codegen::default_kv_dtypes;
-using kdtree::codegen::kv_dtype_supported;
+using kdtree::codegen::supported_kv_dtypes;
 using kdtree::codegen::VerifySpec;
 
 namespace {
@@ -46,10 +45,10 @@ std::string grid_error(const GridOptions& options, kdtree_status* status) {
 TEST_CASE("grid: the default grid has every documented kernel once") {
   const auto items = enumerate_grid(GridOptions{}, kSm120);
   // 4 heads x 4 widths x 3 pages x 2 dtypes x the KV dtypes codegen generates
-  // (as_q, and e4m3 once kv_dtype_supported says so); tree_build and tree_accept
+  // (as_q and e4m3); tree_build and tree_accept
   // per width; kv_compact per width and page; sample_tokens for bf16 and f32 logits.
-  const int kv = int(default_kv_dtypes().size());
-  CHECK(GridOptions{}.kv_dtypes == default_kv_dtypes());
+  const int kv = int(supported_kv_dtypes().size());
+  CHECK(GridOptions{}.kv_dtypes == supported_kv_dtypes());
   CHECK(count_prefix(items, "verify_attention[") == 96 * kv);
   CHECK(count_prefix(items, "tree_build[") == 4);
   CHECK(count_prefix(items, "tree_accept[") == 4);
@@ -67,12 +66,10 @@ TEST_CASE("grid: the default grid has every documented kernel once") {
   CHECK(has_label(items, "verify_attention[gqa128,W=32,page=16,f16]"));
   CHECK(has_label(items, "verify_attention[gqa256,W=128,page=1,bf16]"));
   CHECK(has_label(items, "verify_attention[gqa64,W=16,page=64,f16]"));
-  VerifySpec e4m3;
-  e4m3.kv_dtype = KDTREE_KV_DTYPE_E4M3;
-  CHECK(has_label(items, "verify_attention[gqa64,W=16,page=64,f16,kv=e4m3]") == kv_dtype_supported(e4m3));
+  CHECK(has_label(items, "verify_attention[gqa64,W=16,page=64,f16,kv=e4m3]"));
 }
 
-TEST_CASE("grid: KV dtypes - as_q always; e4m3 listed explicitly is generated or refused by name") {
+TEST_CASE("grid: KV dtypes - as_q and e4m3, each listed alone or together") {
   GridOptions options;
   options.heads = {"gqa64"};
   options.widths = {16};
@@ -82,19 +79,9 @@ TEST_CASE("grid: KV dtypes - as_q always; e4m3 listed explicitly is generated or
   options.kv_dtypes = {KDTREE_KV_DTYPE_AS_Q};
   CHECK(enumerate_grid(options, kSm120).size() == 1);
   options.kv_dtypes = {KDTREE_KV_DTYPE_AS_Q, KDTREE_KV_DTYPE_E4M3};
-  VerifySpec e4m3;
-  e4m3.kv_dtype = KDTREE_KV_DTYPE_E4M3;
-  if (kv_dtype_supported(e4m3)) {
-    const auto items = enumerate_grid(options, kSm120);
-    CHECK(items.size() == 2);
-    CHECK(has_label(items, "verify_attention[gqa64,W=16,page=16,bf16,kv=e4m3]"));
-  } else {
-    kdtree_status status = KDTREE_OK;
-    const std::string message = grid_error(options, &status);
-    INFO(message);
-    CHECK(status == KDTREE_ERROR_UNSUPPORTED);
-    CHECK(message.find("kv_dtype e4m3") != std::string::npos);
-  }
+  const auto items = enumerate_grid(options, kSm120);
+  CHECK(items.size() == 2);
+  CHECK(has_label(items, "verify_attention[gqa64,W=16,page=16,bf16,kv=e4m3]"));
   options.kv_dtypes.clear();
   kdtree_status status = KDTREE_OK;
   const std::string message = grid_error(options, &status);

@@ -74,14 +74,6 @@ struct Session {
   void bind() { REQUIRE_MESSAGE(kdtree_runtime_bind_context(rt) == KDTREE_OK, kdtree_last_error()); }
 };
 
-// Whether this build generates e4m3 kernels (codegen::kv_dtype_supported); until
-// it does, the e4m3 parity points are skipped with a message.
-bool e4m3_generated() {
-  kdtree::codegen::VerifySpec spec;
-  spec.kv_dtype = KDTREE_KV_DTYPE_E4M3;
-  return kdtree::codegen::kv_dtype_supported(spec);
-}
-
 // The four paths the tally keeps apart: q dtype x cache type.
 int path_index(const kdtree_verify_spec& s) {
   return (s.dtype == KDTREE_DTYPE_BF16 ? 0 : 1) + (s.kv_dtype == KDTREE_KV_DTYPE_E4M3 ? 2 : 0);
@@ -324,19 +316,13 @@ void run_head_grid(int dqk, int dv, int head_index, Session& s = Session::get())
   // whose q dtype alternates.
   std::vector<std::pair<kdtree_dtype, kdtree_kv_dtype>> kinds;
   for (kdtree_dtype dtype : dtypes) kinds.emplace_back(dtype, KDTREE_KV_DTYPE_AS_Q);
-  const bool with_e4m3 = e4m3_generated();
-  if (!with_e4m3) {
-    std::printf("verify_attention GPU parity [%s]: e4m3 points skipped: this build does not generate e4m3 kernels "
-                "(codegen::kv_dtype_supported is false)\n",
-                mla ? "mla576/512" : ("gqa" + std::to_string(dqk)).c_str());
-  }
   // k16 numbers the 16-bit points as before e4m3 existed, so their variations
   // stay put; an e4m3 point takes the variations of a nearby index.
   int k16 = 0, e4m3_count = 0;
   for (int W : widths) {
     for (int page : pages) {
       std::vector<std::pair<kdtree_dtype, kdtree_kv_dtype>> here = kinds;
-      if (with_e4m3) here.emplace_back(dtypes[e4m3_count++ % 2], KDTREE_KV_DTYPE_E4M3);
+      here.emplace_back(dtypes[e4m3_count++ % 2], KDTREE_KV_DTYPE_E4M3);
       for (const auto& [dtype, kv_dtype] : here) {
         const bool fp8 = kv_dtype == KDTREE_KV_DTYPE_E4M3;
         const int k = fp8 ? k16 + 3 * e4m3_count : k16++;

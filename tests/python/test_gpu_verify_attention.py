@@ -114,15 +114,6 @@ E4M3_CASES = [
 ]
 
 
-def _e4m3_generated():
-    return "e4m3" in kdtree.supported_shapes().default_grid.kv_dtypes
-
-
-needs_e4m3 = pytest.mark.skipif(not _e4m3_generated(), reason="this libkdtree does not generate e4m3 verify "
-                                "kernels yet (supported_shapes().default_grid.kv_dtypes has no e4m3)")
-
-
-@needs_e4m3
 @pytest.mark.parametrize("case", E4M3_CASES, ids=[_id(c) + ",kv=e4m3" for c in E4M3_CASES])
 def test_verify_attention_e4m3_matches_reference(case, record_error):
     mla, heads, kv_heads, head_dim, page, width, dtype, batch, lse, mla_3d = case
@@ -148,7 +139,6 @@ def test_verify_attention_e4m3_matches_reference(case, record_error):
         assert lse_err < LSE_TOL
 
 
-@needs_e4m3
 def test_verify_attention_e4m3_scales_as_tensors_and_the_operator():
     c = R.verify_case(mla=True, heads=16, kv_heads=1, head_dim=576, page=16, width=16, dtype=torch.bfloat16,
                       batch=2, seed=11, device="cuda", kv_dtype="e4m3")
