@@ -66,17 +66,17 @@ int run_grid(kdtree::Engine& rt, const std::string& cubin_dir, int jobs) {
       for (int page : grid.page_sizes)
         for (kdtree_dtype dtype : grid.dtypes)
           for (kdtree_kv_dtype kv_dtype : grid.kv_dtypes) {
-          Item it;
-          kdtree::codegen::parse_head_name(head, &it.spec.head_dim_qk, &it.spec.head_dim_v);
-          it.spec.max_tree_nodes = width;
-          it.spec.page_size = page;
-          it.spec.dtype = dtype;
-          it.spec.kv_dtype = kv_dtype;
-          it.tiles = kdtree::codegen::choose_verify_tiles(it.spec, arch);
-          it.source = kdtree::codegen::generate_verify_attention(it.spec, arch, it.tiles);
-          it.kernel = kernel_name(it.source.file_stem, arch.name(), it.tiles);
-          items.push_back(it);
-        }
+            Item it;
+            kdtree::codegen::parse_head_name(head, &it.spec.head_dim_qk, &it.spec.head_dim_v);
+            it.spec.max_tree_nodes = width;
+            it.spec.page_size = page;
+            it.spec.dtype = dtype;
+            it.spec.kv_dtype = kv_dtype;
+            it.tiles = kdtree::codegen::choose_verify_tiles(it.spec, arch);
+            it.source = kdtree::codegen::generate_verify_attention(it.spec, arch, it.tiles);
+            it.kernel = kernel_name(it.source.file_stem, arch.name(), it.tiles);
+            items.push_back(it);
+          }
   if (!cubin_dir.empty()) {
     std::atomic<size_t> next{0};
     std::atomic<bool> failed{false};
@@ -104,8 +104,8 @@ int run_grid(kdtree::Engine& rt, const std::string& cubin_dir, int jobs) {
         "\"warp_rows\":%d,\"smem\":%d,\"kernel\":\"%s\"}\n",
         arch.name().c_str(), it.spec.head_dim_qk, it.spec.head_dim_v, it.spec.max_tree_nodes, it.spec.page_size,
         kdtree::codegen::dtype_name(it.spec.dtype), kdtree::codegen::kv_dtype_name(it.spec.kv_dtype),
-        kdtree::codegen::kernel_name(t.kernel), t.str().c_str(), t.block_m,
-        t.block_n, t.warps, t.stages, t.warp_rows, kdtree::codegen::verify_smem_bytes(it.spec, t), it.kernel.c_str());
+        kdtree::codegen::kernel_name(t.kernel), t.str().c_str(), t.block_m, t.block_n, t.warps, t.stages, t.warp_rows,
+        kdtree::codegen::verify_smem_bytes(it.spec, t), it.kernel.c_str());
   }
   return 0;
 }
@@ -178,14 +178,15 @@ int run(int argc, char** argv) {
         "\"kv_heads\":%d,\"nodes\":%d,\"kv_len\":%d,\"head_qk\":%d,\"head_v\":%d,\"page\":%d,\"width\":%d,"
         "\"family\":\"%s\",\"tiles\":\"%s\",\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,"
         "\"warp_rows\":%d,\"warps_n\":%d,\"smem\":%d,\"ctas_per_sm\":%d,"
-        "\"splits\":%d,\"stream_ctas\":%d,\"split_tokens\":%d,\"grid\":[%u,%u,%d],\"active_x\":%lld,\"combine_ctas\":%u,"
+        "\"splits\":%d,\"stream_ctas\":%d,\"split_tokens\":%d,\"grid\":[%u,%u,%d],\"active_x\":%lld,\"combine_ctas\":%"
+        "u,"
         "\"kernel\":\"%s\",\"kv_dtype\":\"%s\"}\n",
         s.name, arch.name().c_str(), arch.num_sms, arch.max_smem_per_sm, s.batch, s.q_heads, s.kv_heads, s.nodes,
         kv_len, s.head_qk, s.head_v, s.page, width, kdtree::codegen::kernel_name(t.kernel), t.str().c_str(), t.block_m,
         t.block_n, t.warps, t.stages, t.warp_rows, t.warps_n(), source.launch.dynamic_smem,
-        kdtree::codegen::ctas_per_sm(arch, source.launch.dynamic_smem, source.launch.threads), plan.num_splits, plan.stream_ctas, plan.split_tokens, plan.grid_x, plan.grid_y,
-        plan.grid_z, active_x,
-        plan.combine_ctas, kernel.c_str(), kdtree::codegen::kv_dtype_name(kv_dtype));
+        kdtree::codegen::ctas_per_sm(arch, source.launch.dynamic_smem, source.launch.threads), plan.num_splits,
+        plan.stream_ctas, plan.split_tokens, plan.grid_x, plan.grid_y, plan.grid_z, active_x, plan.combine_ctas,
+        kernel.c_str(), kdtree::codegen::kv_dtype_name(kv_dtype));
   }
   return 0;
 }

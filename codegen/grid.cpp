@@ -14,7 +14,6 @@ std::vector<std::string> default_heads() {
   return names;
 }
 
-
 namespace {
 
 void require_nonempty(bool nonempty, const char* option) {

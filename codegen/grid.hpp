@@ -16,7 +16,6 @@ namespace kdtree::codegen {
 // Every name of supported_heads().
 std::vector<std::string> default_heads();
 
-
 struct GridOptions {
   // Every head and width of codegen/shapes.hpp; the common page sizes.
   std::vector<std::string> heads{default_heads()};

@@ -39,8 +39,10 @@ std::vector<std::string> kv_dtype_names(const std::vector<kdtree_kv_dtype>& kv_d
 }  // namespace
 
 const std::vector<HeadShape>& supported_heads() {
-  static const std::vector<HeadShape> heads{
-      {"mla576/512", 576, 512, true}, {"gqa64", 64, 64, false}, {"gqa128", 128, 128, false}, {"gqa256", 256, 256, false}};
+  static const std::vector<HeadShape> heads{{"mla576/512", 576, 512, true},
+                                            {"gqa64", 64, 64, false},
+                                            {"gqa128", 128, 128, false},
+                                            {"gqa256", 256, 256, false}};
   return heads;
 }
 
@@ -112,13 +114,13 @@ std::string supported_shapes_json() {
   std::vector<std::string> archs;
   for (int sm : supported_sms()) archs.push_back(fmt::format("sm_{}", sm));
   const GridOptions grid;
-  return fmt::format(
-      R"({{"heads":[{}],"widths":{},"page_sizes":{},"dtypes":{},"kv_dtypes":{},"archs":{},)"
-      R"("default_grid":{{"heads":{},"widths":{},"page_sizes":{},"dtypes":{},"kv_dtypes":{}}}}})",
-      fmt::join(heads, ","), json_ints(supported_widths()), json_ints(supported_page_sizes()),
-      json_strings(dtype_names(supported_attention_dtypes())), json_strings(kv_dtype_names(supported_kv_dtypes())),
-      json_strings(archs), json_strings(grid.heads), json_ints(grid.widths), json_ints(grid.page_sizes),
-      json_strings(dtype_names(grid.dtypes)), json_strings(kv_dtype_names(grid.kv_dtypes)));
+  return fmt::format(R"({{"heads":[{}],"widths":{},"page_sizes":{},"dtypes":{},"kv_dtypes":{},"archs":{},)"
+                     R"("default_grid":{{"heads":{},"widths":{},"page_sizes":{},"dtypes":{},"kv_dtypes":{}}}}})",
+                     fmt::join(heads, ","), json_ints(supported_widths()), json_ints(supported_page_sizes()),
+                     json_strings(dtype_names(supported_attention_dtypes())),
+                     json_strings(kv_dtype_names(supported_kv_dtypes())), json_strings(archs), json_strings(grid.heads),
+                     json_ints(grid.widths), json_ints(grid.page_sizes), json_strings(dtype_names(grid.dtypes)),
+                     json_strings(kv_dtype_names(grid.kv_dtypes)));
 }
 
 }  // namespace kdtree::codegen

@@ -42,7 +42,8 @@ std::string template_text(const std::string& name) {
 std::vector<std::string> template_names() {
   std::vector<std::string> names;
   for (int i = 0; i < kEmbeddedTemplateCount; ++i) {
-    if (std::string(kEmbeddedTemplates[i].name).rfind("kdtree/", 0) != 0) names.emplace_back(kEmbeddedTemplates[i].name);
+    if (std::string(kEmbeddedTemplates[i].name).rfind("kdtree/", 0) != 0)
+      names.emplace_back(kEmbeddedTemplates[i].name);
   }
   return names;
 }

@@ -266,7 +266,8 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
   };
   const std::vector<std::string> fields = split_commas(text);
   if (text.find('=') == std::string::npos) {
-    bad(fmt::format("the positional form is gone: write key=value pairs, e.g. {} (keys kernel, block_m, block_n, "
+    bad(
+        fmt::format("the positional form is gone: write key=value pairs, e.g. {} (keys kernel, block_m, block_n, "
                     "warps, stages, warp_rows)",
                     positional_to_keys(fields)));
   }
@@ -318,17 +319,18 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
     // of them: its skewed warp rows keep the copies two tiles ahead only with four
     // (tools/perf_model, bench_verify's mla B=4 H=128 on the RTX PRO 6000 when this
     // was chosen: 1662 us against 1995 with three).
-    candidates = {{flash, 64, 64, 8, 2, 32},  {flash, 64, 32, 8, 2, 32}, {qsplit, 64, 16, 8, 4, 32},
-                  {qsplit, 64, 16, 8, 3, 32}, {flash, 32, 16, 4, 3, 16}};
+    candidates = {{flash, 64, 64, 8, 2, 32},
+                  {flash, 64, 32, 8, 2, 32},
+                  {qsplit, 64, 16, 8, 4, 32},
+                  {qsplit, 64, 16, 8, 3, 32},
+                  {flash, 32, 16, 4, 3, 16}};
   } else if (spec.head_dim_v <= 128) {
     // GQA: one column warp, P stays in registers. 32-row warps where the O slice
     // (32 x head_dim fp32) and S leave room without spills (gqa128: 32 KV tokens
     // per tile); deepest pipeline that fits.
     const int bn = spec.head_dim_v == 64 ? 64 : 32;
-    candidates = {{flash, 128, bn, 4, 3, 32},
-                  {flash, 128, bn, 4, 2, 32},
-                  {flash, 64, 64, 4, 3, 16},
-                  {flash, 64, 64, 4, 2, 16}};
+    candidates = {
+        {flash, 128, bn, 4, 3, 32}, {flash, 128, bn, 4, 2, 32}, {flash, 64, 64, 4, 3, 16}, {flash, 64, 64, 4, 2, 16}};
   } else {
     // gqa256: a 32-row O slice over all 256 columns would not fit in registers;
     // two column warps (P through shared memory) take 128 columns each.

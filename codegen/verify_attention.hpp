@@ -16,7 +16,7 @@ struct VerifySpec {
   int head_dim_v = 512;
   int page_size = 64;
   int max_tree_nodes = 64;
-  kdtree_dtype dtype = KDTREE_DTYPE_BF16;         // q and out
+  kdtree_dtype dtype = KDTREE_DTYPE_BF16;           // q and out
   kdtree_kv_dtype kv_dtype = KDTREE_KV_DTYPE_AS_Q;  // the caches
 
   bool mla() const { return head_dim_qk == 576; }
@@ -38,7 +38,7 @@ VerifySpec validate_verify_spec(const kdtree_verify_spec& spec);
 // Throws KDTREE_ERROR_UNSUPPORTED listing the accepted names.
 void parse_head_name(const std::string& name, int* head_dim_qk, int* head_dim_v);
 
-const char* dtype_name(kdtree_dtype dtype);  // "bf16", "f16", "f32"
+const char* dtype_name(kdtree_dtype dtype);           // "bf16", "f16", "f32"
 const char* kv_dtype_name(kdtree_kv_dtype kv_dtype);  // "as_q", "e4m3"
 kdtree_dtype parse_dtype(const std::string& name);
 

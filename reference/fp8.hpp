@@ -9,7 +9,7 @@
 
 namespace kdtree::ref {
 
-constexpr uint8_t kE4m3Nan = 0x7f;     // the positive NaN code (0xff is the negative one)
+constexpr uint8_t kE4m3Nan = 0x7f;      // the positive NaN code (0xff is the negative one)
 constexpr uint8_t kE4m3MaxCode = 0x7e;  // 448 = 1.75 x 2^8
 constexpr double kE4m3Max = 448.0;
 
@@ -19,7 +19,8 @@ inline float e4m3_to_float(uint8_t code) {
   const bool negative = (code & 0x80) != 0;
   if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
   // Subnormals (exponent 0): mantissa x 2^-9; normals: (8 + mantissa) x 2^(exponent - 10).
-  const float magnitude = exponent == 0 ? std::ldexp(float(mantissa), -9) : std::ldexp(float(8 + mantissa), exponent - 10);
+  const float magnitude =
+      exponent == 0 ? std::ldexp(float(mantissa), -9) : std::ldexp(float(8 + mantissa), exponent - 10);
   return negative ? -magnitude : magnitude;
 }
 

@@ -28,9 +28,9 @@ struct VerifyHostInputs {
   const uint8_t* v_cache8 = nullptr;
   double k_scale = 1.0;
   double v_scale = 1.0;
-  const int32_t* page_table = nullptr;   // [batch_size, max_pages_per_req]
-  const int32_t* kv_lens = nullptr;      // [batch_size]
-  const uint64_t* tree_mask = nullptr;   // [total_nodes, ceil(W / 64)]
+  const int32_t* page_table = nullptr;  // [batch_size, max_pages_per_req]
+  const int32_t* kv_lens = nullptr;     // [batch_size]
+  const uint64_t* tree_mask = nullptr;  // [total_nodes, ceil(W / 64)]
   double sm_scale = 1.0;
 };
 

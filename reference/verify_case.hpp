@@ -66,9 +66,9 @@ struct VerifyCase {
   float sm_scale = 0.0f;
   uint64_t seed = 0;
 
-  std::vector<uint16_t> q;           // [total_nodes, Hq, Dqk]
-  std::vector<uint16_t> k_cache;     // [num_pages, page_size, Hkv, Dqk]
-  std::vector<uint16_t> v_cache;     // [num_pages, page_size, Hkv, Dv]; empty for MLA
+  std::vector<uint16_t> q;        // [total_nodes, Hq, Dqk]
+  std::vector<uint16_t> k_cache;  // [num_pages, page_size, Hkv, Dqk]
+  std::vector<uint16_t> v_cache;  // [num_pages, page_size, Hkv, Dv]; empty for MLA
   // spec.kv_dtype == KDTREE_KV_DTYPE_E4M3: the caches as e4m3 codes (same layouts;
   // k_cache and v_cache are then empty), value = code x k_scale / v_scale.
   std::vector<uint8_t> k_cache8;

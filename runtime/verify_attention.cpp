@@ -145,7 +145,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
         splits = cand;
       }
     }
-    splits = ceil_div(kv_tiles, ceil_div(kv_tiles, splits));  // no empty trailing split
+    splits = ceil_div(kv_tiles, ceil_div(kv_tiles, splits));       // no empty trailing split
     const char* schedule = std::getenv("KDTREE_VERIFY_SCHEDULE");  // a tuning and test override
     const std::string forced_schedule = schedule ? schedule : "";
     if (!forced_schedule.empty() && forced_schedule != "stream" && forced_schedule != "splits") {
@@ -256,9 +256,8 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   // O = P . code x v_scale, applied by the kernel once at the end.
   p.scale_log2 = a.sm_scale * (spec.kv_fp8() ? a.k_scale : 1.0f) * 1.4426950408889634f;
   p.v_scale = spec.kv_fp8() ? a.v_scale : 1.0f;
-  const VerifyWorkspace ws = plan.stream_ctas > 0
-                                ? verify_stream_workspace(a.spec, launch.block_m, plan.stream_ctas)
-                                : verify_workspace(a.spec, a.total_nodes, plan.num_splits);
+  const VerifyWorkspace ws = plan.stream_ctas > 0 ? verify_stream_workspace(a.spec, launch.block_m, plan.stream_ctas)
+                                                  : verify_workspace(a.spec, a.total_nodes, plan.num_splits);
   if (ws.bytes > 0) {
     char* base = static_cast<char*>(a.workspace);
     p.partial_o = reinterpret_cast<float*>(base);

@@ -226,22 +226,19 @@ static __device__ __forceinline__ void tile_loop(const kdtree_verify_params& p, 
       float s[MF][S_TILES][4];
       zero_frags(s);
       if constexpr (KV_FP8) {
-        // e4m3 caches: step ks's chunk of the 16 token rows; the raw bytes of step
-        // ks + 1 are loaded before step ks's mma and dequantised just before their
-        // own (kv_fp8.cuh), which holds two registers a step instead of four.
+        // e4m3 caches: step ks's chunk of the 16 token rows, loaded and dequantised
+        // right before its mma (kv_fp8.cuh): no fragments held ahead, as the
+        // 16-bit loop does, since this kernel has no registers to spare for them.
         const kd_u32 krow = tk_addr + (L.lane & 15) * KV_K_ROW_CHUNKS * 16;
         const int k_group0 = L.k_chunk0 >> 1;  // this warp's first 16-dim group
-        kd_u32 kraw[2][2];
-        kd_ldmatrix_x2(kraw[0], krow + kv_chunk<KV_K_ROW_CHUNKS>(L.lane, k_group0) * 16);
 #pragma unroll
         for (int ks = 0; ks < QK_STEPS_W; ++ks) {
-          if (ks + 1 < QK_STEPS_W) {
-            kd_ldmatrix_x2(kraw[(ks + 1) & 1], krow + kv_chunk<KV_K_ROW_CHUNKS>(L.lane, k_group0 + ks + 1) * 16);
-          }
+          kd_u32 kraw[2];
+          kd_ldmatrix_x2(kraw, krow + kv_chunk<KV_K_ROW_CHUNKS>(L.lane, k_group0 + ks) * 16);
 #pragma unroll
           for (int j = 0; j < S_TILES; ++j) {
-            const kd_u32 b0 = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_01>(kraw[ks & 1][j]);
-            const kd_u32 b1 = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_23>(kraw[ks & 1][j]);
+            const kd_u32 b0 = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_01>(kraw[j]);
+            const kd_u32 b1 = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_23>(kraw[j]);
 #pragma unroll
             for (int mf = 0; mf < MF; ++mf) kd_mma16816<IS_BF16>(s[mf][j], qa[ks][mf], b0, b1);
           }

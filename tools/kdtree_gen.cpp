@@ -158,7 +158,9 @@ bool parse_int(const std::string& text, int* value) {
 std::string check_width(const std::string& v) {
   int w = 0;
   if (!parse_int(v, &w)) return fmt::format("'{}' is not an integer", v);
-  return codegen::is_supported_tree_width(w) ? "" : fmt::format("{} is not supported (use {})", w, codegen::supported_widths_text());
+  return codegen::is_supported_tree_width(w)
+             ? ""
+             : fmt::format("{} is not supported (use {})", w, codegen::supported_widths_text());
 }
 
 std::string check_page(const std::string& v) {

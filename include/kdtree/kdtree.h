@@ -147,9 +147,9 @@ typedef struct kdtree_verify_spec {
   int head_dim_v;
   int num_q_heads;
   int num_kv_heads;
-  int page_size;      /* 1, 16, 32, 64, 128 */
-  int max_tree_nodes; /* W: 16, 32, 64, 128 */
-  kdtree_dtype dtype; /* of q and out (and of the caches with kv_dtype AS_Q): BF16 or F16 */
+  int page_size;            /* 1, 16, 32, 64, 128 */
+  int max_tree_nodes;       /* W: 16, 32, 64, 128 */
+  kdtree_dtype dtype;       /* of q and out (and of the caches with kv_dtype AS_Q): BF16 or F16 */
   kdtree_kv_dtype kv_dtype; /* of k_cache and v_cache: KDTREE_KV_DTYPE_AS_Q (0) or KDTREE_KV_DTYPE_E4M3; any other
                                integer is KDTREE_ERROR_INVALID_ARGUMENT naming kv_dtype */
 } kdtree_verify_spec;

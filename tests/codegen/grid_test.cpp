@@ -113,6 +113,7 @@ TEST_CASE("grid: options select the kernels") {
   options.widths = {32};
   options.page_sizes = {16};
   options.dtypes = {KDTREE_DTYPE_F16};
+  options.kv_dtypes = {KDTREE_KV_DTYPE_AS_Q};
   options.tree_ops = false;
   auto items = enumerate_grid(options, kSm120);
   REQUIRE(items.size() == 1);

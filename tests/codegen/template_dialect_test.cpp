@@ -58,8 +58,8 @@ TEST_CASE("templates: every templates/*.cu compiles alone with its config defaul
     INFO("templates/" << name);
     const std::string source = template_text(name);
     nvrtcProgram program = nullptr;
-    REQUIRE(nvrtcCreateProgram(&program, source.c_str(), name.c_str(), static_cast<int>(names.size()),
-                               text_ptrs.data(), name_ptrs.data()) == NVRTC_SUCCESS);
+    REQUIRE(nvrtcCreateProgram(&program, source.c_str(), name.c_str(), static_cast<int>(names.size()), text_ptrs.data(),
+                               name_ptrs.data()) == NVRTC_SUCCESS);
     const char* options[] = {"--gpu-architecture=compute_120", "-std=c++17", "-fdevice-syntax-only"};
     const nvrtcResult result = nvrtcCompileProgram(program, 3, options);
     size_t log_size = 0;
@@ -76,10 +76,10 @@ TEST_CASE("templates: every templates/*.cu compiles alone with its config defaul
 TEST_CASE("templates: the device error header NVRTC receives is kdtree.h's, byte for byte") {
   const std::string real = read_file(std::string(KDTREE_SOURCE_DIR) + "/include/" + kDeviceErrors);
   CHECK(template_text(kDeviceErrors) == real);
-  const KernelSource ks = generate_verify_attention(validate_verify_spec({576, 512, 16, 1, 64, 64, KDTREE_DTYPE_BF16}),
-                                                    arch_from_sm(120));
-  const auto header = std::find_if(ks.headers.begin(), ks.headers.end(),
-                                   [](const auto& h) { return h.first == kDeviceErrors; });
+  const KernelSource ks =
+      generate_verify_attention(validate_verify_spec({576, 512, 16, 1, 64, 64, KDTREE_DTYPE_BF16}), arch_from_sm(120));
+  const auto header =
+      std::find_if(ks.headers.begin(), ks.headers.end(), [](const auto& h) { return h.first == kDeviceErrors; });
   REQUIRE(header != ks.headers.end());
   CHECK(header->second == real);
 }

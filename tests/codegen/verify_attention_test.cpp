@@ -143,7 +143,8 @@ TEST_CASE("tiles fit each arch's shared memory") {
   const QsplitSmemLayout l8 = qsplit_smem_layout(mla8, q120);
   CHECK(l8.stats + KDTREE_QSPLIT_STATS * q120.block_m * 4 < q120.block_m * 576 * 2);
   CHECK(l8.walk == q120.block_m * 576 * 2);
-  CHECK(l.str() == fmt::format("k=0,part_s={},p={},stats={},walk={},bytes={}", l.part_s, l.p, l.stats, l.walk, l.bytes));
+  CHECK(l.str() ==
+        fmt::format("k=0,part_s={},p={},stats={},walk={},bytes={}", l.part_s, l.p, l.stats, l.walk, l.bytes));
   // The flash layout: Q at 0, K and V stages, P (column warps > 1), the row exchange.
   const VerifyTiles f90 = choose_verify_tiles(mla, arch_from_sm(90));
   const FlashSmemLayout fl = flash_smem_layout(mla, f90);
@@ -195,7 +196,8 @@ TEST_CASE("KDTREE_VERIFY_TILES overrides the tiles and is validated") {
   VerifySpec mla;
   VerifySpec gqa64;
   gqa64.head_dim_qk = gqa64.head_dim_v = 64;
-  const kdtree::test::EnvVar env("KDTREE_VERIFY_TILES", "kernel=flash,block_m=32,block_n=16,warps=4,stages=3,warp_rows=16");
+  const kdtree::test::EnvVar env("KDTREE_VERIFY_TILES",
+                                 "kernel=flash,block_m=32,block_n=16,warps=4,stages=3,warp_rows=16");
   VerifyTiles t = verify_tiles(mla, arch_from_sm(90));
   CHECK(t.kernel == VerifyKernel::flash);
   CHECK(t.block_m == 32);
@@ -245,16 +247,29 @@ TEST_CASE("KDTREE_VERIFY_TILES: every key is checked, nothing trailing, an overr
   };
   const std::string base = "kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32";
   // A zero or negative block once reached the split plan's ceil_div (SIGFPE).
-  for (const Bad& bad :
-       {Bad{"block_n=0", "block_n"}, Bad{"block_n=-16", "block_n"}, Bad{"block_m=0", "block_m"},
-        Bad{"block_m=-64", "block_m"}, Bad{"warps=0", "warps"}, Bad{"stages=1", "stages"},
-        Bad{"warp_rows=24", "warp_rows"}, Bad{"warp_rows=32x", "warp_rows"}, Bad{"kernel=1", "kernel"},
-        Bad{"kernel=Qsplit", "kernel"}, Bad{"kernel=qsplit,block_n=32", "qsplit"},
-        Bad{"kernel=qsplit,block_n=16,warps=4,stages=3,warp_rows=16", "qsplit"}, Bad{"stages=2,stages=3", "twice"},
-        Bad{"block_m", "key=value"}, Bad{"=64", "key=value"}, Bad{"block_m=64,", "key=value"},
-        Bad{"tile=64", "unknown key 'tile'"}, Bad{" block_m=64", "unknown key ' block_m'"},
-        Bad{"stages=2 ", "stages"}, Bad{"block_n=72", "block_n"}, Bad{"block_m=48", "block_m"},
-        Bad{"warps=6", "warps"}, Bad{"warp_rows=99999999999", "warp_rows"}}) {
+  for (const Bad& bad : {Bad{"block_n=0", "block_n"},
+                         Bad{"block_n=-16", "block_n"},
+                         Bad{"block_m=0", "block_m"},
+                         Bad{"block_m=-64", "block_m"},
+                         Bad{"warps=0", "warps"},
+                         Bad{"stages=1", "stages"},
+                         Bad{"warp_rows=24", "warp_rows"},
+                         Bad{"warp_rows=32x", "warp_rows"},
+                         Bad{"kernel=1", "kernel"},
+                         Bad{"kernel=Qsplit", "kernel"},
+                         Bad{"kernel=qsplit,block_n=32", "qsplit"},
+                         Bad{"kernel=qsplit,block_n=16,warps=4,stages=3,warp_rows=16", "qsplit"},
+                         Bad{"stages=2,stages=3", "twice"},
+                         Bad{"block_m", "key=value"},
+                         Bad{"=64", "key=value"},
+                         Bad{"block_m=64,", "key=value"},
+                         Bad{"tile=64", "unknown key 'tile'"},
+                         Bad{" block_m=64", "unknown key ' block_m'"},
+                         Bad{"stages=2 ", "stages"},
+                         Bad{"block_n=72", "block_n"},
+                         Bad{"block_m=48", "block_m"},
+                         Bad{"warps=6", "warps"},
+                         Bad{"warp_rows=99999999999", "warp_rows"}}) {
     const std::string message = tiles_error(bad.text, mla, sm90);
     INFO(bad.text << ": " << message);
     CHECK(message.find("KDTREE_VERIFY_TILES") != std::string::npos);

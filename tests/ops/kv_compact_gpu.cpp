@@ -113,8 +113,8 @@ int run_and_check(kdtree::Engine& rt, Problem& pb, bool with_flags = true) {
   a.error_flags = with_flags ? flags.get<int32_t>() : nullptr;
   kdtree::kv_compact(rt, a);
 
-  const int expected_flags = pb.fp8 ? check_caches(pb.in, pb.k8, pb.row_k, kd, "K")
-                                    : check_caches(pb.in, pb.k, pb.row_k, kd, "K");
+  const int expected_flags =
+      pb.fp8 ? check_caches(pb.in, pb.k8, pb.row_k, kd, "K") : check_caches(pb.in, pb.k, pb.row_k, kd, "K");
   if (pb.fp8) {
     check_caches(pb.in, pb.v8, pb.row_v, vd, "V");
   } else {

@@ -25,8 +25,8 @@
 #include "reference/verify_attention.hpp"
 #include "reference/verify_case.hpp"
 #include "tests/support/device.hpp"
-#include "tests/support/gpu_case_filter.hpp"
 #include "tests/support/env_var.hpp"
+#include "tests/support/gpu_case_filter.hpp"
 
 namespace {
 
@@ -367,9 +367,10 @@ void run_head_grid(int dqk, int dv, int head_index, Session& s = Session::get())
   }
 
   // `kdtree_gpu_tests --case NAME` runs the points so named alone.
-  points.erase(std::remove_if(points.begin(), points.end(),
-                              [](const Point& p) { return !kdtree::test::case_selected(verify_label(p.spec, p.batch)); }),
-               points.end());
+  points.erase(
+      std::remove_if(points.begin(), points.end(),
+                     [](const Point& p) { return !kdtree::test::case_selected(verify_label(p.spec, p.batch)); }),
+      points.end());
   std::vector<kdtree_verify_spec> specs;
   for (const Point& p : points) specs.push_back(p.spec);
   warm(s, specs);
@@ -516,7 +517,9 @@ struct QsplitSession {
       : tiles("KDTREE_VERIFY_TILES", kTiles), schedule("KDTREE_VERIFY_SCHEDULE", schedule_value) {}
 };
 
-TEST_CASE("verify_attention GPU parity: mla576/512 qsplit (sm_120's kernel, tiles kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32)") {
+TEST_CASE(
+    "verify_attention GPU parity: mla576/512 qsplit (sm_120's kernel, tiles "
+    "kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32)") {
   QsplitSession q;
   run_head_grid(576, 512, 4, q.session);
 }
@@ -539,8 +542,8 @@ TEST_CASE("verify_attention GPU parity: qsplit stream-K with one and with a few 
     VerifyCaseOptions o;
     o.prefix_lens = {shape.first};
     o.node_counts = {shape.second};
-    const VerifyCase c = kdtree::ref::build_verify_case(make_verify_spec(576, 512, 16, 1, 16, 16, KDTREE_DTYPE_BF16), 1,
-                                                        seed++, o);
+    const VerifyCase c =
+        kdtree::ref::build_verify_case(make_verify_spec(576, 512, 16, 1, 16, 16, KDTREE_DTYPE_BF16), 1, seed++, o);
     const auto ref = kdtree::ref::verify_attention(c.host_inputs());
     DeviceCase d = upload(q.session.rt, c, 3);
     check_launch(q.session.rt, c, ref, d, 0, true);

@@ -135,7 +135,8 @@ TEST_CASE("verify_attention reference over e4m3 caches equals the reference over
     CHECK(c.label().find(",bf16,kv=e4m3,") != std::string::npos);
     CHECK(c.k_cache.empty());
     CHECK(c.k_cache8.size() == size_t(c.num_pages) * spec.page_size * spec.num_kv_heads * spec.head_dim_qk);
-    CHECK(c.v_cache8.size() == (c.mla ? 0 : size_t(c.num_pages) * spec.page_size * spec.num_kv_heads * spec.head_dim_v));
+    CHECK(c.v_cache8.size() ==
+          (c.mla ? 0 : size_t(c.num_pages) * spec.page_size * spec.num_kv_heads * spec.head_dim_v));
     CHECK(c.k_scale > 0);
     CHECK(c.v_scale > 0);
     const auto ref8 = kdtree::ref::verify_attention(c.host_inputs());

@@ -10,8 +10,8 @@
 #include <limits>
 #include <string>
 
-#include "kdtree/kdtree.h"
 #include "codegen/verify_attention.hpp"
+#include "kdtree/kdtree.h"
 #include "runtime/driver.hpp"
 #include "tests/support/c_api_fixture.hpp"
 #include "tests/support/env_var.hpp"

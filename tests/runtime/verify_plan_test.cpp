@@ -67,7 +67,7 @@ TEST_CASE("verify_plan: KDTREE_VERIFY_SCHEDULE forces stream-K or uniform splits
     CHECK(tiny.workspace_bytes == 0);
     CHECK(tiny.combine_ctas == 0);
     CHECK(plan(120, mla(16, 32), 8, 32, 4096, 2).num_splits == 2);  // a forced count still wins
-    CHECK(plan(90, mla(16, 32), 8, 32, 4096).stream_ctas == 0);      // sm_90's kernel has no stream-K
+    CHECK(plan(90, mla(16, 32), 8, 32, 4096).stream_ctas == 0);     // sm_90's kernel has no stream-K
   }
   {
     ScopedSchedule s("splits");

@@ -23,8 +23,9 @@ int main(int argc, char** argv) {
     } else if (std::strncmp(argv[i], "--case=", 7) == 0) {
       kdtree::test::case_filter() = argv[i] + 7;
     } else if (std::strcmp(argv[i], "--case") == 0) {
-      std::fprintf(stderr, "kdtree_gpu_tests: --case needs a grid point name, e.g. "
-                           "--case 'verify_attention[mla576/512,W=64,page=64,bf16,Hq=16,B=3]'\n");
+      std::fprintf(stderr,
+                   "kdtree_gpu_tests: --case needs a grid point name, e.g. "
+                   "--case 'verify_attention[mla576/512,W=64,page=64,bf16,Hq=16,B=3]'\n");
       return 2;
     } else {
       test_case_filter |= std::strncmp(argv[i], "-tc", 3) == 0 || std::strncmp(argv[i], "--test-case", 11) == 0;

@@ -104,7 +104,7 @@ TEST_CASE("kdtree-gen: warm - reuse - info and cache list/verify/clear") {
   const fs::path cache = tmp.path / "cache";
   const std::string dir = " --cache-dir '" + cache.string() + "'";
   const std::string warm =
-      "warm --arch sm_90 --heads gqa64 --widths 16 --pages 16 --dtypes bf16 --no-tree-ops -j 1" + dir;
+      "warm --arch sm_90 --heads gqa64 --widths 16 --pages 16 --dtypes bf16 --kv-dtypes as_q --no-tree-ops -j 1" + dir;
 
   ToolRun r = run_kdtree_gen(tmp.path, warm);
   INFO(r.out, r.err);
@@ -184,8 +184,9 @@ TEST_CASE("kdtree-gen: warm fails when a directory blocks an entry[a non-empty d
   TempDir tmp;
   const fs::path cache = tmp.path / "cache";
   const std::string label = "verify_attention[gqa64,W=16,page=16,bf16]";
-  const std::string warm = "warm --arch sm_90 --heads gqa64 --widths 16 --pages 16 --dtypes bf16 --no-tree-ops -j 1" +
-                           std::string(" --cache-dir '") + cache.string() + "'";
+  const std::string warm =
+      "warm --arch sm_90 --heads gqa64 --widths 16 --pages 16 --dtypes bf16 --kv-dtypes as_q --no-tree-ops -j 1" +
+      std::string(" --cache-dir '") + cache.string() + "'";
   ToolRun r = run_kdtree_gen(tmp.path, warm);
   INFO(r.out, r.err);
   REQUIRE(r.status == 0);
