@@ -25,7 +25,6 @@ struct Items {
 };
 
 // Head counts are run-time values; any consistent pair passes validation.
-// A kv dtype whose kernels are not generated yet fails here, up front.
 VerifySpec verify_spec(const std::string& head, int width, int page, kdtree_dtype dtype, kdtree_kv_dtype kv_dtype) {
   kdtree_verify_spec c{};
   parse_head_name(head, &c.head_dim_qk, &c.head_dim_v);

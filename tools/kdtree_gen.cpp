@@ -729,7 +729,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   list_option(warm_cmd->add_option("--kv-dtypes", warm.kv_dtypes,
                                    "verify_attention KV cache dtypes: as_q (the 16-bit dtype of q), e4m3 (fp8 "
-                                   "caches with k_scale/v_scale; in the default once its kernels are generated)"))
+                                   "caches with k_scale/v_scale); both by default"))
       ->check(check_kv_dtype)
       ->capture_default_str();
   warm_cmd->add_flag("--no-tree-ops", warm.no_tree_ops, "Only verify_attention kernels");

@@ -99,7 +99,7 @@ const char* kdtree_version(void);
  *  "kv_dtypes":["as_q","e4m3"],        verify_attention's caches (kdtree_kv_dtype) and kv_compact's rows
  *  "archs":["sm_80",...,"sm_121"],
  *  "default_grid":{...}}               what `kdtree-gen warm` compiles without grid options (heads, widths,
- *                                      page_sizes, dtypes, kv_dtypes; e4m3 once its kernels are generated)
+ *                                      page_sizes, dtypes, kv_dtypes)
  * The one list of these values; bindings read it instead of keeping their own. */
 const char* kdtree_supported_shapes_json(void);
 
