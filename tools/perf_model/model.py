@@ -51,7 +51,8 @@ def shape_flops_bytes(plan: dict) -> tuple[float, float]:
     mla = plan["head_qk"] == 576
     nodes = plan["nodes"] * plan["batch"]
     flops = 2.0 * nodes * plan["q_heads"] * plan["kv_len"] * (plan["head_qk"] + plan["head_v"])
-    kv = plan["batch"] * plan["kv_len"] * plan["kv_heads"] * (plan["head_qk"] + (0 if mla else plan["head_v"])) * 2
+    kvb = 1 if plan.get("kv_dtype") == "e4m3" else 2  # bytes a cached element
+    kv = plan["batch"] * plan["kv_len"] * plan["kv_heads"] * (plan["head_qk"] + (0 if mla else plan["head_v"])) * kvb
     qo = nodes * plan["q_heads"] * (plan["head_qk"] + plan["head_v"]) * 2
     return flops, float(kv + qo)
 
@@ -118,7 +119,7 @@ class Model:
         # together with one burst of stores; CTAs of other waves overlap theirs
         # with running CTAs.
         mla = plan["head_qk"] == 576
-        row_bytes = (plan["head_qk"] + (0 if mla else plan["head_v"])) * 2
+        row_bytes = (plan["head_qk"] + (0 if mla else plan["head_v"])) * (1 if plan.get("kv_dtype") == "e4m3" else 2)
         fill_bytes = plan["block_m"] * plan["head_qk"] * 2 + (plan["stages"] - 1) * plan["block_n"] * row_bytes
         store_bytes = plan["block_m"] * plan["head_v"] * (4 if plan["splits"] > 1 else 2)
         l2_bpc = r["l2_bytes_per_s"] / clk

@@ -32,6 +32,11 @@ from rates import rates_for  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def kv_elem_bytes(plan: dict) -> int:
+    """Bytes of a cached K/V element: 1 for e4m3 caches (verify_plan's "kv_dtype"), else 2."""
+    return 1 if plan.get("kv_dtype") == "e4m3" else 2
+
+
 def copies_per_thread(plan: dict) -> int:
     """16-byte cp.async copies per thread and KV tile (templates/verify_attention_common.cuh:
     ROW_LANES lanes per token row, 8, or 16 when a pass of 8-lane rows is taller than the
@@ -40,8 +45,11 @@ def copies_per_thread(plan: dict) -> int:
     row_lanes = 16 if threads // 8 > plan["block_n"] else 8
     rows_per_pass = threads // row_lanes
     passes = -(-plan["block_n"] // rows_per_pass)
-    chunks = plan["head_qk"] // 8 + (0 if plan["head_qk"] == 576 else plan["head_v"] // 8)
-    return passes * (-(-chunks // row_lanes))
+    kvb = kv_elem_bytes(plan)
+    k_chunks = plan["head_qk"] * kvb // 16
+    v_chunks = 0 if plan["head_qk"] == 576 else plan["head_v"] * kvb // 16
+    # K and V rows are copied by the same lanes, each its own loop (load_kv_tile).
+    return passes * (-(-k_chunks // row_lanes) + -(-v_chunks // row_lanes))
 
 
 def warp_roles(plan: dict) -> int:
@@ -50,7 +58,8 @@ def warp_roles(plan: dict) -> int:
 
 
 def load(arch: str, tiles: str | None, plan_tool: str, cache_dir: str | None, shape: str | None,
-         compile_arch: str | None = None, splits: int | None = None) -> list[tuple[dict, kernel_mod.Kernel]]:
+         compile_arch: str | None = None, splits: int | None = None,
+         kv_dtype: str | None = None) -> list[tuple[dict, kernel_mod.Kernel]]:
     env = dict(os.environ)
     env.pop("KDTREE_VERIFY_TILES", None)
     if tiles:
@@ -65,6 +74,8 @@ def load(arch: str, tiles: str | None, plan_tool: str, cache_dir: str | None, sh
             cmd += ["--compile-arch", compile_arch]
         if splits:
             cmd += ["--splits", str(splits)]
+        if kv_dtype:
+            cmd += ["--kv-dtype", kv_dtype]
         res = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if res.returncode != 0:
             raise SystemExit(f"perf_model: {' '.join(cmd)} failed:\n{res.stderr}")
@@ -132,7 +143,8 @@ def predictions(args, arch: str, tiles: str | None, compile_arch: str | None = N
     if args.clock_ghz:
         rates["clock_hz"] = args.clock_ghz * 1e9  # a measured clock (scripts/device_perf_model.sh samples it)
     model = Model(rates)
-    items = load(arch, tiles, args.plan_tool, args.cache_dir, args.shape, compile_arch, getattr(args, "splits", None))
+    items = load(arch, tiles, args.plan_tool, args.cache_dir, args.shape, compile_arch, getattr(args, "splits", None),
+                 getattr(args, "kv_dtype", None))
     return [(plan, k, model.predict(plan, k)) for plan, k in items]
 
 
@@ -274,6 +286,7 @@ def main() -> int:
     p.add_argument("--tiles")
     p.add_argument("--json")
     p.add_argument("--splits", type=int, help="what-if: force the KV split count")
+    p.add_argument("--kv-dtype", choices=["as_q", "e4m3"], help="the KV caches' dtype (default as_q: 16-bit)")
     p.add_argument("--compile-arch", help="what-if: --arch's tiles and plan, compiled for and run on this arch "
                                           "(shared-memory limits of --arch)")
     v = sub.add_parser("validate")
