@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from . import checks, data, train
 from .model import Config, Drafter
@@ -67,28 +65,7 @@ class HFTarget(nn.Module):
 
 
 def _train_target(model, st, train_bytes, device, log):
-    opt = torch.optim.AdamW(model.parameters(), lr=st.lr, betas=(0.9, 0.95), weight_decay=0.05)
-    gen = torch.Generator().manual_seed(st.seed)
-    wrapped = HFTarget(model).train()
-    t0, steps = time.time(), 0
-    for step in range(st.target_steps):
-        if time.time() - t0 > st.time_cap_s * 0.6:
-            log(f"  target: time cap reached after {step} of {st.target_steps} steps")
-            break
-        for g in opt.param_groups:
-            g["lr"] = train._lr(step, st.target_steps, st.lr)
-        x = data.random_windows(train_bytes, st.batch, st.seq + 1, gen).to(device)
-        with train._autocast(device):
-            logits, _, _ = wrapped(x[:, :-1])
-        loss = F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        steps = step + 1
-        if step % max(1, st.target_steps // 4) == 0 or step == st.target_steps - 1:
-            log(f"  target step {step:4d}  loss {loss.item() / math.log(2):.3f} bits/byte  {time.time() - t0:.0f}s")
-    return steps
+    return train.fit_target(HFTarget(model).train(), model.parameters(), st, train_bytes, device, log, log_every=4)
 
 
 def get_models(preset, device="cpu", log=print, use_cache=True):

@@ -69,7 +69,14 @@ def _autocast(device):
 def train_target(cfg, st, train_bytes, device, log):
     torch.manual_seed(st.seed)
     model = Target(cfg).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=st.lr, betas=(0.9, 0.95), weight_decay=0.05, fused=device.type == "cuda")
+    steps = fit_target(model, model.parameters(), st, train_bytes, device, log, fused=device.type == "cuda")
+    return model.eval(), steps
+
+
+def fit_target(model, params, st, train_bytes, device, log, fused=False, log_every=10):
+    """Next-byte training of `model` (tokens [B, T] -> (logits, hidden, _)) on random windows of the corpus,
+    cosine learning rate, under st's step count and time cap; logs log_every times. Returns the steps run."""
+    opt = torch.optim.AdamW(params, lr=st.lr, betas=(0.9, 0.95), weight_decay=0.05, fused=fused)
     gen = torch.Generator().manual_seed(st.seed)
     t0 = time.time()
     steps = 0
@@ -88,9 +95,9 @@ def train_target(cfg, st, train_bytes, device, log):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         steps = step + 1
-        if step % max(1, st.target_steps // 10) == 0 or step == st.target_steps - 1:
+        if step % max(1, st.target_steps // log_every) == 0 or step == st.target_steps - 1:
             log(f"  target step {step:4d}  loss {loss.item() / math.log(2):.3f} bits/byte  {time.time() - t0:.0f}s")
-    return model.eval(), steps
+    return steps
 
 
 def drafter_batch(target, x, D, device):
