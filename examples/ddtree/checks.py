@@ -35,25 +35,36 @@ def greedy_equality(models, ops, prompts, *, max_new, budget, top_k, page_size=6
                     kv_scale=kv_scale)
         runs[mode] = e.generate(prompts)
     ar, sp = runs["ar"], runs["spec"]
-    noise = 0.0
-    reqs = []
-    for b in range(B):
-        a, s = ar.tokens[b], sp.tokens[b]
-        first = next((i for i in range(max_new) if a[i] != s[i]), None)
-        agree = max_new if first is None else first
-        for i in range(agree):
-            noise = max(noise, abs(ar.margins[b][i] - sp.margins[b][i]))
-        reqs.append({"request": b, "prompt_len": len(prompts[b]), "equal": first is None, "first_divergence": first,
-                     "ar_margin": None if first is None else ar.margins[b][first],
-                     "spec_margin": None if first is None else sp.margins[b][first]})
+    report = near_tie_report(ar.tokens, ar.margins, sp, max_new, "ar_margin", [len(p) for p in prompts])
+    report.update(ar_tokens=ar.tokens, spec_tokens=sp.tokens)
+    return report
+
+
+def near_tie_report(ref_tokens, ref_margins, sp, max_new, margin_key, prompt_lens=None):
+    """The near-tie rule over a reference decoding (tokens and top-2 margins per request) and a speculative
+    one (`sp`, with margins): every divergence must sit where the reference's top-2 margin (`margin_key` in
+    each request's row) is within the numeric noise, the largest |margin difference| over the positions
+    where both agree."""
+    noise, reqs = 0.0, []
+    for b, (toks, margins) in enumerate(zip(ref_tokens, ref_margins)):
+        s = sp.tokens[b]
+        first = next((i for i in range(max_new) if toks[i] != s[i]), None)
+        for i in range(max_new if first is None else first):
+            noise = max(noise, abs(margins[i] - sp.margins[b][i]))
+        row = {"request": b}
+        if prompt_lens is not None:
+            row["prompt_len"] = prompt_lens[b]
+        row.update({"equal": first is None, "first_divergence": first,
+                    margin_key: None if first is None else margins[first],
+                    "spec_margin": None if first is None else sp.margins[b][first]})
+        reqs.append(row)
     for r in reqs:
-        r["near_tie"] = None if r["equal"] else r["ar_margin"] <= noise
+        r["near_tie"] = None if r["equal"] else r[margin_key] <= noise
     acc = [x for row in sp.accept_lens for x in row if x >= 0]
     return {"requests": reqs, "numeric_margin_noise": noise, "equal": sum(r["equal"] for r in reqs),
             "near_tie_divergences": sum(1 for r in reqs if r["near_tie"]),
             "other_divergences": sum(1 for r in reqs if r["near_tie"] is False),
-            "mean_tokens_per_step": sum(a + 1 for a in acc) / max(1, len(acc)),
-            "ar_tokens": ar.tokens, "spec_tokens": sp.tokens}
+            "mean_tokens_per_step": sum(a + 1 for a in acc) / max(1, len(acc))}
 
 
 def tv_distance(x, y, support):

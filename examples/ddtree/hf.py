@@ -141,22 +141,9 @@ def greedy_vs_generate(model, dec, prompt_list, *, max_new):
     positions where both agree)."""
     ref = [hf_generate(model, p, max_new) for p in prompt_list]
     sp = dec.generate(prompt_list, max_new, record_margins=True)
-    noise, reqs = 0.0, []
-    for b, (toks, margins) in enumerate(ref):
-        s = sp.tokens[b]
-        first = next((i for i in range(max_new) if toks[i] != s[i]), None)
-        for i in range(max_new if first is None else first):
-            noise = max(noise, abs(margins[i] - sp.margins[b][i]))
-        reqs.append({"request": b, "equal": first is None, "first_divergence": first,
-                     "ref_margin": None if first is None else margins[first],
-                     "spec_margin": None if first is None else sp.margins[b][first]})
-    for r in reqs:
-        r["near_tie"] = None if r["equal"] else r["ref_margin"] <= noise
-    acc = [a for row in sp.accept_lens for a in row if a >= 0]
-    return {"requests": reqs, "numeric_margin_noise": noise, "equal": sum(r["equal"] for r in reqs),
-            "near_tie_divergences": sum(1 for r in reqs if r["near_tie"]),
-            "other_divergences": sum(1 for r in reqs if r["near_tie"] is False),
-            "mean_tokens_per_step": sum(a + 1 for a in acc) / max(1, len(acc)), "spec_tokens": sp.tokens}
+    report = checks.near_tie_report([t for t, _ in ref], [m for _, m in ref], sp, max_new, "ref_margin")
+    report["spec_tokens"] = sp.tokens
+    return report
 
 
 def sampling_tv(dec, prompt, *, n_samples, n_tokens=3, chunk=1024, alpha=1e-3, rounds=2000):
