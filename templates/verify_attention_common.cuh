@@ -40,14 +40,12 @@ constexpr int KV_V_CHUNKS = HEAD_DIM_V * KV_ELEM_BYTES / 16;
 __host__ __device__ constexpr int kv_row_stride(int chunks) { return chunks > 8 ? (chunks + 7) / 8 * 8 : chunks; }
 constexpr int KV_K_ROW_CHUNKS = kv_row_stride(KV_K_CHUNKS);
 constexpr int KV_V_ROW_CHUNKS = kv_row_stride(KV_V_CHUNKS);
-constexpr int K_TILE_ELEMS = BLOCK_N * HEAD_DIM;
-constexpr int V_TILE_ELEMS = IS_MLA ? 0 : BLOCK_N * HEAD_DIM_V;
 constexpr kd_u32 KV_K_TILE_BYTES = BLOCK_N * KV_K_ROW_CHUNKS * 16;
 constexpr kd_u32 KV_V_TILE_BYTES = IS_MLA ? 0 : BLOCK_N * KV_V_ROW_CHUNKS * 16;
 static_assert(BLOCK_M == WARPS_M * WARP_ROWS && WARP_ROWS % 16 == 0, "a warp row owns WARP_ROWS rows");
 static_assert(IS_MLA || HEAD_DIM_V == HEAD_DIM, "GQA: V rows as wide as K rows");
 static_assert(QK_CHUNKS % 8 == 0 && (IS_MLA || V_CHUNKS % 8 == 0), "rows swizzle in groups of 8 chunks");
-static_assert(KV_FP8 || (KV_K_ROW_CHUNKS == QK_CHUNKS && KV_K_TILE_BYTES == K_TILE_ELEMS * 2), "16-bit rows unpadded");
+static_assert(KV_FP8 || (KV_K_ROW_CHUNKS == QK_CHUNKS && KV_K_TILE_BYTES == BLOCK_N * HEAD_DIM * 2), "16-bit rows unpadded");
 // A K/V row of whole swizzle groups, or one row of at most 8 chunks (unswizzled).
 template <int CHUNKS>
 static __device__ __forceinline__ int kv_chunk(int row, int chunk) {
