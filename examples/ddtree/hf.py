@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import asdict
 
@@ -104,13 +103,7 @@ def get_models(preset, device="cpu", log=print, use_cache=True):
     info = {"train_seconds": round(time.time() - t0, 1), "target_steps": t_steps, "drafter_steps": d_steps}
     log(f"trained in {info['train_seconds']} s")
     if use_cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            torch.save({"target": model.state_dict(), "drafter": drafter.state_dict(), "info": info}, tmp)
-            os.replace(tmp, path)
-        except OSError as e:
-            log(f"warning: could not cache the weights ({e})")
+        train.save_weights(path, model, drafter, info, log)
     return model, drafter, dcfg, info
 
 

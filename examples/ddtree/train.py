@@ -206,15 +206,21 @@ def get_models(preset="h200", device="cuda", log=print, use_cache=True, cfg=None
     info.update(evaluate(cfg, target, drafter, held, device, seq=st.seq - cfg.draft_depth - 1))
     log(f"trained in {info['train_seconds']} s: {json.dumps({k: info[k] for k in ('target_bits_per_byte', 'target_mean_top1_prob', 'drafter_top1_acc_by_depth', 'drafter_top1_agrees_with_target_by_depth')})}")
     if use_cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            torch.save({"target": target.state_dict(), "drafter": drafter.state_dict(), "info": info}, tmp)
-            os.replace(tmp, path)
-            log(f"weights cached at {path}")
-        except OSError as e:
-            log(f"warning: could not cache the weights ({e})")
+        save_weights(path, target, drafter, info, log)
     return target, drafter, cfg, info
+
+
+def save_weights(path, target, drafter, info, log):
+    """Stores the trained weights atomically (a private temporary file, then a rename); a failure is a warning:
+    the models are still returned, only not cached."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        torch.save({"target": target.state_dict(), "drafter": drafter.state_dict(), "info": info}, tmp)
+        os.replace(tmp, path)
+        log(f"weights cached at {path}")
+    except OSError as e:
+        log(f"warning: could not cache the weights ({e})")
 
 
 def corpus_prompts(preset, lengths, seed=99, settings=None):
