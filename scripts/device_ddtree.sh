@@ -15,16 +15,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 OUT=${OUT:-/tmp/kdtree-ddtree-out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-# The cubin cache scripts/device_python.sh uses (kernels it compiled are reused), seeded from .carry/cache;
-# the trained weights go to $KDTREE_CACHE_DIR/ddtree (unless KDTREE_DDTREE_CACHE says otherwise).
-export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-py-cache}
-export KDTREE_DDTREE_TRAIN=1
-mkdir -p "$KDTREE_CACHE_DIR"
-[[ -d $root/.carry/cache ]] && cp -rn "$root/.carry/cache/." "$KDTREE_CACHE_DIR/" 2>/dev/null
-
-# kdtree: already importable, else the wheel device_python.sh installed into /tmp/site, else the
-# carried wheel (.whl/kdtree-*.whl) installed the same way.
+# kdtree importable, the shared cubin cache and its trained weights (unless KDTREE_DDTREE_CACHE says
+# otherwise): scripts/kdtree_wheel.sh.
 source "$root/scripts/kdtree_wheel.sh"
 if ! python3 -c "import kdtree, torch; assert torch.cuda.is_available(), 'no CUDA device'"; then
   echo "device_ddtree: needs torch with a CUDA device and the kdtree package (run scripts/device_python.sh first)" >&2

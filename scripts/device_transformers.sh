@@ -17,12 +17,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 OUT=${OUT:-/tmp/kdtree-transformers-out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-py-cache}
-export KDTREE_DDTREE_TRAIN=1
-mkdir -p "$KDTREE_CACHE_DIR"
-[[ -d $root/.carry/cache ]] && cp -rn "$root/.carry/cache/." "$KDTREE_CACHE_DIR/" 2>/dev/null
-source "$root/scripts/kdtree_wheel.sh"
+source "$root/scripts/kdtree_wheel.sh"  # kdtree importable, the shared cubin cache, training allowed
 if ! python3 -c "import kdtree, transformers, torch; assert torch.cuda.is_available(), 'no CUDA device'; print('transformers', transformers.__version__, 'torch', torch.__version__)"; then
   echo "device_transformers: needs torch with a CUDA device, transformers 5.x and kdtree" >&2
   exit 2
