@@ -30,6 +30,10 @@ constexpr KnownArch kKnownArches[] = {
 
 }  // namespace
 
+bool has_e4m3_mma(const Arch& arch) { return arch.sm >= 89; }
+
+bool has_block_scaled_e4m3_mma(const Arch& arch) { return arch.sm == 120 || arch.sm == 121; }
+
 std::vector<int> supported_sms() {
   std::vector<int> sms;
   for (const KnownArch& k : kKnownArches) sms.push_back(k.sm);

@@ -23,6 +23,13 @@ struct Arch {
 // split planner use.
 int ctas_per_sm(const Arch& arch, int dynamic_smem, int threads);
 
+// e4m3 tensor-core MMAs (mma.sync m16n8k32 e4m3): sm_89 and newer. On sm_89/sm_90
+// ptxas converts them to f16 MMAs; sm_100 and newer run them natively.
+bool has_e4m3_mma(const Arch& arch);
+// The block-scaled kind::mxf8f6f4 e4m3 MMA at twice the bf16 rate: sm_120/sm_121,
+// compiled for the arch-specific target (sm_120a, sm_121a).
+bool has_block_scaled_e4m3_mma(const Arch& arch);
+
 // Limits of a supported arch (no device needed). Throws UNSUPPORTED, listing the
 // supported arches, for any other value (below sm_80, or unknown like sm_999).
 Arch arch_from_sm(int sm);

@@ -29,6 +29,9 @@ struct KernelSource {
   std::vector<std::pair<std::string, std::string>> headers;
   std::vector<std::string> entry_points;  // extern "C" __global__ names
   std::vector<std::string> options;       // NVRTC options except the arch
+  // Compiled for the arch-specific target (sm_120a): instructions of exactly that
+  // arch (the block-scaled e4m3 MMA); the cubin loads on that compute capability only.
+  bool arch_specific = false;
   LaunchFacts launch;
 };
 

@@ -120,12 +120,12 @@ bool parse_kernel_name(const std::string& name, VerifyKernel* kernel) {
 }
 
 std::string VerifyTiles::str() const {
-  return fmt::format("kernel={},block_m={},block_n={},warps={},stages={},warp_rows={}", kernel_name(kernel), block_m,
-                     block_n, warps, stages, warp_rows);
+  return fmt::format("kernel={},block_m={},block_n={},warps={},stages={},warp_rows={}{}", kernel_name(kernel), block_m,
+                     block_n, warps, stages, warp_rows, mma_e4m3 ? ",mma=e4m3" : "");
 }
 
 std::string FlashSmemLayout::str() const {
-  return fmt::format("q={},k={},v={},p={},red={},bytes={}", q, k, v, p, red, bytes);
+  return fmt::format("q={},q_scale={},k={},v={},p={},red={},bytes={}", q, q_scale, k, v, p, red, bytes);
 }
 
 std::string QsplitSmemLayout::str() const {
@@ -154,10 +154,14 @@ int v_tile_bytes(const VerifySpec& spec, const VerifyTiles& t) {
 FlashSmemLayout flash_smem_layout(const VerifySpec& spec, const VerifyTiles& t) {
   FlashSmemLayout l;
   l.q = 0;
-  l.k = t.block_m * spec.head_dim_qk * 2;
+  // The e4m3 MMA path stages Q as e4m3 codes in rows like the cache's, with a scale per row.
+  const int q_row_bytes = t.mma_e4m3 ? kv_row_chunks(spec, spec.head_dim_qk) * 16 : spec.head_dim_qk * 2;
+  l.q_scale = t.block_m * q_row_bytes;
+  l.k = l.q_scale + (t.mma_e4m3 ? t.block_m * 4 : 0);
   l.v = l.k + t.stages * k_tile_bytes(spec, t);
   l.p = l.v + t.stages * v_tile_bytes(spec, t);
-  l.red = l.p + (t.warps_n() > 1 ? t.block_m * t.block_n * 2 : 0);  // P only when a row spans warps
+  const int p_elem_bytes = t.mma_e4m3 ? 1 : 2;
+  l.red = l.p + (t.warps_n() > 1 ? t.block_m * t.block_n * p_elem_bytes : 0);  // P only when a row spans warps
   l.bytes = l.red + t.warps_n() * t.block_m * 4;
   return l;
 }
@@ -187,7 +191,7 @@ int verify_smem_bytes(const VerifySpec& spec, const VerifyTiles& tiles) {
 
 namespace {
 
-constexpr const char* kTileKeys[] = {"kernel", "block_m", "block_n", "warps", "stages", "warp_rows"};
+constexpr const char* kTileKeys[] = {"kernel", "block_m", "block_n", "warps", "stages", "warp_rows", "mma"};
 
 // One integer value of KDTREE_VERIFY_TILES: decimal digits only, in [lo, hi].
 int tiles_int(const std::string& text, const std::string& key, const std::string& value, int lo, int hi) {
@@ -237,6 +241,12 @@ void check_tiles(const VerifyTiles& t, const VerifySpec& spec, const Arch& arch,
   if (spec.head_dim_v % (64 * warps_n)) {
     bad(fmt::format("{} column warps do not divide head_dim_v {} into multiples of 64", warps_n, spec.head_dim_v));
   }
+  if (t.mma_e4m3) {
+    if (!spec.kv_fp8()) bad("mma=e4m3 reads e4m3 caches: kv_dtype is not e4m3 (16-bit caches take mma=16bit)");
+    if (t.kernel != VerifyKernel::flash) bad("mma=e4m3 is a flash kernel path (kernel=flash)");
+    if (t.block_n % 32) bad("mma=e4m3 steps 32 tokens: block_n must be a multiple of 32");
+    if (arch.sm < 89) bad(fmt::format("mma=e4m3 needs e4m3 tensor cores (sm_89 and newer), not {}", arch.name()));
+  }
   switch (t.kernel) {
     case VerifyKernel::flash:
       if (t.block_n % 16 || t.block_n % (8 * warps_n)) {
@@ -268,7 +278,7 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
   if (text.find('=') == std::string::npos) {
     bad(
         fmt::format("the positional form is gone: write key=value pairs, e.g. {} (keys kernel, block_m, block_n, "
-                    "warps, stages, warp_rows)",
+                    "warps, stages, warp_rows, mma)",
                     positional_to_keys(fields)));
   }
   VerifyTiles t = choose_verify_tiles(spec, arch);  // keys left out keep the generator's choice
@@ -291,8 +301,11 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
       t.stages = tiles_int(text, key, value, 2, 8);
     } else if (key == "warp_rows") {
       t.warp_rows = tiles_int(text, key, value, 16, 32);
+    } else if (key == "mma") {
+      if (value != "16bit" && value != "e4m3") bad(fmt::format("mma '{}' must be 16bit or e4m3", value));
+      t.mma_e4m3 = value == "e4m3";
     } else {
-      bad(fmt::format("unknown key '{}' (keys: kernel, block_m, block_n, warps, stages, warp_rows)", key));
+      bad(fmt::format("unknown key '{}' (keys: kernel, block_m, block_n, warps, stages, warp_rows, mma)", key));
     }
   }
   check_tiles(t, spec, arch, bad);
@@ -304,6 +317,8 @@ VerifyTiles verify_tiles(const VerifySpec& spec, const Arch& arch) {
   if (env && *env) return parse_verify_tiles(env, spec, arch);
   return choose_verify_tiles(spec, arch);
 }
+
+bool prefers_e4m3_mma(const Arch& arch) { return has_e4m3_mma(arch) && arch.sm >= 100; }
 
 VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   // Candidates in order of preference; the first that fits the arch's shared memory wins.
@@ -340,6 +355,19 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
                   {flash, 64, 32, 4, 3, 16},
                   {flash, 64, 32, 4, 2, 16}};
   }
+  // e4m3 caches where the tensor cores take e4m3 natively (sm_100 and newer; on
+  // sm_120 at twice the bf16 rate): Q and P quantised, QK and PV on e4m3 MMAs,
+  // tried first with the flash candidates that step 32 tokens. Its e4m3 Q tile
+  // fits MLA's flash kernel in sm_120's 99 KB.
+  if (spec.kv_fp8() && prefers_e4m3_mma(arch)) {
+    std::vector<VerifyTiles> e4m3;
+    for (VerifyTiles c : candidates) {
+      if (c.kernel != flash || c.block_n % 32) continue;
+      c.mma_e4m3 = true;
+      e4m3.push_back(c);
+    }
+    candidates.insert(candidates.begin(), e4m3.begin(), e4m3.end());
+  }
   for (const VerifyTiles& c : candidates) {
     const int bytes = verify_smem_bytes(spec, c);
     if (bytes > arch.max_smem_per_block) continue;
@@ -367,7 +395,13 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
   // The mma.sync families serve every supported arch; the arch shows in the tiles
   // (choose_verify_tiles). An arch-specific family (sm_90a wgmma) is a VerifyKernel
   // value with its own template, layout and options, dispatched here.
-  (void)arch;
+  // The e4m3 MMA path: the block-scaled (double-rate) form where the arch has it,
+  // compiled for the arch-specific target; the one difference in the source.
+  const bool block_scaled = tiles.mma_e4m3 && has_block_scaled_e4m3_mma(arch);
+  if (tiles.mma_e4m3 && (!spec.kv_fp8() || tiles.kernel != VerifyKernel::flash)) {
+    fail(KDTREE_ERROR_INTERNAL,
+         fmt::format("{}: mma=e4m3 tiles for a spec or family without it ({})", spec.label(), tiles.str()));
+  }
   // The combine kernel: a row is head_dim_v / 4 threads (four columns each, 16-byte
   // loads), at most kCombineThreads; a CTA takes as many rows as fit.
   constexpr int kCombineThreads = 128;
@@ -380,6 +414,8 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       {"IS_MLA", spec.mla() ? "true" : "false"},
       {"IS_BF16", spec.dtype == KDTREE_DTYPE_BF16 ? "true" : "false"},
       {"KV_FP8", spec.kv_fp8() ? "true" : "false"},
+      {"MMA_E4M3", tiles.mma_e4m3 ? "true" : "false"},
+      {"MMA_BLOCK_SCALED", block_scaled ? "true" : "false"},
       {"BLOCK_M", std::to_string(tiles.block_m)},
       {"BLOCK_N", std::to_string(tiles.block_n)},
       {"WARPS_M", std::to_string(tiles.warps_m())},
@@ -403,6 +439,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
     case VerifyKernel::flash: {
       const FlashSmemLayout smem = flash_smem_layout(spec, tiles);
       kernel_template = "verify_attention";
+      params["SMEM_Q_SCALE"] = std::to_string(smem.q_scale);
       params["SMEM_K"] = std::to_string(smem.k);
       params["SMEM_V"] = std::to_string(smem.v);
       params["SMEM_P"] = std::to_string(smem.p);
@@ -427,6 +464,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
     }
   }
   set_template_source(src, kernel_template, params, headers);
+  src.arch_specific = block_scaled;
   src.launch.kernel = tiles.str();
   src.launch.threads = tiles.warps * 32;
   src.launch.block_m = tiles.block_m;

@@ -66,21 +66,27 @@ struct VerifyTiles {
   int warps = 4;       // warps per CTA: warps_m() warp rows x warps_n() column warps
   int stages = 2;      // cp.async pipeline depth
   int warp_rows = 16;  // rows per warp (16 or 32): 32 halves the B-operand loads per mma
+  // e4m3 caches, flash: QK and PV on e4m3 MMAs with Q and P quantised to e4m3
+  // ("mma=e4m3"; sm_89 and newer), instead of dequantising K and V to q's type
+  // ("mma=16bit", the only form for 16-bit caches).
+  bool mma_e4m3 = false;
 
   int warps_m() const { return block_m / warp_rows; }  // warp rows
   int warps_n() const { return warps / warps_m(); }    // column warps per warp row
-  // "kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32": the
-  // KDTREE_VERIFY_TILES spelling, used in logs, bench output and tools.
+  // "kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32" (and
+  // ",mma=e4m3" on the e4m3 MMA path): the KDTREE_VERIFY_TILES spelling, used in
+  // logs, bench output and tools.
   std::string str() const;
 };
 
 // The dynamic shared memory of one CTA of each family, in byte offsets. The
 // template places its buffers at these offsets (the generator passes them as
 // KD_SMEM_*); the launch asks for `bytes`. str() prints "name=offset,...,bytes=N".
-// flash: Q | K stages | V stages (GQA) | P (column warps > 1) | the row exchange
-// ([warps_n][block_m] floats).
+// flash: Q | Q's row scales (e4m3 MMA: [block_m] floats) | K stages | V stages
+// (GQA) | P (column warps > 1) | the row exchange ([warps_n][block_m] floats).
+// On the e4m3 MMA path Q and P hold e4m3 codes.
 struct FlashSmemLayout {
-  int q = 0, k = 0, v = 0, p = 0, red = 0;
+  int q = 0, q_scale = 0, k = 0, v = 0, p = 0, red = 0;
   int bytes = 0;
   std::string str() const;
 };
@@ -98,18 +104,23 @@ QsplitSmemLayout qsplit_smem_layout(const VerifySpec& spec, const VerifyTiles& t
 // The bytes of the layout of tiles.kernel.
 int verify_smem_bytes(const VerifySpec& spec, const VerifyTiles& tiles);
 
+// Whether the generator's tiles for e4m3 caches on `arch` use the e4m3 MMA path
+// (mma=e4m3) rather than dequantising K and V.
+bool prefers_e4m3_mma(const Arch& arch);
+
 // The generator's choice for an arch: the first candidate (in order of
 // preference) whose shared memory fits. Pure: no environment is read.
 VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch);
 
 // The tuning override KDTREE_VERIFY_TILES="key=value,..." with the keys of
-// VerifyTiles::str() (kernel, block_m, block_n, warps, stages, warp_rows), each at
+// VerifyTiles::str() (kernel, block_m, block_n, warps, stages, warp_rows, mma), each at
 // most once; a key left out keeps the generator's choice for the spec and arch
 // (choose_verify_tiles). Ranges: kernel flash or qsplit; block_m 16..256, a multiple
 // of warp_rows; block_n 16..256, a multiple of 16 (flash: and of 8 x the column
 // warps); warps 1..32, a multiple of block_m / warp_rows; stages 2..8; warp_rows 16
 // or 32; head_dim_v a multiple of 64 x the column warps; qsplit is MLA only, with
-// block_n 16 and warp_rows = 8 x the column warps. The tiles must fit the arch's
+// block_n 16 and warp_rows = 8 x the column warps; mma 16bit or e4m3 (e4m3 caches,
+// flash, block_n a multiple of 32, sm_89 and newer). The tiles must fit the arch's
 // shared memory. Throws KDTREE_ERROR_INVALID_ARGUMENT naming KDTREE_VERIFY_TILES
 // and the key otherwise; the old positional form ("64,16,8,4,32,qsplit") is refused
 // with its key=value spelling.

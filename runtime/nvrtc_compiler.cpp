@@ -47,7 +47,7 @@ std::string write_failed_source(const codegen::KernelSource& source, const codeg
 
 std::vector<std::string> nvrtc_options(const codegen::KernelSource& source, const codegen::Arch& arch) {
   std::vector<std::string> options = {
-      "--gpu-architecture=" + arch.name(), "-std=c++17",
+      "--gpu-architecture=" + arch.name() + (source.arch_specific ? "a" : ""), "-std=c++17",
       "--ptxas-options=-v",  // the resource report: registers, shared memory, spills
   };
   options.insert(options.end(), source.options.begin(), source.options.end());

@@ -56,4 +56,61 @@ static __device__ __forceinline__ kd_u32 kd_e4m3x2_to_16(kd_u32 x) {
   return r;
 }
 
+// ---- The e4m3 MMA path (MMA_E4M3): Q and P quantised to e4m3, QK and PV on
+// m16n8k32 e4m3 tensor-core instructions with fp32 accumulation. Fragments are
+// bytes: A (16 x 32) lane (g, t) holds k = 4t .. 4t+3 of rows g (a0), g+8 (a1)
+// and k = 16+4t .. 19+4t of the same rows (a2, a3); B (32 x 8) k = 4t .. 4t+3
+// (b0) and 16+4t .. 19+4t (b1) of column g; C as m16n8k16's.
+//  - Q K^T: a non-transposing ldmatrix of 8 rows x 16 bytes gives lane (g, t)
+//    bytes 4t .. 4t+3 of row g: exactly a0/a1 (Q rows) or b0/b1 (K tokens) of one
+//    16-dim half of a k32 step, in order.
+//  - P V: the transposing ldmatrix of tokens 8i .. 8i+7 x 16 bytes gives lane
+//    (g, t) dims 2g, 2g+1 of tokens 8i+2t, 8i+2t+1 (r_i). One byte permute of r0
+//    and r1 makes b0 of the even dims' n8 tile (dims 2g of the 16-dim block), one
+//    more the odd dims' (2g+1), as in the dequantising path; b1 from r2, r3. So
+//    k slots 4t .. 4t+3 of a 16-token half are tokens 2t, 2t+1, 8+2t, 9+2t, and P's
+//    A fragment takes the same tokens: lane (g, t)'s own S columns 2t, 2t+1 of two
+//    n8 tiles (kd_e4m3x4_pack), no exchange between lanes.
+
+// e4m3 codes of four floats, a in the low byte (round to nearest even, saturating
+// to +-448: P <= 2^LAZY_MAX_LOG2 and the quantised Q fit without it).
+static __device__ __forceinline__ kd_u32 kd_e4m3x4_pack(float a, float b, float c, float d) {
+  kd_u32 lo, hi;
+  asm("{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, %2, %1; cvt.u32.u16 %0, t; }" : "=r"(lo) : "f"(a), "f"(b));
+  asm("{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, %2, %1; cvt.u32.u16 %0, t; }" : "=r"(hi) : "f"(c), "f"(d));
+  return lo | (hi << 16);
+}
+
+// e4m3 codes of two floats as 16 bits, a in the low byte.
+static __device__ __forceinline__ kd_u16 kd_e4m3x2_pack(float a, float b) {
+  kd_u16 r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;\n" : "=h"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+// Bytes 0, 2 of x then of y (the even dims of two transposed 8-token blocks), and
+// bytes 1, 3 (the odd dims).
+constexpr kd_u32 E4M3_EVEN_OF_PAIR = 0x6420u, E4M3_ODD_OF_PAIR = 0x7531u;
+
+// D += A(16x32 e4m3, row) * B(32x8 e4m3, col), fp32 accumulate: the one MMA
+// wrapper of the e4m3 path. BLOCK_SCALED (sm_120a): the block-scaled
+// kind::mxf8f6f4 form with unit ue8m0 scales (2^0 = 0x7f), the double-rate
+// QMMA.SF; otherwise the plain form (sm_89+: QMMA on sm_120, converted to f16
+// HMMAs on sm_89/sm_90).
+template <bool BLOCK_SCALED>
+static __device__ __forceinline__ void kd_mma_e4m3(float (&d)[4], const kd_u32 (&a)[4], kd_u32 b0, kd_u32 b1) {
+  if constexpr (BLOCK_SCALED) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32.e4m3.e4m3.f32.ue8m0 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3}, %10, {%11,%11}, %10, {%11,%11};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0x7f7f7f7fu), "h"((unsigned short)0));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
 #endif  // KDTREE_KV_FP8_CUH

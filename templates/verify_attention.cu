@@ -20,6 +20,7 @@ constexpr int SMEM_K = KD_SMEM_K;
 constexpr int SMEM_V = KD_SMEM_V;
 constexpr int SMEM_P = KD_SMEM_P;
 constexpr int SMEM_RED = KD_SMEM_RED;
+constexpr int SMEM_Q_SCALE = KD_SMEM_Q_SCALE;
 
 constexpr int P_CHUNKS = BLOCK_N / 8;
 constexpr int S_TILES = BLOCK_N / WARPS_N / 8;      // n8 tiles of S per warp
@@ -41,30 +42,45 @@ struct QkFrags {
   kd_u32 b_odd[2];  // the last column tile when S_TILES is odd
 };
 
+// QC, KC: the Q and K rows' strides in 16-byte chunks. A step is 32 bytes of the
+// rows: k16 of 16-bit values, or k32 of e4m3 codes on the e4m3 MMA path, whose
+// fragments load the same way (kv_fp8.cuh).
+template <int QC, int KC>
 static __device__ __forceinline__ void load_qk_frags(QkFrags& f, int k, kd_u32 sq_addr, kd_u32 tk_addr,
-                                                     const LaneRow<QK_CHUNKS>& q_lane,
-                                                     const LaneRow<QK_CHUNKS>& k_lane) {
+                                                     const LaneRow<QC>& q_lane, const LaneRow<KC>& k_lane) {
 #pragma unroll
-  for (int mf = 0; mf < MF; ++mf) kd_ldmatrix_x4(f.a[mf], sq_addr + q_lane.at(k / 4, k % 4) + mf * 16 * QK_CHUNKS * 16);
+  for (int mf = 0; mf < MF; ++mf) kd_ldmatrix_x4(f.a[mf], sq_addr + q_lane.at(k / 4, k % 4) + mf * 16 * QC * 16);
   const kd_u32 kb = tk_addr + k_lane.at(k / 4, k % 4);
 #pragma unroll
-  for (int jp = 0; jp < S_PAIRS; ++jp) kd_ldmatrix_x4(f.b[jp], kb + jp * 16 * QK_CHUNKS * 16);
+  for (int jp = 0; jp < S_PAIRS; ++jp) kd_ldmatrix_x4(f.b[jp], kb + jp * 16 * KC * 16);
   // Lanes 0-15 give the addresses of an x2 load: rows (S_TILES - 1) * 8 + lane % 8.
-  if (S_TILES % 2) kd_ldmatrix_x2(f.b_odd, kb + (S_TILES - 1) * 8 * QK_CHUNKS * 16);
+  if (S_TILES % 2) kd_ldmatrix_x2(f.b_odd, kb + (S_TILES - 1) * 8 * KC * 16);
 }
 
+// The tensor-core step of both products: m16n8k16 on q's 16-bit type, or m16n8k32
+// on e4m3 codes (E4M3).
+template <bool E4M3>
+static __device__ __forceinline__ void mma_step(float (&d)[4], const kd_u32 (&a)[4], kd_u32 b0, kd_u32 b1) {
+  if constexpr (E4M3) {
+    kd_mma_e4m3<MMA_BLOCK_SCALED>(d, a, b0, b1);
+  } else {
+    kd_mma16816<IS_BF16>(d, a, b0, b1);
+  }
+}
+
+template <bool E4M3>
 static __device__ __forceinline__ void qk_mma(float (&s)[MF][S_TILES][4], const QkFrags& f) {
 #pragma unroll
   for (int jp = 0; jp < S_PAIRS; ++jp) {
 #pragma unroll
     for (int mf = 0; mf < MF; ++mf) {
-      kd_mma16816<IS_BF16>(s[mf][2 * jp], f.a[mf], f.b[jp][0], f.b[jp][1]);
-      kd_mma16816<IS_BF16>(s[mf][2 * jp + 1], f.a[mf], f.b[jp][2], f.b[jp][3]);
+      mma_step<E4M3>(s[mf][2 * jp], f.a[mf], f.b[jp][0], f.b[jp][1]);
+      mma_step<E4M3>(s[mf][2 * jp + 1], f.a[mf], f.b[jp][2], f.b[jp][3]);
     }
   }
   if (S_TILES % 2) {
 #pragma unroll
-    for (int mf = 0; mf < MF; ++mf) kd_mma16816<IS_BF16>(s[mf][S_TILES - 1], f.a[mf], f.b_odd[0], f.b_odd[1]);
+    for (int mf = 0; mf < MF; ++mf) mma_step<E4M3>(s[mf][S_TILES - 1], f.a[mf], f.b_odd[0], f.b_odd[1]);
   }
 }
 
@@ -137,6 +153,53 @@ static __device__ __forceinline__ void load_p_frags(kd_u32 (&a)[MF][4], int kk, 
       kd_ldmatrix_x4(a[mf], sp_addr + p_lane.at(kk / 4, kk % 4) + mf * 16 * P_ROW_CHUNKS * 16);
     }
   }
+}
+
+// The e4m3 MMA path's P V (kv_fp8.cuh), in k32 slices of 32 tokens. P's rows in
+// shared memory (column warps > 1) are BLOCK_N bytes, each 16-token group in the
+// k-slot order of the V fragments: token 2t + c at byte 4t + c, token 8 + 2t + c
+// at byte 4t + 2 + c.
+constexpr int P8_CHUNKS = BLOCK_N / 16;
+constexpr int PV8_STEPS = BLOCK_N / 32 * PV_PAIRS;
+static_assert(!MMA_E4M3 || BLOCK_N % 32 == 0, "the e4m3 MMA path steps 32 tokens");
+
+// Byte offset in P's rows of the e4m3 pair for the columns 2t, 2t + 1 of n8 tile
+// jj (of the tile's BLOCK_N / 8) in row `row`.
+static __device__ __forceinline__ kd_u32 p8_offset(int row, int jj, int t) {
+  return (row * P8_CHUNKS + kv_chunk<P8_CHUNKS>(row, jj / 2)) * 16 + 4 * t + 2 * (jj % 2);
+}
+
+// P's A fragments of slice kk: packed from the S accumulators (one column warp:
+// tiles 4kk .. 4kk+3 are lane (g, t)'s tokens in k-slot order) or loaded.
+static __device__ __forceinline__ void load_p8_frags(kd_u32 (&a)[MF][4], int kk, const float (&s)[MF][S_TILES][4],
+                                                     kd_u32 sp_addr, const LaneRow<P8_CHUNKS>& p_lane) {
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf) {
+    if (WARPS_N == 1) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int j = 4 * kk + 2 * half;
+        a[mf][2 * half] = kd_e4m3x4_pack(s[mf][j][0], s[mf][j][1], s[mf][j + 1][0], s[mf][j + 1][1]);
+        a[mf][2 * half + 1] = kd_e4m3x4_pack(s[mf][j][2], s[mf][j][3], s[mf][j + 1][2], s[mf][j + 1][3]);
+      }
+    } else {
+      kd_ldmatrix_x4(a[mf], sp_addr + p_lane.at(kk / 4, kk % 4) + mf * 16 * P8_CHUNKS * 16);
+    }
+  }
+}
+
+// Step's V fragments: the even and odd dims of 16-dim block jp (n8 tiles 2jp and
+// 2jp + 1) for the 32 tokens of slice kk. v_row: this lane's token row (lane) in
+// bytes; ROW_CHUNKS the rows' stride.
+template <int ROW_CHUNKS>
+static __device__ __forceinline__ void load_v8_frag(kd_u32 (&b)[4], int step, kd_u32 tv, kd_u32 v_row, int lane) {
+  const int kk = step / PV_PAIRS, jp = step % PV_PAIRS;
+  kd_u32 r[4];
+  kd_ldmatrix_x4_trans(r, tv + kk * 32 * ROW_CHUNKS * 16 + v_row + kv_chunk<ROW_CHUNKS>(lane, jp) * 16);
+  b[0] = __byte_perm(r[0], r[1], E4M3_EVEN_OF_PAIR);
+  b[1] = __byte_perm(r[2], r[3], E4M3_EVEN_OF_PAIR);
+  b[2] = __byte_perm(r[0], r[1], E4M3_ODD_OF_PAIR);
+  b[3] = __byte_perm(r[2], r[3], E4M3_ODD_OF_PAIR);
 }
 
 // ---- Phases of the kernel (see kdtree_verify_attention). A thread holds, per m16
@@ -212,6 +275,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   kd_u16* sv = (kd_u16*)(smem_raw + SMEM_V);
   kd_u16* sp = (kd_u16*)(smem_raw + SMEM_P);
   float* sred = (float*)(smem_raw + SMEM_RED);  // [WARPS_N][BLOCK_M]
+  float* sq_scale = (float*)(smem_raw + SMEM_Q_SCALE);  // [BLOCK_M]: the e4m3 MMA path's Q row scales
   constexpr kd_u32 K_TILE_BYTES = KV_K_TILE_BYTES, V_TILE_BYTES = KV_V_TILE_BYTES;
   const kd_u32 sq_addr = kd_smem_addr(sq), sk_addr = kd_smem_addr(sk), sv_addr = kd_smem_addr(sv);
 
@@ -240,7 +304,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   if (t_begin >= t_end) return;  // the combine kernel skips splits past kv_len
 
   // ---- Q tile: rows past the request's rows are zero-filled (their results are dropped)
-  if constexpr (KV_FP8) {
+  if constexpr (MMA_E4M3) {
+    load_q_tile_e4m3(p, req, row0, rows_total, kv_head, sq_addr, sq_scale);
+  } else if constexpr (KV_FP8) {
     load_q_tile_kv_fp8(p, req, row0, rows_total, kv_head, sq_addr);
   } else {
     load_q_tile(p, req, row0, rows_total, kv_head, sq_addr);
@@ -284,6 +350,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     l_run[mf][0] = l_run[mf][1] = 0.f;
   }
 
+  // The e4m3 MMA path: the scores' per-row factor, Q's row scale (after the barrier
+  // that publishes the quantised tile).
+  float q_row_scale[MF][2];
+  if constexpr (MMA_E4M3) {
+    __syncthreads();
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) q_row_scale[mf][h] = sq_scale[wm * WARP_ROWS + mf * 16 + lane / 4 + h * 8];
+    }
+  }
+
   const int q_row = wm * WARP_ROWS + (lane & 15);  // fragment mf adds 16 rows: the same swizzle phase
   const int s_col0 = wn * (BLOCK_N / WARPS_N);
   constexpr int V_ROW_CHUNKS = IS_MLA ? QK_CHUNKS : V_CHUNKS;
@@ -298,6 +376,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   const kd_u32 kf_row = (s_col0 + (lane & 15)) * KV_K_ROW_CHUNKS * 16;
   const kd_u32 kf_odd = (s_col0 + (S_TILES - 1) * 8 + (lane & 7)) * KV_K_ROW_CHUNKS * 16;
   const kd_u32 vf_row = (lane & 15) * V_ROW_CHUNKS_KV * 16;
+  // The e4m3 MMA path: Q, K, P and V rows of e4m3 codes (kv_fp8.cuh).
+  const LaneRow<Q8_ROW_CHUNKS> q8_lane(q_row, lane >> 4);
+  const LaneRow<KV_K_ROW_CHUNKS> k8_lane(s_col0 + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const LaneRow<P8_CHUNKS> p8_lane(q_row, lane >> 4);
+  const kd_u32 v8_row = lane * V_ROW_CHUNKS_KV * 16;
 
   for (int it = 0; it < n_tiles; ++it) {
     kd_cp_async_wait<STAGES - 2>();
@@ -323,19 +406,29 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     // before step k's mma, so their latency hides under the mma (the schedule ptxas
     // picks for the plain loop too; written out so the source says what it relies on).
     QkFrags qf[2];
-    if constexpr (KV_FP8) {
-      load_qk_frags_kv_fp8(qf[0], 0, sq_addr, tk_addr, q_lane, kf_row, kf_odd, lane);
-    } else {
-      load_qk_frags(qf[0], 0, sq_addr, tk_addr, q_lane, k_lane);
-    }
+    if constexpr (MMA_E4M3) {
+      constexpr int QK8_STEPS = HEAD_DIM / 32;
+      load_qk_frags(qf[0], 0, sq_addr, tk_addr, q8_lane, k8_lane);
 #pragma unroll
-    for (int k = 0; k < QK_STEPS; ++k) {
-      if constexpr (KV_FP8) {
-        if (k + 1 < QK_STEPS) load_qk_frags_kv_fp8(qf[(k + 1) & 1], k + 1, sq_addr, tk_addr, q_lane, kf_row, kf_odd, lane);
-      } else {
-        if (k + 1 < QK_STEPS) load_qk_frags(qf[(k + 1) & 1], k + 1, sq_addr, tk_addr, q_lane, k_lane);
+      for (int k = 0; k < QK8_STEPS; ++k) {
+        if (k + 1 < QK8_STEPS) load_qk_frags(qf[(k + 1) & 1], k + 1, sq_addr, tk_addr, q8_lane, k8_lane);
+        qk_mma<true>(s, qf[k & 1]);
       }
-      qk_mma(s, qf[k & 1]);
+    } else {
+      if constexpr (KV_FP8) {
+        load_qk_frags_kv_fp8(qf[0], 0, sq_addr, tk_addr, q_lane, kf_row, kf_odd, lane);
+      } else {
+        load_qk_frags(qf[0], 0, sq_addr, tk_addr, q_lane, k_lane);
+      }
+#pragma unroll
+      for (int k = 0; k < QK_STEPS; ++k) {
+        if constexpr (KV_FP8) {
+          if (k + 1 < QK_STEPS) load_qk_frags_kv_fp8(qf[(k + 1) & 1], k + 1, sq_addr, tk_addr, q_lane, kf_row, kf_odd, lane);
+        } else {
+          if (k + 1 < QK_STEPS) load_qk_frags(qf[(k + 1) & 1], k + 1, sq_addr, tk_addr, q_lane, k_lane);
+        }
+        qk_mma<false>(s, qf[k & 1]);
+      }
     }
     // ---- mask (prefix visible; tree tokens by the mask bits; past t_end hidden) and
     // row max on the raw scores: the scale is positive (checked by the host), so it
@@ -358,6 +451,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             float v = s[mf][j][2 * h + c];
+            if constexpr (MMA_E4M3) v *= q_row_scale[mf][h];
             if (edge) {
               // token_visible() written out: as a call, ptxas schedules this loop with
               // 80 more instructions on sm_90 (scripts/sass_diff.sh).
@@ -392,14 +486,35 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             int row = wm * WARP_ROWS + mf * 16 + lane / 4 + h * 8;
-            kd_u32* dst = (kd_u32*)(sp + swizzle<P_CHUNKS>(row, col / 8) * 8 + col % 8);
-            *dst = kd_pack2<IS_BF16>(s[mf][j][2 * h], s[mf][j][2 * h + 1]);
+            if constexpr (MMA_E4M3) {
+              *(kd_u16*)((unsigned char*)sp + p8_offset(row, col / 8, lane & 3)) =
+                  kd_e4m3x2_pack(s[mf][j][2 * h], s[mf][j][2 * h + 1]);
+            } else {
+              kd_u32* dst = (kd_u32*)(sp + swizzle<P_CHUNKS>(row, col / 8) * 8 + col % 8);
+              *dst = kd_pack2<IS_BF16>(s[mf][j][2 * h], s[mf][j][2 * h + 1]);
+            }
           }
         }
       }
       __syncthreads();
     }
-    {
+    if constexpr (MMA_E4M3) {
+      kd_u32 pa[2][MF][4], vb[2][4];
+      load_p8_frags(pa[0], 0, s, sp_addr, p8_lane);
+      load_v8_frag<V_ROW_CHUNKS_KV>(vb[0], 0, tv_addr, v8_row, lane);
+#pragma unroll
+      for (int step = 0; step < PV8_STEPS; ++step) {
+        const int kk = step / PV_PAIRS, jp = step % PV_PAIRS;
+        if (jp == 0 && kk + 1 < BLOCK_N / 32) load_p8_frags(pa[(kk + 1) & 1], kk + 1, s, sp_addr, p8_lane);
+        if (step + 1 < PV8_STEPS) load_v8_frag<V_ROW_CHUNKS_KV>(vb[(step + 1) & 1], step + 1, tv_addr, v8_row, lane);
+        const kd_u32(&b)[4] = vb[step & 1];
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) {
+          mma_step<true>(o[mf][2 * jp], pa[kk & 1][mf], b[0], b[1]);
+          mma_step<true>(o[mf][2 * jp + 1], pa[kk & 1][mf], b[2], b[3]);
+        }
+      }
+    } else {
       kd_u32 pa[2][MF][4], vb[2][4];
       load_p_frags(pa[0], 0, s, sp_addr, p_lane);
       if constexpr (KV_FP8) {

@@ -35,6 +35,10 @@ constexpr int V_CHUNKS = HEAD_DIM_V / 8;
 // padded to whole groups (MLA e4m3: 36 chunks at a stride of 40).
 constexpr bool KV_FP8 = KD_KV_FP8;
 constexpr int KV_ELEM_BYTES = KV_FP8 ? 1 : 2;
+// QK and PV on e4m3 MMAs (Q and P quantised; kv_fp8.cuh), the block-scaled form on sm_120a.
+constexpr bool MMA_E4M3 = KD_MMA_E4M3;
+constexpr bool MMA_BLOCK_SCALED = KD_MMA_BLOCK_SCALED;
+static_assert(KV_FP8 || !MMA_E4M3, "the e4m3 MMA path reads e4m3 caches");
 constexpr int KV_K_CHUNKS = HEAD_DIM * KV_ELEM_BYTES / 16;  // copied per K row
 constexpr int KV_V_CHUNKS = HEAD_DIM_V * KV_ELEM_BYTES / 16;
 __host__ __device__ constexpr int kv_row_stride(int chunks) { return chunks > 8 ? (chunks + 7) / 8 * 8 : chunks; }
@@ -266,6 +270,57 @@ static __device__ __forceinline__ void load_q_tile_kv_fp8(const kdtree_verify_pa
                  "r"(lo.y), "r"(lo.z), "r"(lo.w));
     asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(sq + swizzle<QK_CHUNKS>(r, 2 * g + 1) * 16), "r"(hi.x),
                  "r"(hi.y), "r"(hi.z), "r"(hi.w));
+  }
+}
+
+// The e4m3 MMA path (kv_fp8.cuh): Q rows quantised to e4m3 in shared memory, one
+// fp32 scale per (node, head) row: scale = amax / 448 (0 for a zero row), code =
+// e4m3(q x 448 / amax), rounded to nearest even. Rows of Q8_ROW_CHUNKS 16-byte
+// chunks (swizzled as the K rows), scales at sq_scale. A warp quantises a row: its
+// lanes hold the row's 16-bit chunks, reduce the max, then store 8 codes each.
+// Plain loads and stores: visible after the caller's next barrier.
+constexpr int Q8_ROW_CHUNKS = kv_row_stride(HEAD_DIM / 16);
+static __device__ __forceinline__ float kd_16_to_float(kd_u32 x) {  // the low 16 bits of q's type
+  if (IS_BF16) return __uint_as_float(x << 16);
+  float f;
+  asm("{ .reg .b16 h; cvt.u16.u32 h, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "r"(x));
+  return f;
+}
+static __device__ __forceinline__ void load_q_tile_e4m3(const kdtree_verify_params& p, const Request& req, int row0,
+                                                        int rows_total, int kv_head, kd_u32 sq, float* sq_scale) {
+  constexpr int PER_LANE = (QK_CHUNKS + 31) / 32;  // 8-element chunks of a 16-bit row per lane
+  const int lane = threadIdx.x % 32;
+  for (int r = threadIdx.x / 32; r < BLOCK_M; r += THREADS / 32) {
+    const int gr = row0 + r;
+    const uint4* src =
+        (const uint4*)((const kd_u16*)p.q + (gr < rows_total ? out_row(p, req.node_base, gr, kv_head * p.group) : 0) * HEAD_DIM);
+    float v[PER_LANE][8];
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      const int c = lane + 32 * i;
+      uint4 w = make_uint4(0u, 0u, 0u, 0u);
+      if (gr < rows_total && c < QK_CHUNKS) w = src[c];
+      const kd_u32 words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        v[i][e] = kd_16_to_float(words[e / 2] >> (16 * (e % 2)));
+        amax = fmaxf(amax, fabsf(v[i][e]));
+      }
+    }
+#pragma unroll
+    for (int o = 16; o >= 1; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float inv = amax > 0.f ? 448.f / amax : 0.f;
+    if (lane == 0) sq_scale[r] = amax / 448.f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      const int c = lane + 32 * i;
+      if (c >= QK_CHUNKS) continue;
+      const kd_u32 lo = kd_e4m3x4_pack(v[i][0] * inv, v[i][1] * inv, v[i][2] * inv, v[i][3] * inv);
+      const kd_u32 hi = kd_e4m3x4_pack(v[i][4] * inv, v[i][5] * inv, v[i][6] * inv, v[i][7] * inv);
+      const kd_u32 dst = sq + (r * Q8_ROW_CHUNKS + kv_chunk<Q8_ROW_CHUNKS>(r, c / 2)) * 16 + (c % 2) * 8;
+      asm volatile("st.shared.v2.u32 [%0], {%1,%2};\n" ::"r"(dst), "r"(lo), "r"(hi));
+    }
   }
 }
 

@@ -25,6 +25,12 @@
 #ifndef KD_KV_FP8
 #define KD_KV_FP8 false  // e4m3 KV caches (kv_fp8.cuh), else q's 16-bit type
 #endif
+#ifndef KD_MMA_E4M3
+#define KD_MMA_E4M3 false  // e4m3 caches: QK and PV on e4m3 MMAs, Q and P quantised (kv_fp8.cuh)
+#endif
+#ifndef KD_MMA_BLOCK_SCALED
+#define KD_MMA_BLOCK_SCALED false  // the e4m3 MMA in its block-scaled sm_120a form
+#endif
 #ifndef KD_BLOCK_M
 #define KD_BLOCK_M 64  // rows (node x head) per CTA
 #endif
@@ -42,6 +48,9 @@
 #endif
 #ifndef KD_STAGES
 #define KD_STAGES 2  // cp.async pipeline depth
+#endif
+#ifndef KD_SMEM_Q_SCALE
+#define KD_SMEM_Q_SCALE 73728  // byte offset of Q's row scales (the e4m3 MMA path; none here)
 #endif
 #ifndef KD_SMEM_K
 #define KD_SMEM_K 73728  // byte offset of the K stages

@@ -25,6 +25,12 @@
 #ifndef KD_KV_FP8
 #define KD_KV_FP8 false  // e4m3 KV caches (kv_fp8.cuh), else q's 16-bit type
 #endif
+#ifndef KD_MMA_E4M3
+#define KD_MMA_E4M3 false  // e4m3 caches: QK and PV on e4m3 MMAs, Q and P quantised (kv_fp8.cuh)
+#endif
+#ifndef KD_MMA_BLOCK_SCALED
+#define KD_MMA_BLOCK_SCALED false  // the e4m3 MMA in its block-scaled sm_120a form
+#endif
 #ifndef KD_BLOCK_M
 #define KD_BLOCK_M 64  // rows (node x head) per CTA
 #endif

@@ -5,9 +5,13 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
+#include "base/error.hpp"
+#include "codegen/arch.hpp"
+#include "codegen/render.hpp"
 #include "codegen/verify_attention.hpp"
 #include "runtime/runtime.hpp"
 
@@ -33,6 +37,7 @@ TEST_CASE("verify_attention[kv=e4m3]: the source differs from the 16-bit cache's
       const VerifySpec fp8 = spec_of(h, KDTREE_KV_DTYPE_E4M3), bf16 = spec_of(h, KDTREE_KV_DTYPE_AS_Q);
       INFO(fp8.label() << " " << arch.name());
       VerifyTiles tiles = choose_verify_tiles(fp8, arch);
+      tiles.mma_e4m3 = false;  // the dequantising path: the e4m3 MMA path is tested below
       const KernelSource a = generate_verify_attention(fp8, arch, tiles);
       const KernelSource b = generate_verify_attention(bf16, arch, tiles);
       CHECK(a.label == b.label.substr(0, b.label.size() - 1) + ",kv=e4m3]");
@@ -105,4 +110,84 @@ TEST_CASE("verify_attention[kv=e4m3]: every head compiles for sm_80, sm_90 and s
     }
     fs::remove_all(dir);
   }
+}
+
+TEST_CASE("verify_attention[kv=e4m3,mma=e4m3]: sm_120 and sm_90 sources differ in the MMA form alone") {
+  // One kernel source: sm_120 compiles it for sm_120a with the block-scaled MMA, sm_90
+  // (and sm_89) with the plain e4m3 MMA; with the same tiles every other line is equal.
+  for (const HeadShape& h : supported_heads()) {
+    const VerifySpec s = spec_of(h, KDTREE_KV_DTYPE_E4M3);
+    const VerifyTiles tiles = choose_verify_tiles(s, arch_from_sm(120));
+    INFO(s.label() << " " << tiles.str());
+    REQUIRE(tiles.mma_e4m3);
+    const KernelSource a = generate_verify_attention(s, arch_from_sm(120), tiles);
+    const KernelSource b = generate_verify_attention(s, arch_from_sm(90), tiles);
+    CHECK(a.arch_specific);
+    CHECK_FALSE(b.arch_specific);
+    CHECK(a.headers == b.headers);
+    const std::string flat_a = flatten(a), flat_b = flatten(b);
+    std::vector<std::string> differ;
+    size_t ia = 0, ib = 0;
+    while (ia < flat_a.size() || ib < flat_b.size()) {
+      const size_t ea = flat_a.find('\n', ia), eb = flat_b.find('\n', ib);
+      const std::string la = flat_a.substr(ia, ea - ia), lb = flat_b.substr(ib, eb - ib);
+      if (la != lb) differ.push_back(la + " | " + lb);
+      ia = ea == std::string::npos ? flat_a.size() : ea + 1;
+      ib = eb == std::string::npos ? flat_b.size() : eb + 1;
+    }
+    REQUIRE(differ.size() == 1);
+    CHECK(differ[0] == "#define KD_MMA_BLOCK_SCALED true | #define KD_MMA_BLOCK_SCALED false");
+  }
+}
+
+TEST_CASE("verify_attention[kv=e4m3]: sm_100 and newer choose the e4m3 MMA path, sm_80 and sm_90 dequantise") {
+  for (const HeadShape& h : supported_heads()) {
+    const VerifySpec s = spec_of(h, KDTREE_KV_DTYPE_E4M3);
+    for (int sm : supported_sms()) {
+      const VerifyTiles t = choose_verify_tiles(s, arch_from_sm(sm));
+      INFO(s.label() << " sm_" << sm << ": " << t.str());
+      CHECK(t.mma_e4m3 == (sm >= 100));
+      if (t.mma_e4m3) CHECK(t.kernel == VerifyKernel::flash);
+    }
+    // 16-bit caches never take it.
+    CHECK_FALSE(choose_verify_tiles(spec_of(h, KDTREE_KV_DTYPE_AS_Q), arch_from_sm(120)).mma_e4m3);
+  }
+  // MLA on sm_120: the e4m3 Q tile (64 x 640 bytes) lets the flash kernel fit 99 KB.
+  const VerifyTiles mla120 =
+      choose_verify_tiles(spec_of(supported_heads()[0], KDTREE_KV_DTYPE_E4M3), arch_from_sm(120));
+  CHECK(mla120.str() == "kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=32,mma=e4m3");
+  const FlashSmemLayout l = flash_smem_layout(spec_of(supported_heads()[0], KDTREE_KV_DTYPE_E4M3), mla120);
+  CHECK(l.q_scale == 64 * 640);
+  CHECK(l.k == l.q_scale + 64 * 4);
+  CHECK(l.red == l.p + 64 * 32);  // P as e4m3 codes
+  CHECK(l.bytes <= arch_from_sm(120).max_smem_per_block);
+}
+
+TEST_CASE("KDTREE_VERIFY_TILES mma=: e4m3 or 16bit, and mma=e4m3 only where it runs") {
+  const VerifySpec fp8 = spec_of(supported_heads()[0], KDTREE_KV_DTYPE_E4M3);
+  const VerifySpec bf16 = spec_of(supported_heads()[0], KDTREE_KV_DTYPE_AS_Q);
+  auto refused = [](const std::string& text, const VerifySpec& s, int sm, const std::string& why) {
+    INFO(text << " sm_" << sm);
+    try {
+      parse_verify_tiles(text, s, arch_from_sm(sm));
+      FAIL("accepted");
+    } catch (const kdtree::Error& e) {
+      INFO(e.what());
+      CHECK(e.status() == KDTREE_ERROR_INVALID_ARGUMENT);
+      CHECK(std::string(e.what()).find(why) != std::string::npos);
+    }
+  };
+  CHECK(parse_verify_tiles("mma=e4m3", fp8, arch_from_sm(90)).mma_e4m3);
+  CHECK_FALSE(parse_verify_tiles("mma=16bit", fp8, arch_from_sm(90)).mma_e4m3);
+  // sm_120's MLA dequantising kernel is qsplit: a 16-bit Q tile does not fit flash there.
+  CHECK_FALSE(parse_verify_tiles("mma=16bit,kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32", fp8,
+                                 arch_from_sm(120))
+                  .mma_e4m3);
+  refused("mma=16bit", fp8, 120, "do not fit sm_120");
+  CHECK(parse_verify_tiles("mma=e4m3", fp8, arch_from_sm(90)).str().find(",mma=e4m3") != std::string::npos);
+  refused("mma=fp8", fp8, 90, "mma 'fp8' must be 16bit or e4m3");
+  refused("mma=e4m3", bf16, 90, "kv_dtype is not e4m3");
+  refused("mma=e4m3", fp8, 80, "sm_89 and newer");
+  refused("mma=e4m3,block_n=16,kernel=flash", fp8, 90, "multiple of 32");
+  refused("mma=e4m3,kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32", fp8, 120, "kernel=flash");
 }

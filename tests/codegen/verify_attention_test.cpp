@@ -154,7 +154,8 @@ TEST_CASE("tiles fit each arch's shared memory") {
   CHECK(fl.p == fl.v);  // MLA: no V stages
   CHECK(fl.red == fl.p + 64 * 64 * 2);
   CHECK(fl.bytes == fl.red + 4 * 64 * 4);
-  CHECK(fl.str() == fmt::format("q=0,k={},v={},p={},red={},bytes={}", fl.k, fl.v, fl.p, fl.red, fl.bytes));
+  CHECK(fl.str() ==
+        fmt::format("q=0,q_scale={},k={},v={},p={},red={},bytes={}", fl.q_scale, fl.k, fl.v, fl.p, fl.red, fl.bytes));
   // The generator carries the tiles' name with the launch facts (logs, tools).
   CHECK(generate_verify_attention(mla, arch_from_sm(120)).launch.kernel == q120.str());
   // sm_120 is held to 99 KB per block.

@@ -54,6 +54,8 @@ uint64_t base_seed() {
 struct Session {
   std::string dir;
   kdtree_runtime* rt = nullptr;
+  // The e4m3 MMA path's session (tiles mma=e4m3): e4m3 points only, its own tolerance.
+  bool e4m3_mma = false;
   Session() {
     char tmpl[] = "/tmp/kdtree-verify-gpu-XXXXXX";
     if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
@@ -74,20 +76,23 @@ struct Session {
   void bind() { REQUIRE_MESSAGE(kdtree_runtime_bind_context(rt) == KDTREE_OK, kdtree_last_error()); }
 };
 
-// The four paths the tally keeps apart: q dtype x cache type.
-int path_index(const kdtree_verify_spec& s) {
-  return (s.dtype == KDTREE_DTYPE_BF16 ? 0 : 1) + (s.kv_dtype == KDTREE_KV_DTYPE_E4M3 ? 2 : 0);
+// The six paths the tally keeps apart: q dtype x (16-bit cache, e4m3 cache
+// dequantised, e4m3 cache on the e4m3 MMA path).
+int path_index(const kdtree_verify_spec& s, bool e4m3_mma) {
+  return (s.dtype == KDTREE_DTYPE_BF16 ? 0 : 1) + (s.kv_dtype == KDTREE_KV_DTYPE_E4M3 ? (e4m3_mma ? 4 : 2) : 0);
 }
-constexpr const char* kPathNames[4] = {"bf16", "f16", "bf16,kv=e4m3", "f16,kv=e4m3"};
+constexpr int kPaths = 6;
+constexpr const char* kPathNames[kPaths] = {
+    "bf16", "f16", "bf16,kv=e4m3", "f16,kv=e4m3", "bf16,kv=e4m3,mma=e4m3", "f16,kv=e4m3,mma=e4m3"};
 
 // The worst result over every launch, printed once at exit.
 struct Tally {
   int launches = 0, failed = 0;
   double worst_rel = -1, worst_lse = -1;
   std::string worst_label, worst_lse_label;
-  double worst_rel_by_dtype[4] = {0, 0, 0, 0};  // path_index
-  double worst_lse_by_dtype[4] = {0, 0, 0, 0};
-  int launches_by_dtype[4] = {0, 0, 0, 0};
+  double worst_rel_by_dtype[kPaths] = {};  // path_index
+  double worst_lse_by_dtype[kPaths] = {};
+  int launches_by_dtype[kPaths] = {};
   void record(const std::string& label, int dtype, const kdtree::ref::VerifyComparison& cmp, bool ok) {
     ++launches;
     failed += !ok;
@@ -110,7 +115,7 @@ struct Tally {
         "worst lse abs err %.3e at %s, %d failed, seed %llu\n",
         launches, worst_rel, worst_label.c_str(), worst_rel_by_dtype[0], worst_rel_by_dtype[1], worst_lse,
         worst_lse_label.c_str(), failed, (unsigned long long)base_seed());
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kPaths; ++i) {
       if (launches_by_dtype[i] == 0) continue;
       std::printf("verify_attention GPU parity [%s]: %d launches, worst rel err %.3e, worst lse abs err %.3e\n",
                   kPathNames[i], launches_by_dtype[i], worst_rel_by_dtype[i], worst_lse_by_dtype[i]);
@@ -123,9 +128,15 @@ Tally& tally() {
 }
 
 // e4m3 caches: the same rule against the reference over the dequantised cache
-// (KV is exact after dequantisation; Q and P stay 16-bit).
-double rel_tolerance(kdtree_dtype dtype) { return dtype == KDTREE_DTYPE_BF16 ? 1e-2 : 2e-3; }
+// (KV is exact after dequantisation; Q and P stay 16-bit). The e4m3 MMA path
+// quantises Q (per row) and P to e4m3, 3 mantissa bits: its bound is kdtree.h's.
+constexpr double kE4m3MmaRelTolerance = 0.1, kE4m3MmaLseTolerance = 0.1;
+double rel_tolerance(kdtree_dtype dtype, bool e4m3_mma = false) {
+  if (e4m3_mma) return kE4m3MmaRelTolerance;
+  return dtype == KDTREE_DTYPE_BF16 ? 1e-2 : 2e-3;
+}
 constexpr double kLseTolerance = 1e-2;
+double lse_tolerance(bool e4m3_mma) { return e4m3_mma ? kE4m3MmaLseTolerance : kLseTolerance; }
 
 // A case's arrays on the device. The workspace is sized for forced splits too.
 struct DeviceCase {
@@ -230,7 +241,7 @@ Launch launch(kdtree_runtime* rt, const VerifyCase& c, DeviceCase& d, bool with_
 
 // Launches one case with the given split count and checks it against `ref`.
 void check_launch(kdtree_runtime* rt, const VerifyCase& c, const kdtree::ref::VerifyReference& ref, DeviceCase& d,
-                  int splits, bool with_lse) {
+                  int splits, bool with_lse, bool e4m3_mma = false) {
   const std::string label =
       c.label("splits=" + std::to_string(splits) + (with_lse ? "" : ",lse=NULL") + ",seed=" + std::to_string(c.seed));
   INFO(label);
@@ -238,12 +249,12 @@ void check_launch(kdtree_runtime* rt, const VerifyCase& c, const kdtree::ref::Ve
   INFO("kdtree_last_error: " << r.error);
   CHECK(r.status == KDTREE_OK);
   if (r.status != KDTREE_OK) {
-    tally().record(label, path_index(c.spec), {}, false);
+    tally().record(label, path_index(c.spec, e4m3_mma), {}, false);
     return;
   }
   const auto cmp = kdtree::ref::compare_verify(c, ref, r.out, with_lse ? r.lse.data() : nullptr);
   INFO(cmp.summary());
-  const double tol = rel_tolerance(c.spec.dtype);
+  const double tol = rel_tolerance(c.spec.dtype, e4m3_mma);
   bool ok = cmp.nan_out == 0 && cmp.nan_lse == 0 && r.flags == 0;
   CHECK(cmp.nan_out == 0);  // every element written, nothing leaked from NaN rows
   CHECK(cmp.nan_lse == 0);
@@ -254,10 +265,10 @@ void check_launch(kdtree_runtime* rt, const VerifyCase& c, const kdtree::ref::Ve
     ok &= cmp.rel_err[b] < tol;
   }
   if (with_lse) {
-    CHECK(cmp.max_lse_abs < kLseTolerance);
-    ok &= cmp.max_lse_abs < kLseTolerance;
+    CHECK(cmp.max_lse_abs < lse_tolerance(e4m3_mma));
+    ok &= cmp.max_lse_abs < lse_tolerance(e4m3_mma);
   }
-  tally().record(label, path_index(c.spec), cmp, ok);
+  tally().record(label, path_index(c.spec, e4m3_mma), cmp, ok);
 }
 
 // Compiles every spec in parallel (NVRTC takes seconds per config).
@@ -325,6 +336,10 @@ void run_head_grid(int dqk, int dv, int head_index, Session& s = Session::get())
       here.emplace_back(dtypes[e4m3_count++ % 2], KDTREE_KV_DTYPE_E4M3);
       for (const auto& [dtype, kv_dtype] : here) {
         const bool fp8 = kv_dtype == KDTREE_KV_DTYPE_E4M3;
+        if (s.e4m3_mma && !fp8) {  // its points are the e4m3 ones, numbered as in the full grid
+          ++k16;
+          continue;
+        }
         const int k = fp8 ? k16 + 3 * e4m3_count : k16++;
         Point p;
         p.batch = 1 + k % 5;
@@ -382,10 +397,10 @@ void run_head_grid(int dqk, int dv, int head_index, Session& s = Session::get())
         kdtree::ref::build_verify_case(p.spec, p.batch, base_seed() * 1000 + head_index * 100 + i, p.options);
     const auto ref = kdtree::ref::verify_attention(c.host_inputs());
     DeviceCase d = upload(s.rt, c, 3);
-    check_launch(s.rt, c, ref, d, 1, true);
-    check_launch(s.rt, c, ref, d, 3, true);
-    check_launch(s.rt, c, ref, d, 3, false);
-    check_launch(s.rt, c, ref, d, 0, i % 2 == 0);
+    check_launch(s.rt, c, ref, d, 1, true, s.e4m3_mma);
+    check_launch(s.rt, c, ref, d, 3, true, s.e4m3_mma);
+    check_launch(s.rt, c, ref, d, 3, false, s.e4m3_mma);
+    check_launch(s.rt, c, ref, d, 0, i % 2 == 0, s.e4m3_mma);
     ++i;
   }
   const char* tiles = std::getenv("KDTREE_VERIFY_TILES");
@@ -418,6 +433,25 @@ void check_request(const VerifyCase& c, const kdtree::ref::VerifyReference& ref,
 }  // namespace
 
 TEST_CASE("verify_attention GPU parity: mla576/512") { run_head_grid(576, 512, 0); }
+
+// The e4m3 MMA path (sm_120's path for e4m3 caches; on sm_89/sm_90 the same source
+// with the plain e4m3 MMA) on whatever GPU runs the tests: the grid's e4m3 points
+// of every head with KDTREE_VERIFY_TILES=mma=e4m3, in a runtime of its own.
+TEST_CASE("verify_attention GPU parity: e4m3 MMA path (tiles mma=e4m3), every head") {
+  kdtree::test::EnvVar tiles("KDTREE_VERIFY_TILES", "mma=e4m3");
+  Session s;
+  s.e4m3_mma = true;
+  int sm = 0;
+  REQUIRE(kdtree_runtime_arch(s.rt, &sm) == KDTREE_OK);
+  if (sm < 89) {
+    MESSAGE("not run: the e4m3 MMA path needs sm_89 or newer, this GPU is sm_" << sm);
+    return;
+  }
+  run_head_grid(576, 512, 0, s);
+  run_head_grid(64, 64, 1, s);
+  run_head_grid(128, 128, 2, s);
+  run_head_grid(256, 256, 3, s);
+}
 TEST_CASE("verify_attention GPU parity: gqa64") { run_head_grid(64, 64, 1); }
 TEST_CASE("verify_attention GPU parity: gqa128") { run_head_grid(128, 128, 2); }
 TEST_CASE("verify_attention GPU parity: gqa256") { run_head_grid(256, 256, 3); }
