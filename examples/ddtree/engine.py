@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kdtree.integrations import load_ops
+from kdtree.integrations import load_ops, rounds
 
 from .paged_cache import PagedKVCache
 
@@ -212,11 +212,7 @@ class Engine:
         return attend
 
     def _row_offsets(self, positions):
-        return (self.stream[:, None] << 32) + positions.view(self.B, -1).long() + 1
-
-    def _margins(self, logits):
-        top2 = logits.float().topk(2, dim=-1).values
-        return top2[:, 0] - top2[:, 1]
+        return rounds.row_offsets(self.stream, positions, self.B)
 
     def stages(self, budget=None):
         return self._spec_stages(budget) if self.mode == "spec" else self._ar_stages()
@@ -272,28 +268,9 @@ class Engine:
             ops.kv_compact(self.cache.k, self.page_table, s["kv_total"], s["tree"].node_counts, s["path"], s["acc"])
 
         def update():
-            t, act, acc, path = s["tree"], s["active"], s["acc"], s["path"]
-            J = self.cfg.draft_depth + 1  # at most D accepted draft tokens + the bonus
-            j = torch.arange(J, device=self.device)[None, :]
-            nxt = path[:, 1:J + 1].clamp(min=0).long()
-            if nxt.shape[1] < J:
-                nxt = torch.cat([nxt, nxt.new_zeros(B, J - nxt.shape[1])], 1)
-            vals = torch.where(j < acc[:, None], t.tokens.gather(1, nxt), s["bonus"][:, None])
-            keep = (j <= acc[:, None]) & act[:, None]
-            cols = torch.where(keep, self.gen[:, None].long() + j, self.out_cols - 1)
-            self.out.scatter_(1, cols, vals)
-            if self.record_margins:  # the margin at the node that produced each emitted token
-                node = path[:, :J].clamp(min=0).long()
-                if node.shape[1] < J:  # a tree narrower than D + 1 (W = 16 with D = 16)
-                    node = torch.cat([node, node.new_zeros(B, J - node.shape[1])], 1)
-                m = self._margins(s["logits"]).view(B, N).gather(1, node)
-                self.out_margin.scatter_(1, cols, m)
-            last = path.gather(1, acc[:, None].long()).long()  # [B, 1] the last accepted node
-            h_new = s["h"].view(B, N, -1).gather(1, last[:, :, None].expand(-1, -1, s["h"].shape[-1]))[:, 0]
-            self.h_last.copy_(torch.where(act[:, None], h_new, self.h_last))
-            self.root.copy_(torch.where(act, s["bonus"], self.root))
-            self.kv_lens.copy_(torch.where(act, self.kv_lens + acc + 1, self.kv_lens))
-            self.gen.copy_(torch.where(act, self.gen + acc + 1, self.gen))
+            act, acc = s["active"], s["acc"]
+            rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
+                               self.cfg.draft_depth)
             row = self.step_no.clamp(max=self.max_steps).long()
             self.acc_log.index_copy_(0, row, torch.where(act, acc, -1)[None])
             self.step_no.add_(1)
@@ -320,14 +297,7 @@ class Engine:
                                           row_offsets=self._row_offsets(s["pos"]).flatten())
 
         def update():
-            act = s["active"]
-            cols = torch.where(act, self.gen.long(), self.out_cols - 1)[:, None]
-            self.out.scatter_(1, cols, s["ttok"][:, None])
-            if self.record_margins:
-                self.out_margin.scatter_(1, cols, self._margins(s["logits"])[:, None])
-            self.root.copy_(torch.where(act, s["ttok"], self.root))
-            self.kv_lens.copy_(torch.where(act, self.kv_lens + 1, self.kv_lens))
-            self.gen.copy_(torch.where(act, self.gen + 1, self.gen))
+            rounds.commit_token(self, s["ttok"], s["active"], s["logits"])
             self.step_no.add_(1)
 
         return [("target", target), ("sample_tokens", sample_tokens), ("update", update)]
