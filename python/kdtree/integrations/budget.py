@@ -27,7 +27,7 @@ import torch
 
 # The fixed budgets the DDTree example measures; auto chooses among the same trees each round.
 DEFAULT_BUDGETS = (4, 8, 16, 32, 64, 127)
-PROBE_EVERY = 4  # rounds between two probes of the largest tree (a probe costs one tree_build at the largest budget)
+PROBE_EVERY = 8  # rounds between two probes of the largest tree (a probe: tree_build at the largest budget, the cut)
 
 
 def expected_accepts(scores: torch.Tensor, budgets) -> torch.Tensor:
@@ -193,7 +193,8 @@ class AutoBudget:
     `observe` when it has arrived (`lag` rounds later); the next plans follow the probes seen so far.
 
     stats (float32): [probe, active requests, accepted draft tokens over the active requests, all done,
-    predicted accepts of each budget over the active requests (probes only)].
+    predicted accepts of each budget over the active requests]; a round that does not probe writes only the
+    probe flag (0) and "all done".
     """
     HEAD = 4
 
@@ -242,12 +243,13 @@ class AutoBudget:
         """The round's numbers into self.stats (on the device). active [B] bool (the requests this round
         decoded), accepted [B] its accepted draft tokens, done: a bool scalar tensor (every request finished),
         big: the probe's largest tree (None on other rounds)."""
-        act = active.float()
-        head = torch.stack([torch.full((), 0.0 if big is None else 1.0, device=act.device), act.sum(),
-                            (accepted.float() * act).sum(), done.float().reshape(())])
-        if big is None:
-            self.stats[: self.HEAD].copy_(head)
+        if big is None:  # two small kernels: the rest of the vector is read only after a probe
+            self.stats[0].zero_()
+            self.stats[3].copy_(done.reshape(()))
             return
+        act = active.float()
+        head = torch.stack([torch.ones((), device=act.device), act.sum(), (accepted.float() * act).sum(),
+                            done.float().reshape(())])
         p = torch.nan_to_num(big.scores[:, 1:].float().exp(), nan=0.0).cumsum(1).index_select(1, self._bidx)
         self.stats.copy_(torch.cat([head, (p * act[:, None]).sum(0)]))
 
