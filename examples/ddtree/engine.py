@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kdtree.integrations import load_ops
+from kdtree.integrations import load_ops, rounds
 
 from .paged_cache import PagedKVCache
 
@@ -78,9 +78,10 @@ class Engine:
         self.B, self.max_new, self.temperature, self.seed = batch_size, max_new, float(temperature), int(seed)
         D = cfg.draft_depth
         # budget "auto": each round's budget is chosen from the measured step cost at this batch and the
-        # drafter's confidence (kdtree.integrations.budget); the cache is sized for the largest candidate.
+        # drafter's confidence (kdtree.integrations.budget.AutoBudget); the cache is sized for the largest
+        # candidate.
         self.auto = mode == "spec" and budget == "auto"
-        self.policy, self.costs = None, None
+        self.autob, self.costs = None, None
         if self.auto:
             from kdtree.integrations.budget import DEFAULT_BUDGETS
             most = min(sum(top_k ** d for d in range(1, D + 1)), 127)
@@ -129,10 +130,13 @@ class Engine:
             self.row_split = cfg.kv_lora_rank
         self.pages_of = [[] for _ in range(batch_size)]
         self.graph = None
-        self.graphs = None  # auto: {"decide": graph, budget: graph}
-        self.acc_sum = z(1)  # the last round's accepted draft tokens over the active requests (auto calibration)
+        self.graphs = None  # auto: {(budget, probe): graph}
+        if self.auto:
+            from kdtree.integrations.budget import AutoBudget, CostTable
+            self.costs = CostTable()
+            self.autob = AutoBudget(self.budgets, self.costs, dev)
         self._geo = {}
-        self.step_no_host, self.budget_log = 0, []
+        self.budget_log = []  # auto: the budget of each step
         self.s = {}
 
     # ------------------------------------------------------------------ admission and prefill
@@ -170,7 +174,9 @@ class Engine:
         self.out_margin.zero_()
         self.acc_log.fill_(-1)
         self.step_no.zero_()
-        self.step_no_host, self.budget_log = 0, []
+        self.budget_log = []
+        if self.auto:
+            self.autob.reset(B)
         # Prefill requests of equal length together: the prompt but its last token (the first root).
         by_len = {}
         for b, p in enumerate(prompts):
@@ -206,11 +212,7 @@ class Engine:
         return attend
 
     def _row_offsets(self, positions):
-        return (self.stream[:, None] << 32) + positions.view(self.B, -1).long() + 1
-
-    def _margins(self, logits):
-        top2 = logits.float().topk(2, dim=-1).values
-        return top2[:, 0] - top2[:, 1]
+        return rounds.row_offsets(self.stream, positions, self.B)
 
     def stages(self, budget=None):
         return self._spec_stages(budget) if self.mode == "spec" else self._ar_stages()
@@ -224,20 +226,9 @@ class Engine:
                                  torch.arange(N, dtype=torch.int32, device=self.device))
         return self._geo[budget]
 
-    def _decide_stages(self):
-        """auto: the drafter and the largest candidate tree, whose scores choose the round's budget."""
-        s, bmax = self.s, self.budgets[-1]
-
-        def drafter():
-            s["active"] = self.gen < self.max_new
-            s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.K)
-
-        def tree_build_max():
-            s["big"] = self.ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=bmax,
-                                           max_tree_nodes=tree_width(bmax))
-        return [("drafter", drafter), ("tree_build_max", tree_build_max)]
-
-    def _spec_stages(self, budget=None):
+    def _spec_stages(self, budget=None, probe=False):
+        """The DDTree round at `budget` (auto: a probe round builds the largest tree and cuts this one out of it,
+        kdtree.integrations.budget.AutoBudget)."""
         s, ops, B = self.s, self.ops, self.B
         budget = self.budget if budget is None else budget
         N, W, MW, indptr, node = self._geometry(budget)
@@ -247,8 +238,12 @@ class Engine:
             s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.K)
 
         def tree_build():
-            s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=budget,
-                                       max_tree_nodes=W)
+            if self.auto:
+                s["tree"], s["big"] = self.autob.build_tree(ops, s["dt"], s["dlp"], self.root, self.kv_lens, budget,
+                                                            probe, lambda nodes: tree_width(nodes - 1))
+            else:
+                s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=budget,
+                                           max_tree_nodes=W)
 
         def target():
             t = s["tree"]
@@ -273,34 +268,17 @@ class Engine:
             ops.kv_compact(self.cache.k, self.page_table, s["kv_total"], s["tree"].node_counts, s["path"], s["acc"])
 
         def update():
-            t, act, acc, path = s["tree"], s["active"], s["acc"], s["path"]
-            J = self.cfg.draft_depth + 1  # at most D accepted draft tokens + the bonus
-            j = torch.arange(J, device=self.device)[None, :]
-            nxt = path[:, 1:J + 1].clamp(min=0).long()
-            if nxt.shape[1] < J:
-                nxt = torch.cat([nxt, nxt.new_zeros(B, J - nxt.shape[1])], 1)
-            vals = torch.where(j < acc[:, None], t.tokens.gather(1, nxt), s["bonus"][:, None])
-            keep = (j <= acc[:, None]) & act[:, None]
-            cols = torch.where(keep, self.gen[:, None].long() + j, self.out_cols - 1)
-            self.out.scatter_(1, cols, vals)
-            if self.record_margins:  # the margin at the node that produced each emitted token
-                node = path[:, :J].clamp(min=0).long()
-                m = self._margins(s["logits"]).view(B, N).gather(1, node)
-                self.out_margin.scatter_(1, cols, m)
-            last = path.gather(1, acc[:, None].long()).long()  # [B, 1] the last accepted node
-            h_new = s["h"].view(B, N, -1).gather(1, last[:, :, None].expand(-1, -1, s["h"].shape[-1]))[:, 0]
-            self.h_last.copy_(torch.where(act[:, None], h_new, self.h_last))
-            self.root.copy_(torch.where(act, s["bonus"], self.root))
-            self.kv_lens.copy_(torch.where(act, self.kv_lens + acc + 1, self.kv_lens))
-            self.gen.copy_(torch.where(act, self.gen + acc + 1, self.gen))
+            act, acc = s["active"], s["acc"]
+            rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
+                               self.cfg.draft_depth)
             row = self.step_no.clamp(max=self.max_steps).long()
             self.acc_log.index_copy_(0, row, torch.where(act, acc, -1)[None])
-            self.acc_sum.copy_(torch.where(act, acc, 0).sum().view(1))
             self.step_no.add_(1)
+            if self.auto:  # the round's numbers for the budget policy, read by the host lag steps later
+                self.autob.record(act, acc, (self.gen >= self.max_new).all(), s["big"])
 
-        stages = [("tree_build", tree_build), ("target", target), ("sample_tokens", sample_tokens),
-                  ("tree_accept", tree_accept), ("kv_compact", kv_compact), ("update", update)]
-        return stages if self.auto else [("drafter", drafter)] + stages
+        return [("drafter", drafter), ("tree_build", tree_build), ("target", target), ("sample_tokens", sample_tokens),
+                ("tree_accept", tree_accept), ("kv_compact", kv_compact), ("update", update)]
 
     def _ar_stages(self):
         s, ops, B = self.s, self.ops, self.B
@@ -319,14 +297,7 @@ class Engine:
                                           row_offsets=self._row_offsets(s["pos"]).flatten())
 
         def update():
-            act = s["active"]
-            cols = torch.where(act, self.gen.long(), self.out_cols - 1)[:, None]
-            self.out.scatter_(1, cols, s["ttok"][:, None])
-            if self.record_margins:
-                self.out_margin.scatter_(1, cols, self._margins(s["logits"])[:, None])
-            self.root.copy_(torch.where(act, s["ttok"], self.root))
-            self.kv_lens.copy_(torch.where(act, self.kv_lens + 1, self.kv_lens))
-            self.gen.copy_(torch.where(act, self.gen + 1, self.gen))
+            rounds.commit_token(self, s["ttok"], s["active"], s["logits"])
             self.step_no.add_(1)
 
         return [("target", target), ("sample_tokens", sample_tokens), ("update", update)]
@@ -334,52 +305,55 @@ class Engine:
     @torch.no_grad()
     def step(self):
         if self.auto:
-            return self._auto_step()
+            self._auto_step()
+            return
         if self.graph is not None:
             self.graph.replay()
             return
         for _, f in self.stages():
             f()
 
+    def _run_round(self, budget, probe):
+        if self.graphs is not None:
+            self.graphs[(budget, probe)].replay()
+        else:
+            for _, f in self._spec_stages(budget, probe):
+                f()
+
     def _auto_step(self):
-        """Drafter + the largest tree, one host read of the budget choice, then the round at that budget."""
-        if self.policy is None:
-            self.calibrate()
-        if self.graphs is not None:
-            self.graphs["decide"].replay()
-        else:
-            for _, f in self._decide_stages():
-                f()
-        first = self.step_no_host == 0
-        b = self.policy.choose(self.s["big"].scores, self.s["active"], self.B, None if first else self.acc_sum)
-        self.step_no_host += 1
+        """The budget the probes read so far choose (no host read here: generate() hands each step's numbers
+        to the policy when it reads the step's "all done" flag)."""
+        b, probe = self.autob.plan()
         self.budget_log.append(b)
-        if self.graphs is not None:
-            self.graphs[b].replay()
-        else:
-            for _, f in self._spec_stages(b):
-                f()
+        self._run_round(b, probe)
 
     @torch.no_grad()
-    def calibrate(self, repeats=5):
-        """auto: measures one round (decide + the round) at this batch for every candidate budget, state
-        restored after, and starts the budget policy. Graphs are used when captured."""
-        from kdtree.integrations.budget import BudgetPolicy, CostTable
+    def calibrate(self, repeats=7):
+        """auto: measures one round at this batch for every candidate budget (CUDA events around the round's
+        graph on a GPU; state restored after each), then runs one probe round whose predictions choose the
+        first rounds' budget. generate() calls it once per batch size, before its timer starts."""
         snap = self._snapshot()
-        self.costs = CostTable()
-        sync = torch.cuda.synchronize if self.device.type == "cuda" else None
+        cuda = self.device.type == "cuda"
 
         def run(b):
-            if self.graphs is not None:
-                self.graphs["decide"].replay()
-                self.graphs[b].replay()
+            if cuda:
+                ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+                ev[0].record()
+                self._run_round(b, False)
+                ev[1].record()
+                ev[1].synchronize()
+                secs = ev[0].elapsed_time(ev[1]) / 1e3
             else:
-                for _, f in self._decide_stages() + self._spec_stages(b):
-                    f()
+                t = time.perf_counter()
+                self._run_round(b, False)
+                secs = time.perf_counter() - t
             self._restore(snap)
+            return secs
 
-        self.costs.measure(self.B, self.budgets, run, repeats=repeats, sync=sync)
-        self.policy = BudgetPolicy(self.budgets, self.costs)
+        self.costs.measure(self.B, self.budgets, run, repeats=repeats)
+        self._run_round(self.budgets[0], True)
+        self.autob.initialise(self.autob.stats.tolist())
+        self._restore(snap)
 
     # ------------------------------------------------------------------ CUDA graphs
 
@@ -392,50 +366,54 @@ class Engine:
                          self.acc_log, self.step_no), snap):
             t.copy_(v)
 
-    def _all_stages(self):
-        """Every stage a step can run: auto runs the decide stages and then one budget's stages."""
+    def _rounds(self):
+        """Every round a step can run, as (key, stages): one for a fixed budget; auto: each budget, with and
+        without a probe."""
         if not self.auto:
-            return self.stages()
-        return self._decide_stages() + [st for b in self.budgets for st in self._spec_stages(b)]
+            return [(None, self.stages())]
+        return [((b, p), self._spec_stages(b, p)) for b in self.budgets for p in (False, True)]
+
+    def _warm_rounds(self, passes=2):
+        """Runs every round eagerly (compiles kdtree's kernels, sets cuBLAS up), each from the admitted state:
+        rounds run back to back from one `active` would move requests past max_new, the output columns and
+        the pages they have (at batch 64 with budget auto that was a device-side assert)."""
+        snap = self._snapshot()
+        for _ in range(passes):
+            for _, stages in self._rounds():
+                for _, f in stages:
+                    f()
+                self._restore(snap)
 
     def _warm(self):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(2):
-                for _, f in self._all_stages():
-                    f()
+            self._warm_rounds()
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
 
     @torch.no_grad()
     def capture(self):
-        """Captures one step as a CUDA graph, after eager warm-up steps (which compile kdtree's
-        kernels). The request state is restored afterwards: positions past kv_lens are rewritten by
-        the next tree before they are read, so the cache needs no restoring."""
+        """Captures one step as a CUDA graph (auto: one per budget and probe), after eager warm-up steps
+        (which compile kdtree's kernels). The request state is restored afterwards: positions past kv_lens
+        are rewritten by the next tree before they are read, so the cache needs no restoring."""
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
         snap = self._snapshot()
         self._warm()
-        if self.auto:  # the decide graph first: the budget graphs read its drafter outputs
-            graphs = {}
-            for key, stages in [("decide", self._decide_stages())] + [(b, self._spec_stages(b)) for b in self.budgets]:
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    for _, f in stages:
-                        f()
-                graphs[key] = g
-            torch.cuda.synchronize()
-            self._restore(snap)
-            self.graphs = graphs
-            return
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _, f in self.stages():
-                f()
+        graphs = {}
+        for key, stages in self._rounds():
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _, f in stages:
+                    f()
+            graphs[key] = g
         torch.cuda.synchronize()
         self._restore(snap)
-        self.graph = g
+        if self.auto:
+            self.graphs = graphs
+        else:
+            self.graph = graphs[None]
 
     @torch.no_grad()
     def stage_graphs(self):
@@ -459,10 +437,13 @@ class Engine:
     @torch.no_grad()
     def generate(self, prompts, stream_ids=None, lag=2):
         """Decodes every request to max_new tokens. The host never reads inside a step: after each
-        step a one-byte "all done" flag is copied to pinned memory, and the host waits for the
-        flag of the step `lag` steps back, so the device always has the next steps queued and at
-        most `lag` steps run past the end. (A CPU run checks after every step.)"""
+        step a one-byte "all done" flag (auto: with the step's numbers for the budget policy) is copied
+        to pinned memory, and the host waits for the copy of the step `lag` steps back, so the device
+        always has the next steps queued and at most `lag` steps run past the end. (A CPU run checks
+        after every step.) auto: the first call at a batch size measures the step costs first, untimed."""
         self.admit(prompts, stream_ids)
+        if self.auto and not self.costs.has(self.B, self.budgets):
+            self.calibrate()
         sync = self.device.type == "cuda"
         if sync:
             torch.cuda.synchronize()
@@ -476,23 +457,31 @@ class Engine:
             while steps < self.max_steps:
                 self.step()
                 steps += 1
+                if self.auto:
+                    self.autob.observe(self.autob.stats.tolist(), self.budget_log[-1])
                 if int(self.gen.min()) >= self.max_new:
                     break
         else:
-            flags = torch.zeros(lag + 1, dtype=torch.bool, pin_memory=True)
+            if self.auto:
+                rows = torch.zeros(lag + 1, self.autob.stats.numel(), dtype=torch.float32, pin_memory=True)
+            else:
+                flags = torch.zeros(lag + 1, dtype=torch.bool, pin_memory=True)
             events = [torch.cuda.Event() for _ in range(lag + 1)]
             pending = []
             while steps < self.max_steps:
                 self.step()
                 i = steps % (lag + 1)
-                flags[i:i + 1].copy_((self.gen >= self.max_new).all().view(1), non_blocking=True)
+                if self.auto:
+                    rows[i].copy_(self.autob.stats, non_blocking=True)
+                else:
+                    flags[i:i + 1].copy_((self.gen >= self.max_new).all().view(1), non_blocking=True)
                 events[i].record()
-                pending.append(i)
+                pending.append((i, steps))
                 steps += 1
                 if len(pending) > lag:
-                    j = pending.pop(0)
+                    j, step_j = pending.pop(0)
                     events[j].synchronize()
-                    if bool(flags[j]):
+                    if self.autob.observe(rows[j].tolist(), self.budget_log[step_j]) if self.auto else bool(flags[j]):
                         break
         if sync:
             torch.cuda.synchronize()

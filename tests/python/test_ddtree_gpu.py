@@ -107,6 +107,26 @@ def test_tree_ops_match_torch_backend(kd, W, budget):
     torch_ops.kv_compact(c2, table, kv, a.node_counts, ra[0], ra[1])
     assert torch.equal(c1, c2)
 
+@pytest.mark.parametrize("B", [1, 64])
+def test_prefix_tree_of_kdtree_tree_build_equals_its_build_at_each_budget(kd, B):
+    """budget auto's probe rounds: kdtree's tree_build at 127 (W = 128), cut to each candidate budget by
+    kdtree.integrations.budget.prefix_tree, equals kdtree's tree_build at that budget and width, every
+    output (also on the CUDA graph path: prefix_tree is plain torch ops without a host read)."""
+    from kdtree.integrations import budget as kb
+    g = torch.Generator().manual_seed(B)
+    D, K, V = 16, 8, 256
+    lp = torch.log_softmax(torch.randn(B, D, V, generator=g) * 3, -1)
+    vals, idx = lp.topk(K, -1)
+    dt, dlp = idx.int().cuda(), vals.cuda()
+    roots = torch.randint(0, V, (B,), generator=g).int().cuda()
+    prefix = torch.randint(0, 2000, (B,), generator=g).int().cuda()
+    big = kd.tree_build(dt, dlp, roots, prefix, budget=127, max_tree_nodes=128)
+    for n in kb.DEFAULT_BUDGETS:
+        W = engine.tree_width(n)
+        direct = kd.tree_build(dt, dlp, roots, prefix, budget=n, max_tree_nodes=W)
+        for name, a, b in zip(direct._fields, kb.prefix_tree(big, n, W), direct):
+            assert torch.equal(a, b), (name, n)
+
 
 def test_verify_attention_matches_torch_backend(kd):
     """verify_attention[mla576/512,W=64,page=64,bf16] with a real tree against the torch backend."""
@@ -195,6 +215,26 @@ def test_cuda_graph_replay_equals_eager(kd, models):
         outs.append(e.generate(prompts).tokens)
     assert outs[0] == outs[1]
 
+
+def test_auto_budget_graphs_at_batch_64(kd, models):
+    """budget auto with CUDA graphs at batch 64 (one graph per budget and probe): capture's warm-up and the
+    decoding stay within every request's pages and output columns (this was a device-side assert), every
+    request finishes, and two decodings of the same prompts give the same tokens."""
+    target, drafter, cfg = models
+    prompts = train.corpus_prompts("h200", [40 + 3 * i for i in range(64)], seed=10)
+    e = engine.Engine(target, drafter, cfg, kd, mode="spec", batch_size=64, max_prompt=240, max_new=128,
+                      budget="auto", top_k=TOP_K, **GPU)
+    e.admit(prompts)
+    e.capture()
+    assert set(e.graphs) == {(b, p) for b in e.budgets for p in (False, True)}
+    runs = [e.generate(prompts) for _ in range(2)]
+    torch.cuda.synchronize()
+    for r in runs:
+        assert len(r.budgets) == r.steps and set(r.budgets) <= set(e.budgets), r.budgets
+        assert all(len(t) == 128 for t in r.tokens)
+    print("auto at batch 64: budgets", runs[1].budgets, "costs ms", {b: round(1e3 * s, 3) for b, s in
+                                                                    e.costs.row(64).items()})
+    assert runs[0].tokens == runs[1].tokens or runs[0].budgets != runs[1].budgets
 
 def test_sampling_distribution_matches_autoregressive_gpu(kd, models):
     prompt = train.corpus_prompts("h200", [120], seed=9)[0]

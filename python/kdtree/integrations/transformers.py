@@ -40,8 +40,8 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from . import load_ops  # the backend switch (kdtree or torch), also importable from here
-from .budget import DEFAULT_BUDGETS, BudgetPolicy, CostTable
+from . import load_ops, rounds  # load_ops: the backend switch (kdtree or torch), also importable from here
+from .budget import DEFAULT_BUDGETS, AutoBudget, CostTable
 
 SUPPORTED_VERSIONS = ">=5.17,<6"
 SUPPORTED_MODELS = {"DeepseekV3ForCausalLM": "mla", "Qwen3ForCausalLM": "gqa", "LlamaForCausalLM": "gqa"}
@@ -335,7 +335,7 @@ class DDTreeDecoder:
         else:
             self.budgets = (1,)
         self.costs = costs if costs is not None else CostTable()
-        self.policy = None
+        self.autob = None  # budget "auto": the policy and its device-side round numbers (AutoBudget)
         self.k_cache = self.v_cache = None
 
     # ------------------------------------------------------------------ forward through the model
@@ -473,15 +473,11 @@ class DDTreeDecoder:
     # ------------------------------------------------------------------ one round, in stages
 
     def _row_offsets(self, positions):
-        return (self.stream[:, None] << 32) + positions.view(self.B, -1).long() + 1
+        return rounds.row_offsets(self.stream, positions, self.B)
 
-    @staticmethod
-    def _margins(logits):
-        top2 = logits.float().topk(2, dim=-1).values
-        return top2[:, 0] - top2[:, 1]
-
-    def _stages(self, budget=None):
-        """The round's stages as (name, fn); `budget` fixes the tree budget (auto chooses inside tree_build)."""
+    def _stages(self, budget=None, probe=False):
+        """The round's stages as (name, fn) at tree budget `budget` (None: the decoder's first budget); auto: a
+        probe round builds the largest tree and cuts this one out of it (kdtree.integrations.budget)."""
         s, ops, B = self.s, self.ops, self.B
         if self.mode == "ar":
             return self._ar_stages()
@@ -491,18 +487,13 @@ class DDTreeDecoder:
             s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.top_k)
 
         def tree_build():
-            n = budget
-            if n is None and self.policy is not None:
-                bmax = self.budgets[-1]
-                big = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=bmax,
-                                     max_tree_nodes=self.width(bmax + 1))
-                n = self.policy.choose(big.scores, s["active"], B, s.get("acc_sum"))
-                if n == bmax:
-                    s["tree"], s["budget"] = big, n
-                    return
-            n = n if n is not None else self.budgets[0]
-            s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=n,
-                                       max_tree_nodes=self.width(n + 1))
+            n = budget if budget is not None else self.budgets[0]
+            if self.auto:
+                s["tree"], s["big"] = self.autob.build_tree(ops, s["dt"], s["dlp"], self.root, self.kv_lens, n, probe,
+                                                            self.width)
+            else:
+                s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=n,
+                                           max_tree_nodes=self.width(n + 1))
             s["budget"] = n
 
         def target():
@@ -533,32 +524,13 @@ class DDTreeDecoder:
                            v_caches=self.v_cache)
 
         def update():
-            t, act, acc, path, N = s["tree"], s["active"], s["acc"], s["path"], s["N"]
-            J = self.drafter.depth + 1  # at most D accepted draft tokens + the bonus
-            j = torch.arange(J, device=self.device)[None, :]
-            nxt = path[:, 1:J + 1].clamp(min=0).long()
-            if nxt.shape[1] < J:
-                nxt = torch.cat([nxt, nxt.new_zeros(B, J - nxt.shape[1])], 1)
-            vals = torch.where(j < acc[:, None], t.tokens.gather(1, nxt), s["bonus"][:, None])
-            keep = (j <= acc[:, None]) & act[:, None]
-            cols = torch.where(keep, self.gen[:, None].long() + j, self.out_cols - 1)
-            self.out.scatter_(1, cols, vals)
-            if self.record_margins:  # the margin at the node that produced each emitted token
-                node = path[:, :J].clamp(min=0).long()
-                if node.shape[1] < J:
-                    node = torch.cat([node, node.new_zeros(B, J - node.shape[1])], 1)
-                m = self._margins(s["logits"]).view(B, N).gather(1, node)
-                self.out_margin.scatter_(1, cols, m)
-            last = path.gather(1, acc[:, None].long()).long()
-            h_new = s["h"].view(B, N, -1).gather(1, last[:, :, None].expand(-1, -1, s["h"].shape[-1]))[:, 0]
-            self.h_last.copy_(torch.where(act[:, None], h_new, self.h_last))
-            self.root.copy_(torch.where(act, s["bonus"], self.root))
-            self.kv_lens.copy_(torch.where(act, self.kv_lens + acc + 1, self.kv_lens))
-            self.gen.copy_(torch.where(act, self.gen + acc + 1, self.gen))
-            logged = torch.where(act, acc, -1)
-            s["acc_sum"] = logged.clamp(min=0).sum()
-            self.acc_log.append(logged)
+            act, acc = s["active"], s["acc"]
+            rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
+                               self.drafter.depth)
+            self.acc_log.append(torch.where(act, acc, -1))
             self.budget_log.append(s["budget"])
+            if self.auto:  # the round's numbers for the budget policy, read by the host lag rounds later
+                self.autob.record(act, acc, (self.gen >= self.max_new).all(), s["big"])
 
         return [("drafter", drafter), ("tree_build", tree_build), ("target", target), ("sample_tokens", sample),
                 ("tree_accept", accept), ("kv_compact", compact), ("update", update)]
@@ -586,14 +558,7 @@ class DDTreeDecoder:
                                           row_offsets=self._row_offsets(s["pos"]).flatten())
 
         def update():
-            act = s["active"]
-            cols = torch.where(act, self.gen.long(), self.out_cols - 1)[:, None]
-            self.out.scatter_(1, cols, s["ttok"][:, None])
-            if self.record_margins:
-                self.out_margin.scatter_(1, cols, self._margins(s["logits"])[:, None])
-            self.root.copy_(torch.where(act, s["ttok"], self.root))
-            self.kv_lens.copy_(torch.where(act, self.kv_lens + 1, self.kv_lens))
-            self.gen.copy_(torch.where(act, self.gen + 1, self.gen))
+            rounds.commit_token(self, s["ttok"], s["active"], s["logits"])
 
         return [("target", target), ("sample_tokens", sample), ("update", update)]
 
@@ -612,18 +577,20 @@ class DDTreeDecoder:
 
     def calibrate(self, repeats=3):
         """Measures one round's time at this batch for every candidate budget (state restored after), into
-        self.costs. Runs on the first auto round of a batch size the table lacks."""
+        self.costs, then runs one probe round whose predictions choose the first rounds' budget. Runs on the
+        first auto round of a batch size the table lacks."""
         snap = self._snapshot()
         logs = (list(self.acc_log), list(self.budget_log))
 
-        def run(b):
-            for _, f in self._stages(budget=b):
+        def run(b, probe=False):
+            for _, f in self._stages(budget=b, probe=probe):
                 f()
             self._restore(snap)
 
         self.costs.measure(self.B, self.budgets, run, repeats=repeats, sync=self._sync)
+        run(self.budgets[0], probe=True)
+        self.autob.initialise(self.autob.stats.tolist())
         self.acc_log, self.budget_log = logs
-        self.s.pop("acc_sum", None)
 
     @torch.no_grad()
     def generate(self, prompts, max_new_tokens, *, mode="spec", stream_ids=None, record_margins=False,
@@ -641,11 +608,13 @@ class DDTreeDecoder:
         self._admit(prompts, max_new_tokens, stream_ids, num_pages)
         self._sync()
         t_prefill = time.perf_counter() - t0
-        self.policy = None
-        if mode == "spec" and self.auto:
+        auto = mode == "spec" and self.auto
+        if auto:
+            if self.autob is None or self.autob.stats.device != self.device:
+                self.autob = AutoBudget(self.budgets, self.costs, self.device)
+            self.autob.reset(self.B)
             if not self.costs.has(self.B, self.budgets):
                 self.calibrate()  # once per batch size; not counted in the decoding time
-            self.policy = BudgetPolicy(self.budgets, self.costs)
         t1 = time.perf_counter()
         stage_ms = {} if profile else None
         max_steps = max_new_tokens + 1
@@ -653,11 +622,13 @@ class DDTreeDecoder:
         cuda = self.device.type == "cuda"
         flags, events, pending = None, None, []
         if cuda:
-            flags = torch.zeros(lag + 1, dtype=torch.bool, pin_memory=True)
+            # per round: the "all done" flag (auto: the round's numbers, AutoBudget.stats), read lag rounds late
+            flags = torch.zeros(lag + 1, self.autob.stats.numel() if auto else 1, dtype=torch.float32,
+                                pin_memory=True)
             events = [torch.cuda.Event() for _ in range(lag + 1)]
         while steps < max_steps:
-            budget = None if (self.auto or mode == "ar") else self.budgets[0]
-            for name, f in self._stages(budget=budget):
+            budget, probe = self.autob.plan() if auto else (None, False)
+            for name, f in self._stages(budget=budget, probe=probe):
                 if profile:
                     self._sync()
                     t = time.perf_counter()
@@ -672,17 +643,20 @@ class DDTreeDecoder:
                     break
                 continue
             if not cuda:
+                if auto:
+                    self.autob.observe(self.autob.stats.tolist(), budget)
                 if int(self.gen.min()) >= max_new_tokens:
                     break
                 continue
             i = steps % (lag + 1)
-            flags[i:i + 1].copy_((self.gen >= max_new_tokens).all().view(1), non_blocking=True)
+            flags[i].copy_(self.autob.stats if auto else (self.gen >= max_new_tokens).all().float().view(1),
+                          non_blocking=True)
             events[i].record()
-            pending.append(i)
+            pending.append((i, budget))
             if len(pending) > lag:
-                j = pending.pop(0)
+                j, used = pending.pop(0)
                 events[j].synchronize()
-                if bool(flags[j]):
+                if self.autob.observe(flags[j].tolist(), used) if auto else bool(flags[j, 0]):
                     break
         self._sync()
         t_end = time.perf_counter()

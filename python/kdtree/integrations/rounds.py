@@ -1,0 +1,64 @@
+"""The request-state bookkeeping of a DDTree round, shared by kdtree.integrations.transformers.DDTreeDecoder and
+the DDTree example's Engine (examples/ddtree/engine.py). Device tensors only, no host synchronisation, so a
+round can be a CUDA graph.
+
+The state object holds, per request b (batch B): `kv_lens[b]` tokens in the cache, `root[b]` the newest token
+(not yet in the cache), `h_last[b]` the target's final hidden state that predicted it, `gen[b]` tokens
+generated so far, `out` [B, out_cols] the generated tokens (the last column takes the writes of finished
+requests), `out_margin` (the target's top-2 logit margin at each emitted token, when `record_margins`) and
+`stream` [B] int64, the sampling RNG stream.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def row_offsets(stream, positions, batch):
+    """sample_tokens' RNG row offset of the token predicted at each position: (stream << 32) + position + 1."""
+    return (stream[:, None] << 32) + positions.view(batch, -1).long() + 1
+
+
+def margins(logits):
+    """The top-2 logit margin of each row."""
+    top2 = logits.float().topk(2, dim=-1).values
+    return top2[:, 0] - top2[:, 1]
+
+
+def _pad(x, cols):
+    return x if x.shape[1] >= cols else torch.cat([x, x.new_zeros(x.shape[0], cols - x.shape[1])], 1)
+
+
+def commit_tree(st, tokens, path, acc, bonus, active, h, logits, depth):
+    """After tree_accept: request b (if active) emits its accepted draft tokens tokens[b, path[b, 1..acc]] and
+    the bonus token, its KV length and count grow by acc + 1, and its root and hidden state become the bonus
+    and the last accepted node's. tokens/path [B, W] (a path is at most depth + 1 nodes), acc/bonus [B],
+    h [B * N, d] and logits [B * N, V] of the packed nodes."""
+    B = acc.shape[0]
+    N = h.shape[0] // B
+    J = depth + 1  # at most D accepted draft tokens + the bonus
+    j = torch.arange(J, device=acc.device)[None, :]
+    nxt = _pad(path[:, 1:J + 1].clamp(min=0).long(), J)
+    vals = torch.where(j < acc[:, None], tokens.gather(1, nxt), bonus[:, None])
+    keep = (j <= acc[:, None]) & active[:, None]
+    cols = torch.where(keep, st.gen[:, None].long() + j, st.out_cols - 1)
+    st.out.scatter_(1, cols, vals)
+    if st.record_margins:  # the margin at the node that produced each emitted token
+        node = _pad(path[:, :J].clamp(min=0).long(), J)  # a tree narrower than D + 1 (W = 16, D = 16)
+        st.out_margin.scatter_(1, cols, margins(logits).view(B, N).gather(1, node))
+    last = path.gather(1, acc[:, None].long()).long()  # [B, 1] the last accepted node
+    h_new = h.view(B, N, -1).gather(1, last[:, :, None].expand(-1, -1, h.shape[-1]))[:, 0]
+    st.h_last.copy_(torch.where(active[:, None], h_new, st.h_last))
+    st.root.copy_(torch.where(active, bonus, st.root))
+    st.kv_lens.copy_(torch.where(active, st.kv_lens + acc + 1, st.kv_lens))
+    st.gen.copy_(torch.where(active, st.gen + acc + 1, st.gen))
+
+
+def commit_token(st, token, active, logits):
+    """After a one-token (autoregressive) round: request b (if active) emits token[b]."""
+    cols = torch.where(active, st.gen.long(), st.out_cols - 1)[:, None]
+    st.out.scatter_(1, cols, token[:, None])
+    if st.record_margins:
+        st.out_margin.scatter_(1, cols, margins(logits)[:, None])
+    st.root.copy_(torch.where(active, token, st.root))
+    st.kv_lens.copy_(torch.where(active, st.kv_lens + 1, st.kv_lens))
+    st.gen.copy_(torch.where(active, st.gen + 1, st.gen))
