@@ -112,6 +112,7 @@ VerifyReference verify_attention(const VerifyHostInputs& in, int threads) {
   VerifyReference result;
   result.out.assign(size_t(in.total_nodes) * hq * dv, 0.0);
   result.lse.assign(size_t(in.total_nodes) * hq, 0.0);
+  if (fp8) result.score_abs_bound.assign(size_t(in.total_nodes) * hq, 0.0);
 
   std::vector<int> request_of(in.total_nodes);
   for (int b = 0; b < in.batch_size; ++b)
@@ -143,6 +144,19 @@ VerifyReference verify_attention(const VerifyHostInputs& in, int threads) {
     for (size_t j = 0; j < rows.size(); ++j)
       for (int g = 0; g < group; ++g)
         scores[g][j] = in.sm_scale * k_scale * dot(&q[(size_t(node) * hq + h0 + g) * dqk], k_row(rows[j]), dqk);
+    if (fp8) {
+      for (int g = 0; g < group; ++g) {
+        const float* qrow = &q[(size_t(node) * hq + h0 + g) * dqk];
+        double bound = 0.0;
+        for (size_t j = 0; j < rows.size(); ++j) {
+          const float* krow = k_row(rows[j]);
+          double s = 0.0;
+          for (int d = 0; d < dqk; ++d) s += std::fabs(double(qrow[d]) * double(krow[d]));
+          bound = std::max(bound, s);
+        }
+        result.score_abs_bound[size_t(node) * hq + h0 + g] = in.sm_scale * k_scale * bound;
+      }
+    }
     // Softmax per head: scores become probabilities.
     for (int g = 0; g < group; ++g) {
       const double max_score = *std::max_element(scores[g].begin(), scores[g].end());

@@ -37,6 +37,10 @@ struct VerifyHostInputs {
 struct VerifyReference {
   std::vector<double> out;  // [total_nodes, Hq, Dv]
   std::vector<double> lse;  // [total_nodes, Hq], natural log; -inf for a row that sees nothing
+  // e4m3 caches: per row, the largest sm_scale * k_scale * sum_i |q_i k_i| over the
+  // visible tokens, what rounding q bounds the score errors by (q quantised with
+  // relative error e moves every score, and so the LSE, by at most e times it).
+  std::vector<double> score_abs_bound;  // [total_nodes, Hq]; empty for 16-bit caches
 };
 
 // For request b, node i (row node_indptr[b] + i), query head h (KV head
