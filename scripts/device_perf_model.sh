@@ -6,8 +6,8 @@
 # (scripts/pack_device_carry.sh). Back here:
 #   python3 tools/perf_model/perf_model.py validate --measured $OUT/bench_default.txt
 #   python3 tools/perf_model/perf_model.py --shape mla validate --measured $OUT/bench_sm120_mla.txt --tiles kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32
-#   python3 tools/perf_model/perf_model.py --shape gqa64 validate --measured $OUT/bench_sm120_gqa64.txt --tiles 128,64,4,2,32
-#   python3 tools/perf_model/perf_model.py --shape gqa256 validate --measured $OUT/bench_sm120_gqa256.txt --tiles 64,32,4,2
+#   python3 tools/perf_model/perf_model.py --shape gqa64 validate --measured $OUT/bench_sm120_gqa64.txt --tiles block_m=128,block_n=64,warps=4,stages=2,warp_rows=32
+#   python3 tools/perf_model/perf_model.py --shape gqa256 validate --measured $OUT/bench_sm120_gqa256.txt --tiles block_m=64,block_n=32,warps=4,stages=2,warp_rows=16
 # (add --clock-ghz with the median of $OUT/sm_clock_mhz.txt / 1000 to use the measured clock).
 set -uo pipefail
 carry=$PWD/.carry

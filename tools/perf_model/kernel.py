@@ -57,8 +57,8 @@ def analyse(cubin: str, copies_per_thread: int, log_text: str | None = None, rol
     else:
         loops = [sass.main_loop(instrs, labels)]
     paths = [sass.steady_path(instrs, labels, head, back, copies_per_thread) for head, back in loops]
-    if len({sum(1 for i in p if i.base == "HMMA") for p in paths}) != 1:
-        raise ValueError(f"{cubin}: the warp roles' tile loops issue different HMMA counts")
+    if len({sum(sass.mma_flop(i) for i in p if sass.is_mma(i)) for p in paths}) != 1:
+        raise ValueError(f"{cubin}: the warp roles' tile loops issue different MMA work")
     inside = set()
     for head, back in loops:
         inside.update(range(head, back + 1))

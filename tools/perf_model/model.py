@@ -10,8 +10,6 @@ import math
 import sim
 from kernel import Kernel
 
-FLOP_PER_HMMA = 4096  # m16n8k16: 2 * 16 * 8 * 16
-
 
 @dataclasses.dataclass
 class Prediction:

@@ -107,13 +107,42 @@ def parse_function(text: str, name: str = KERNEL) -> tuple[list[Instr], dict[str
     return instrs, labels
 
 
+# Tensor-core MMA opcodes of mma.sync (ptxas's spellings, checked with nvdisasm on small kernels):
+#   HMMA.16816.F32.BF16 / HMMA.16816.F32       bf16 / f16 m16n8k16 (sm_80+); sm_90 also runs e4m3 mma.sync
+#                                              as F2FP.F16.E4M3.UNPACK_B conversions + two HMMA.16816.F32
+#   QMMA.16832.F32.E4M3.E4M3                   e4m3 m16n8k32 (sm_89, plain sm_120: the bf16 rate per FLOP)
+#   QMMA.SF.16832.F32.E4M3.E4M3.E8             block-scaled kind::mxf8f6f4 m16n8k32, ue8m0 scales (sm_120a:
+#                                              twice the bf16 rate per FLOP)
+MMA_OPS = ("HMMA", "QMMA")
+_MMA_SHAPE = re.compile(r"\.16(8)(\d+)(?:\.|$)")
+
+
+def is_mma(ins: Instr) -> bool:
+    return ins.base in MMA_OPS
+
+
+def mma_flop(ins: Instr) -> int:
+    """FLOP of one warp-wide MMA: 2 * M * N * K from the shape in the opcode
+    (16816: m16n8k16, 4096; 16832: m16n8k32, 8192; 1688: m16n8k8, 2048)."""
+    m = _MMA_SHAPE.search(ins.op[len(ins.base):])
+    return 2 * 16 * 8 * int(m.group(2)) if m else 4096
+
+
+def mma_rate(ins: Instr) -> str:
+    """Which tensor rate an MMA runs at: "mxf8" (block-scaled fp8, QMMA.SF), "e4m3"
+    (plain fp8 QMMA) or "bf16" (HMMA: bf16 and f16)."""
+    if ins.base == "QMMA":
+        return "mxf8" if ins.op.startswith("QMMA.SF") else "e4m3"
+    return "bf16"
+
+
 def spills(instrs: list[Instr]) -> int:
     """Local-memory accesses (register spills: LDL/STL) anywhere in the function."""
     return sum(1 for ins in instrs if ins.base in ("LDL", "STL"))
 
 
-def _hmma_loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
-    """(head, back-edge) of every loop whose body holds HMMA. A backward branch whose
+def _mma_loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
+    """(head, back-edge) of every loop whose body holds an MMA (HMMA, QMMA). A backward branch whose
     span holds an EXIT is not a loop: it is the jump back from a block placed after
     the function's end (e.g. a divergent vote's slow path)."""
     found = []
@@ -121,7 +150,7 @@ def _hmma_loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, 
         if ins.base == "BRA" and ins.target in labels and labels[ins.target] <= i:
             head = labels[ins.target]
             body = instrs[head:i]
-            if any(x.base == "HMMA" for x in body) and not any(x.base == "EXIT" for x in body):
+            if any(is_mma(x) for x in body) and not any(x.base == "EXIT" for x in body):
                 found.append((head, i))
     return found
 
@@ -129,17 +158,17 @@ def _hmma_loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, 
 def main_loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
     """The tile loops of a kernel that instantiates one per warp row (the qsplit
     kernel's tile_loop<ROLE>, inside its loop over stream-K segments): the
-    innermost loops with HMMA, in program order."""
-    found = _hmma_loops(instrs, labels)
+    innermost loops with MMAs, in program order."""
+    found = _mma_loops(instrs, labels)
     return sorted(lp for lp in found if not any(o != lp and lp[0] <= o[0] and o[1] <= lp[1] for o in found))
 
 
 def main_loop(instrs: list[Instr], labels: dict[str, int]) -> tuple[int, int]:
     """(head, back-edge) of the KV-tile loop of a kernel with one: the outermost
-    loop whose body holds HMMA instructions."""
-    found = _hmma_loops(instrs, labels)
+    loop whose body holds MMA instructions."""
+    found = _mma_loops(instrs, labels)
     if not found:
-        raise ValueError("no loop with HMMA instructions (is this kdtree_verify_attention?)")
+        raise ValueError("no loop with HMMA/QMMA instructions (is this kdtree_verify_attention?)")
     return max(found, key=lambda lp: lp[1] - lp[0])
 
 
@@ -226,6 +255,10 @@ def classify(ins: Instr) -> str:
     b = ins.base
     if b == "HMMA":
         return "HMMA"
+    if b == "QMMA":
+        return "QMMA.SF" if ins.op.startswith("QMMA.SF") else "QMMA"
+    if b in ("F2FP", "PRMT"):
+        return b  # fp8 kernels: packs / unpacks and byte permutes
     if b == "LDSM":
         width = ins.op.rsplit(".", 1)[-1]
         return f"LDSM.{'T.' if '.MT88' in ins.op else ''}{width}"

@@ -5,18 +5,23 @@ Per cycle, each of the 4 schedulers issues at most one instruction from one of
 its warps (loose round robin). An instruction issues when the warp's stall
 count since its last issue has elapsed, the scoreboards it waits for are clear,
 and its pipe accepts it:
-  - HMMA: the scheduler's tensor pipe, busy 4096 FLOP / (tensor FLOP/clk/SM / 4)
-    cycles per m16n8k16 (its result latency is in the compiler's stall counts);
+  - MMA (HMMA, QMMA, QMMA.SF): the scheduler's tensor pipe, busy FLOP / (tensor
+    FLOP/clk/SM at the instruction's rate / 4) cycles (m16n8k16: 4096 FLOP, m16n8k32:
+    8192; the result latency is in the compiler's stall counts);
   - shared-memory accesses (LDSM, LDS, STS, SHFL and the shared-memory write of
     cp.async): one port per SM, busy bytes / port_bytes_per_clk cycles each, the
-    result after smem_latency more (released through the instruction's scoreboard);
+    result after smem_latency more, plus smem_latency_per_inflight for each access
+    of the same partition still in flight (latency under load; released through the
+    instruction's scoreboard);
     while the port's backlog exceeds mio_queue_cycles, no more are accepted (the
     MIO queue is full: "MIO throttle");
   - cp.async (LDGSTS): also the SM's share of the L2 bandwidth; a commit group is
     complete mem_latency after its last byte, and DEPBAR waits for it;
   - other math: the scheduler's FMA, IMAD, ALU or XU (MUFU, conversions) pipe, busy
     32 / (its lanes per scheduler) cycles; LDG (page table, tree mask: L1-resident) l1_latency;
-  - BAR.SYNC: released when every warp of the CTA has arrived; a named barrier
+  - instruction fetch: a warp waits icache_miss_cycles for a 128-byte line of code
+    that is not in its scheduler's L0 instruction cache (icache_l0_bytes, LRU);
+  - BAR.SYNC: released barrier_latency after every warp of the CTA has arrived; a named barrier
     with a thread count when the count's warps have arrived on it: with an
     immediate id (BAR.SYNC 0x3, 0x100) any of the CTA's warps, with an id in a
     register (BAR.SYNC R2, 0x80) those of the arriving warp's group of
@@ -28,10 +33,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from sass import Instr, access_bytes
+from sass import Instr, access_bytes, is_mma, mma_flop, mma_rate
 
 # Instruction kinds of the replay.
 ALU, HMMA, MIO, LDGSTS, LDG, MUFU, BAR, DEPBAR, COMMIT = range(9)
+MMA = HMMA  # every tensor-core MMA (HMMA, QMMA) is this kind; Step.flop and Step.rate say how much and at which rate
 
 
 @dataclasses.dataclass
@@ -49,17 +55,23 @@ class Step:
     bar_id: int = -1    # BAR: an immediate barrier id (-1: in a register, or the CTA barrier)
     bar_arrive: bool = False  # BAR.ARV: arrive without waiting
     pipe: str = ""     # the scheduler's math pipe it occupies ("fma", "imad", "alu", "xu"), if any
+    addr: int = -1     # byte address in the function (instruction fetch); -1: not modelled
+    flop: int = 4096   # MMA: FLOP of the instruction (m16n8k16: 4096, m16n8k32: 8192)
+    rate: str = "bf16"  # MMA: which tensor rate ("bf16", "e4m3": plain fp8 QMMA, "mxf8": block-scaled QMMA.SF)
 
 
 # Math pipes by opcode (CUDA programming guide, arithmetic instruction throughput:
 # FP32 add/mul/fma 128 lanes per SM on sm_86+ (64 on sm_80); integer add, logic,
 # compare, min/max, shift and integer multiply-add 64; conversions and MUFU 16).
+# F2FP (the packed conversions: F2FP.BF16.F32.PACK_AB, F2FP.SATFINITE.E4M3.F32.PACK_AB*,
+# F2FP.F16.E4M3.UNPACK_B) is not an XU conversion: ptxas issues it with fixed latency (no
+# scoreboard) and back-to-back F2FPs two cycles apart on sm_90 and sm_120, the 64-lane pipe.
 _PIPES = {
     "fma": ("FFMA", "FADD", "FMUL", "HFMA2", "HADD2", "HMUL2"),
     "imad": ("IMAD", "IMUL"),
     "alu": ("IADD3", "IADD", "LOP3", "LOP", "ISETP", "FSETP", "FMNMX", "IMNMX", "SEL", "FSEL", "SHF", "PLOP3", "LEA",
-            "PRMT", "IABS", "FCHK", "BMSK", "SGXT", "POPC", "FLO"),
-    "xu": ("MUFU", "F2FP", "F2F", "I2F", "F2I", "FRND", "I2FP", "F2IP"),
+            "PRMT", "IABS", "FCHK", "BMSK", "SGXT", "POPC", "FLO", "F2FP"),
+    "xu": ("MUFU", "F2F", "I2F", "F2I", "FRND", "I2FP", "F2IP"),
 }
 _PIPE_OF = {op: pipe for pipe, ops in _PIPES.items() for op in ops}
 
@@ -69,7 +81,7 @@ def compile_path(path: list[Instr]) -> list[Step]:
     for ins in path:
         b = ins.base
         live = ins.pred != "@!PT"
-        if b == "HMMA":
+        if is_mma(ins):
             kind = HMMA
         elif b == "LDGSTS":
             kind = LDGSTS
@@ -87,7 +99,10 @@ def compile_path(path: list[Instr]) -> list[Step]:
             kind = COMMIT
         else:
             kind = ALU
-        s = Step(kind, max(1, ins.stall), ins.wr_sb, ins.rd_sb, ins.wait, live=live, pipe=_PIPE_OF.get(b, ""))
+        s = Step(kind, max(1, ins.stall), ins.wr_sb, ins.rd_sb, ins.wait, live=live, pipe=_PIPE_OF.get(b, ""),
+                 addr=ins.addr)
+        if kind == HMMA:
+            s.flop, s.rate = mma_flop(ins), mma_rate(ins)
         if kind in (MIO, LDGSTS) and live:
             s.port_bytes = access_bytes(ins)
         if kind == LDGSTS and live:
@@ -123,12 +138,21 @@ def simulate(steps: list, warps_per_cta: int, ctas: int, rates: dict, tiles: int
     n_warps = warps_per_cta * ctas
     per_role = max(1, warps_per_cta // len(role_paths))
     path_of = [role_paths[min(len(role_paths) - 1, (w % warps_per_cta) // per_role)] for w in range(n_warps)]
-    hmma_occ = 4096.0 / (rates["tensor_flop_per_clk_sm"] / 4)
+    # Tensor pipe cycles per FLOP of one scheduler, by rate (rates.py: plain e4m3 and
+    # block-scaled fp8 default to the bf16 rate where the arch has no rate of its own).
+    per_flop = {kind: 4.0 / rates.get(f"tensor_flop_per_clk_sm_{kind}", rates["tensor_flop_per_clk_sm"])
+                for kind in ("e4m3", "mxf8")}
+    per_flop["bf16"] = 4.0 / rates["tensor_flop_per_clk_sm"]
     port_rate = rates["smem_bytes_per_clk_sm"]
     l2_rate = rates["l2_bytes_per_s"] / rates["num_sms"] / rates["clock_hz"]
     smem_lat, l1_lat = rates["smem_latency"], rates["l1_latency"]
     mem_lat, mufu_lat = rates["mem_latency"], rates["mufu_latency"]
     bar_lat = rates["barrier_latency"]
+    # Shared-memory latency under load: each shared-memory access (LDSM, LDS, STS, SHFL)
+    # of a partition still in flight (issued, result not yet back) adds
+    # smem_latency_per_inflight cycles to the latency of the next one.
+    load_lat = rates.get("smem_latency_per_inflight", 0.0)
+    inflight: list[list[float]] = [[] for _ in range(4)]  # per partition: result times of accesses in flight
     mio_queue = rates["mio_queue_cycles"]
 
     pc = [0] * n_warps
@@ -160,6 +184,25 @@ def simulate(steps: list, warps_per_cta: int, ctas: int, rates: dict, tiles: int
     t_warm = t_end = None
     limit = 200000 * tiles
     seeded: set = set()
+    # Instruction fetch: each scheduler's L0 instruction cache, LRU over 128-byte lines; a
+    # line not resident is filled in icache_miss_cycles (the warp waits). A loop whose
+    # executed lines fit stays resident; a larger one misses on every line, every pass.
+    ic_lines = rates.get("icache_l0_bytes", 0) // 128
+    ic_miss = rates.get("icache_miss_cycles", 0)
+    l0: list[dict[int, float]] = [{} for _ in range(4)]  # line -> time its fill completes (insertion order = LRU)
+
+    ifetch = [0.0] * n_warps
+
+    def fetch(q: int, line: int, t: float) -> float:
+        """When line is in scheduler q's L0 (starting a fill at t if absent); marks it most recent."""
+        c = l0[q]
+        at = c.pop(line, None)
+        if at is None:
+            at = t + ic_miss
+            if len(c) >= ic_lines:
+                del c[next(iter(c))]
+        c[line] = at
+        return at
     while done < n_warps:
         now += 1
         if now > limit:
@@ -202,8 +245,12 @@ def simulate(steps: list, warps_per_cta: int, ctas: int, rates: dict, tiles: int
                     continue
                 reason = ""
                 st = path_of[w][pc[w]]
+                if ic_lines and st.addr >= 0 and ready[w] <= now and not at_bar[w]:
+                    ifetch[w] = fetch(s, st.addr // 128, now)
                 if at_bar[w]:
                     reason = "barrier"
+                elif ifetch[w] > now:
+                    reason = "instruction fetch"
                 elif ready[w] > now:
                     reason = "fixed latency (stall count)"
                 elif st.wait and any((st.wait >> k) & 1 and sb[w][k] > now for k in range(6)):
@@ -232,8 +279,9 @@ def simulate(steps: list, warps_per_cta: int, ctas: int, rates: dict, tiles: int
                     pipe_free[s][st.pipe] = max(pipe_free[s][st.pipe], now) + pipe_cycles[st.pipe]
                 done_at = now
                 if kind == HMMA:
-                    tensor_free[s] = max(tensor_free[s], now) + hmma_occ
-                    busy_tensor += hmma_occ
+                    occ = st.flop * per_flop[st.rate]
+                    tensor_free[s] = max(tensor_free[s], now) + occ
+                    busy_tensor += occ
                 elif kind == MUFU:
                     done_at = now + mufu_lat
                 elif kind in (MIO, LDGSTS) and st.live:
@@ -242,7 +290,13 @@ def simulate(steps: list, warps_per_cta: int, ctas: int, rates: dict, tiles: int
                     start = max(port_free, now)
                     port_free = start + service
                     busy_port += service
-                    done_at = port_free + smem_lat
+                    extra = 0.0
+                    if load_lat and kind == MIO:
+                        inflight[s] = [t for t in inflight[s] if t > now]
+                        extra = load_lat * len(inflight[s])
+                    done_at = port_free + smem_lat + extra
+                    if load_lat and kind == MIO:
+                        inflight[s].append(done_at)
                     if kind == LDGSTS:
                         l2s = st.global_bytes / l2_rate
                         l2_free = max(l2_free, now) + l2s
@@ -259,7 +313,7 @@ def simulate(steps: list, warps_per_cta: int, ctas: int, rates: dict, tiles: int
                 if st.wr_sb < 6:
                     sb[w][st.wr_sb] = max(sb[w][st.wr_sb], done_at)
                 if st.rd_sb < 6:
-                    sb[w][st.rd_sb] = max(sb[w][st.rd_sb], now + 2 if kind not in (MIO, LDGSTS) else done_at - smem_lat)
+                    sb[w][st.rd_sb] = max(sb[w][st.rd_sb], now + 2 if kind not in (MIO, LDGSTS) else done_at - smem_lat - extra)
                 ready[w] = now + st.stall
                 pc[w] += 1
                 if kind == BAR:

@@ -176,8 +176,83 @@ class RolesAndBarriersTest(unittest.TestCase):
         row1 = [bar("BAR.SYNC.DEFER_BLOCKING 0x4, 0x100")] + work + [bar("BAR.ARV 0x3, 0x100")]
         self.assertEqual((row0[0].bar_id, row0[0].bar_warps, row0[0].bar_arrive), (3, 8, False))
         self.assertTrue(row0[1].bar_arrive)
-        res = sim.simulate([row0, row1], warps_per_cta=8, ctas=1, rates=rates_for("sm_120"))
-        self.assertAlmostEqual(res.cycles_per_tile, 100 + 2 * 20, delta=5)
+        r = rates_for("sm_120")
+        res = sim.simulate([row0, row1], warps_per_cta=8, ctas=1, rates=r)
+        self.assertAlmostEqual(res.cycles_per_tile, 100 + 2 * r["barrier_latency"], delta=5)
+
+
+class Fp8MmaTest(unittest.TestCase):
+    """The fp8 opcodes as ptxas spells them (nvdisasm of small mma.sync kernels, CUDA 13):
+    sm_120a block-scaled kind::mxf8f6f4, plain e4m3 on sm_120, the sm_90 emulation."""
+    QMMA_SF = "QMMA.SF.16832.F32.E4M3.E4M3.E8 R4, R8, R2, R4, R13, R13, URZ"
+    QMMA = "QMMA.16832.F32.E4M3.E4M3 R4, R8, R2, R4"
+
+    def instrs(self, *texts):
+        return sass.parse_function(listing([(t, ctrl()) for t in texts]))[0]
+
+    def test_opcodes_flops_and_rates(self):
+        sf, plain, bf16, f16, unpack, pack = self.instrs(
+            self.QMMA_SF, self.QMMA, "HMMA.16816.F32.BF16 R12, R8, R10, R12", "HMMA.16816.F32 R12, R4, R2, RZ",
+            "F2FP.F16.E4M3.UNPACK_B R2, R32.H1", "F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C R12, R12, R13, RZ")
+        self.assertEqual([sass.mma_flop(i) for i in (sf, plain, bf16, f16)], [8192, 8192, 4096, 4096])
+        self.assertEqual([sass.mma_rate(i) for i in (sf, plain, bf16, f16)], ["mxf8", "e4m3", "bf16", "bf16"])
+        self.assertEqual([sass.classify(i) for i in (sf, plain, bf16, unpack, pack)],
+                         ["QMMA.SF", "QMMA", "HMMA", "F2FP", "F2FP"])
+        self.assertFalse(sass.is_mma(unpack))
+        steps = sim.compile_path([sf, plain, unpack, pack])
+        self.assertEqual([s.kind for s in steps[:2]], [sim.MMA, sim.MMA])
+        self.assertEqual([s.pipe for s in steps[2:]], ["alu", "alu"])  # fixed latency, 2 cycles apart in the SASS
+
+    def test_sm120_tensor_rates(self):
+        # Independent MMAs of four warps, one per scheduler: the pipe takes one m16n8k32 per
+        # 8192 / (rate / 4) cycles: block-scaled at twice the bf16 FLOP rate (16 cycles, as
+        # one HMMA.16816), plain e4m3 at the bf16 FLOP rate (32 cycles).
+        r = rates_for("sm_120")
+        self.assertAlmostEqual(r["tensor_flop_per_clk_sm"], 1023, delta=1)
+        self.assertAlmostEqual(r["tensor_flop_per_clk_sm_mxf8"], 2 * r["tensor_flop_per_clk_sm"])
+        self.assertAlmostEqual(r["tensor_flop_per_clk_sm_e4m3"], r["tensor_flop_per_clk_sm"])
+        for text, cycles in ((self.QMMA_SF, 16), (self.QMMA, 32), ("HMMA.16816.F32.BF16 R12, R8, R10, R12", 16)):
+            steps = sim.compile_path(self.instrs(*[text] * 64))
+            res = sim.simulate(steps, warps_per_cta=4, ctas=1, rates=r)
+            self.assertAlmostEqual(res.cycles_per_tile, 64 * cycles, delta=cycles * 2, msg=text)
+            self.assertGreater(res.tensor_busy, 0.95)
+
+    def test_qmma_loop_is_the_main_loop(self):
+        text = listing([
+            ("MOV R1, R2", ctrl()),
+            ".L_x_1",
+            (self.QMMA_SF, ctrl()),
+            ("@P0 BRA `(.L_x_1)", ctrl()),
+            ("EXIT", ctrl()),
+        ])
+        instrs, labels = sass.parse_function(text)
+        self.assertEqual(sass.main_loop(instrs, labels), (1, 2))
+
+
+class CalibrationTest(unittest.TestCase):
+    """The mechanisms fitted on the H200 rows (rates.CALIBRATION)."""
+
+    def test_shared_memory_latency_grows_with_accesses_in_flight(self):
+        # One warp, 8 independent LDS then one instruction waiting on all: under load the
+        # last result comes back later than port time + the unloaded latency.
+        def run(per_inflight):
+            r = dict(rates_for("sm_90"), smem_latency_per_inflight=per_inflight)
+            steps = [sim.Step(sim.MIO, 1, k % 6, 7, 0, port_bytes=128) for k in range(8)]
+            steps.append(sim.Step(sim.ALU, 1, 7, 7, 63))
+            return sim.simulate(steps, warps_per_cta=1, ctas=1, rates=r).cycles_per_tile
+        self.assertAlmostEqual(run(0), 8 + 30 + 1, delta=2)
+        self.assertGreater(run(4), run(0) + 4 * 4)
+
+    def test_a_loop_larger_than_the_l0_instruction_cache_misses_every_line(self):
+        def run(n_instr):
+            r = rates_for("sm_90")
+            steps = [sim.Step(sim.ALU, 1, 7, 7, 0, addr=16 * k) for k in range(n_instr)]
+            return sim.simulate(steps, warps_per_cta=1, ctas=1, rates=r).cycles_per_tile, r
+        fits, r = run(r_lines := rates_for("sm_90")["icache_l0_bytes"] // 16)
+        self.assertAlmostEqual(fits, r_lines, delta=2)            # resident after the first pass
+        big, r = run(2 * r_lines)
+        lines = 2 * r_lines // 8
+        self.assertAlmostEqual(big, 2 * r_lines + lines * r["icache_miss_cycles"], delta=lines)
 
 
 class PlanTest(unittest.TestCase):
