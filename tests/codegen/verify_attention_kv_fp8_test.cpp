@@ -155,7 +155,7 @@ TEST_CASE("verify_attention[kv=e4m3]: sm_100 and newer choose the e4m3 MMA path,
   // MLA on sm_120: the e4m3 Q tile (64 x 640 bytes) lets the flash kernel fit 99 KB.
   const VerifyTiles mla120 =
       choose_verify_tiles(spec_of(supported_heads()[0], KDTREE_KV_DTYPE_E4M3), arch_from_sm(120));
-  CHECK(mla120.str() == "kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=32,mma=e4m3");
+  CHECK(mla120.str() == "kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16,mma=e4m3");
   const FlashSmemLayout l = flash_smem_layout(spec_of(supported_heads()[0], KDTREE_KV_DTYPE_E4M3), mla120);
   CHECK(l.q_scale == 64 * 640);
   CHECK(l.k == l.q_scale + 64 * 4);

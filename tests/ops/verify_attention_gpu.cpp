@@ -452,22 +452,38 @@ void check_request(const VerifyCase& c, const kdtree::ref::VerifyReference& ref,
 TEST_CASE("verify_attention GPU parity: mla576/512") { run_head_grid(576, 512, 0); }
 
 // The e4m3 MMA path (sm_120's path for e4m3 caches; on sm_89/sm_90 the same source
-// with the plain e4m3 MMA) on whatever GPU runs the tests: the grid's e4m3 points
-// of every head with KDTREE_VERIFY_TILES=mma=e4m3, in a runtime of its own.
-TEST_CASE("verify_attention GPU parity: e4m3 MMA path (tiles mma=e4m3), every head") {
-  kdtree::test::EnvVar tiles("KDTREE_VERIFY_TILES", "mma=e4m3");
-  Session s;
-  s.e4m3_mma = true;
-  int sm = 0;
-  REQUIRE(kdtree_runtime_arch(s.rt, &sm) == KDTREE_OK);
-  if (sm < 89) {
-    MESSAGE("not run: the e4m3 MMA path needs sm_89 or newer, this GPU is sm_" << sm);
-    return;
+// with the plain e4m3 MMA) on whatever GPU runs the tests, in a runtime of its own
+// with KDTREE_VERIFY_TILES set: the grid's e4m3 points only.
+struct E4m3MmaSession {
+  kdtree::test::EnvVar tiles;
+  Session session;
+  explicit E4m3MmaSession(const char* tiles_value) : tiles("KDTREE_VERIFY_TILES", tiles_value) {
+    session.e4m3_mma = true;
   }
-  run_head_grid(576, 512, 0, s);
-  run_head_grid(64, 64, 1, s);
-  run_head_grid(128, 128, 2, s);
-  run_head_grid(256, 256, 3, s);
+  bool runs() {
+    int sm = 0;
+    REQUIRE(kdtree_runtime_arch(session.rt, &sm) == KDTREE_OK);
+    if (sm < 89) MESSAGE("not run: the e4m3 MMA path needs sm_89 or newer, this GPU is sm_" << sm);
+    return sm >= 89;
+  }
+};
+
+TEST_CASE("verify_attention GPU parity: e4m3 MMA path (tiles mma=e4m3), every head") {
+  E4m3MmaSession e("mma=e4m3");
+  if (!e.runs()) return;
+  run_head_grid(576, 512, 0, e.session);
+  run_head_grid(64, 64, 1, e.session);
+  run_head_grid(128, 128, 2, e.session);
+  run_head_grid(256, 256, 3, e.session);
+}
+
+// sm_120's MLA e4m3 kernel itself (its tiles; GQA's are sm_90's too).
+TEST_CASE(
+    "verify_attention GPU parity: mla576/512 e4m3 MMA path with sm_120's tiles "
+    "(kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16,mma=e4m3)") {
+  E4m3MmaSession e("kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16,mma=e4m3");
+  if (!e.runs()) return;
+  run_head_grid(576, 512, 6, e.session);
 }
 TEST_CASE("verify_attention GPU parity: gqa64") { run_head_grid(64, 64, 1); }
 TEST_CASE("verify_attention GPU parity: gqa128") { run_head_grid(128, 128, 2); }
