@@ -74,15 +74,27 @@ typedef enum kdtree_kv_dtype {
  *  - Layouts as for 16-bit caches with 1-byte elements: MLA [num_pages, page_size,
  *    1, 576] (V = the first 512 bytes of each row, with v_scale); GQA k_cache and
  *    v_cache [num_pages, page_size, num_kv_heads, 64/128/256]. Caches 16-byte aligned.
- *  - Every supported arch (sm_80+) takes them: the rows are dequantised exactly to
- *    q's 16-bit type on their way to the tensor cores (16-bit tensor rate).
- *  - Accuracy: the error is that of a 16-bit cache holding the dequantised values
- *    (KV values are exact after dequantisation; Q and P stay 16-bit): against a
- *    float64 reference over the dequantised cache, relative error of out within
- *    1e-2 (measured worst on the H200 parity grid: 2.5e-3 with bf16 q, 3.0e-4
- *    with f16 q). Quantising a model's KV to e4m3 is the caller's error, not
- *    counted here. A NaN code (0x7f, 0xff) in a row that is read gives a wrong,
- *    finite value: caches must hold finite codes.
+ *  - Every supported arch (sm_80+) takes them, by one of two paths:
+ *    dequantising (sm_80 .. sm_90): the rows are dequantised exactly to q's 16-bit
+ *    type on their way to the tensor cores (16-bit tensor rate); the e4m3 MMA path
+ *    (sm_100 and newer; KDTREE_VERIFY_TILES "mma=e4m3" forces it on sm_89/sm_90,
+ *    "mma=16bit" the other): q quantised to e4m3 per (node, head) row (scale =
+ *    max |q| / 448) and P (the softmax numerators, <= 256) to e4m3, QK and PV on
+ *    e4m3 tensor cores with fp32 accumulation (sm_120/sm_121: the block-scaled
+ *    form at twice the bf16 rate).
+ *  - Accuracy against a float64 reference over the dequantised cache:
+ *    dequantising path: that of a 16-bit cache holding the dequantised values
+ *    (Q and P stay 16-bit): relative error of out within 1e-2 (measured worst on
+ *    the H200 parity grid: 2.4e-3 with bf16 q, 3.0e-4 with f16 q).
+ *    e4m3 MMA path: rounding q to e4m3 (relative error <= 2^-4 per element) moves
+ *    each score by at most 2^-4 x sm_scale x k_scale x sum_i |q_i k_i|, and the
+ *    LSE by at most the largest such move over the row's visible tokens (tested,
+ *    plus 1e-2); P's rounding (<= 2^-4 relative per weight) and q's make out's
+ *    relative (L2, per request) error at most 0.1 on the parity grid (measured
+ *    worst on the H200: 6.4e-2 with bf16 q, 4.6e-2 with f16 q). Quantising a model's
+ *    KV to e4m3 is the caller's error, not counted here. A NaN code (0x7f, 0xff)
+ *    in a row that is read gives a wrong value (finite on the dequantising path,
+ *    NaN on the e4m3 MMA path): caches must hold finite codes.
  *  - kv_compact moves e4m3 rows too (kdtree_kv_compact_args.kv_dtype). */
 
 typedef struct kdtree_runtime kdtree_runtime;
