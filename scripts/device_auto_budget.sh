@@ -5,7 +5,7 @@
 #   2. python -m examples.ddtree.run --budget auto: trains (or loads) the models, then tokens/s of AR, of every
 #      fixed budget (16, 32, 64, 127; 4 and 8 from batch 16) and of auto at batch 1 (8 prompts one at a time),
 #      4, 16 and 64, CUDA graphs, 128 new tokens; the speedup table gives auto's ratio to the best fixed budget,
-#   3. the GPU tests of the auto path: prefix_tree over kdtree's tree_build, auto with graphs at batch 64.
+#   3. the GPU tests of the auto path: prefix_tree over kdtree's tree_build (what the counterfactual counts rest on), auto with graphs at batch 64.
 # It runs this checkout's Python (python/kdtree, examples/) over the installed (or carried .whl) package's
 # native library, so a wheel built before these Python changes still measures them.
 # Output in $OUT (default /tmp/kdtree-auto-out): auto.txt, auto.json, pytest_auto.txt, warm.txt.

@@ -78,8 +78,8 @@ class Engine:
         self.B, self.max_new, self.temperature, self.seed = batch_size, max_new, float(temperature), int(seed)
         D = cfg.draft_depth
         # budget "auto": each round's budget is chosen from the measured step cost at this batch and the
-        # drafter's confidence (kdtree.integrations.budget.AutoBudget); the cache is sized for the largest
-        # candidate.
+        # accepted counts every budget would have given in the rounds so far (kdtree.integrations.budget.
+        # AutoBudget); the cache is sized for the largest candidate.
         self.auto = mode == "spec" and budget == "auto"
         self.autob, self.costs = None, None
         if self.auto:
@@ -130,11 +130,11 @@ class Engine:
             self.row_split = cfg.kv_lora_rank
         self.pages_of = [[] for _ in range(batch_size)]
         self.graph = None
-        self.graphs = None  # auto: {(budget, probe): graph}
+        self.graphs = None  # auto: {budget: graph}
         if self.auto:
             from kdtree.integrations.budget import AutoBudget, CostTable
             self.costs = CostTable()
-            self.autob = AutoBudget(self.budgets, self.costs, dev)
+            self.autob = AutoBudget(self.budgets, self.costs, dev, depth=D)
         self._geo = {}
         self.budget_log = []  # auto: the budget of each step
         self.s = {}
@@ -176,7 +176,7 @@ class Engine:
         self.step_no.zero_()
         self.budget_log = []
         if self.auto:
-            self.autob.reset(B)
+            self.autob.reset(B, self.max_new)
         # Prefill requests of equal length together: the prompt but its last token (the first root).
         by_len = {}
         for b, p in enumerate(prompts):
@@ -226,9 +226,8 @@ class Engine:
                                  torch.arange(N, dtype=torch.int32, device=self.device))
         return self._geo[budget]
 
-    def _spec_stages(self, budget=None, probe=False):
-        """The DDTree round at `budget` (auto: a probe round builds the largest tree and cuts this one out of it,
-        kdtree.integrations.budget.AutoBudget)."""
+    def _spec_stages(self, budget=None):
+        """The DDTree round at `budget`."""
         s, ops, B = self.s, self.ops, self.B
         budget = self.budget if budget is None else budget
         N, W, MW, indptr, node = self._geometry(budget)
@@ -238,12 +237,8 @@ class Engine:
             s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.K)
 
         def tree_build():
-            if self.auto:
-                s["tree"], s["big"] = self.autob.build_tree(ops, s["dt"], s["dlp"], self.root, self.kv_lens, budget,
-                                                            probe, lambda nodes: tree_width(nodes - 1))
-            else:
-                s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=budget,
-                                           max_tree_nodes=W)
+            s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=budget,
+                                       max_tree_nodes=W)
 
         def target():
             t = s["tree"]
@@ -272,10 +267,11 @@ class Engine:
             rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
                                self.cfg.draft_depth)
             row = self.step_no.clamp(max=self.max_steps).long()
-            self.acc_log.index_copy_(0, row, torch.where(act, acc, -1)[None])
+            logged = torch.where(act, acc, -1)
+            self.acc_log.index_copy_(0, row, logged[None])
             self.step_no.add_(1)
-            if self.auto:  # the round's numbers for the budget policy, read by the host lag steps later
-                self.autob.record(act, acc, (self.gen >= self.max_new).all(), s["big"])
+            if self.auto:  # the round's accepted paths for the budget policy, read by the host lag steps later
+                self.autob.record(logged, s["path"])
 
         return [("drafter", drafter), ("tree_build", tree_build), ("target", target), ("sample_tokens", sample_tokens),
                 ("tree_accept", tree_accept), ("kv_compact", kv_compact), ("update", update)]
@@ -313,25 +309,25 @@ class Engine:
         for _, f in self.stages():
             f()
 
-    def _run_round(self, budget, probe):
+    def _run_round(self, budget):
         if self.graphs is not None:
-            self.graphs[(budget, probe)].replay()
+            self.graphs[budget].replay()
         else:
-            for _, f in self._spec_stages(budget, probe):
+            for _, f in self._spec_stages(budget):
                 f()
 
     def _auto_step(self):
-        """The budget the probes read so far choose (no host read here: generate() hands each step's numbers
-        to the policy when it reads the step's "all done" flag)."""
-        b, probe = self.autob.plan()
+        """The budget the rounds read so far choose (no host read here: generate() hands each step's numbers
+        to the policy lag steps later)."""
+        b = self.autob.plan()
         self.budget_log.append(b)
-        self._run_round(b, probe)
+        self._run_round(b)
 
     @torch.no_grad()
     def calibrate(self, repeats=7):
         """auto: measures one round at this batch for every candidate budget (CUDA events around the round's
-        graph on a GPU; state restored after each), then runs one probe round whose predictions choose the
-        first rounds' budget. generate() calls it once per batch size, before its timer starts."""
+        graph on a GPU; state restored after each); the accepted path of the largest budget's round gives
+        every budget's first counts. generate() calls it once per batch size, before its timer starts."""
         snap = self._snapshot()
         cuda = self.device.type == "cuda"
 
@@ -339,20 +335,20 @@ class Engine:
             if cuda:
                 ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
                 ev[0].record()
-                self._run_round(b, False)
+                self._run_round(b)
                 ev[1].record()
                 ev[1].synchronize()
                 secs = ev[0].elapsed_time(ev[1]) / 1e3
             else:
                 t = time.perf_counter()
-                self._run_round(b, False)
+                self._run_round(b)
                 secs = time.perf_counter() - t
             self._restore(snap)
             return secs
 
         self.costs.measure(self.B, self.budgets, run, repeats=repeats)
-        self._run_round(self.budgets[0], True)
-        self.autob.initialise(self.autob.stats.tolist())
+        self._run_round(self.budgets[-1])
+        self.autob.initialise(self.autob.stats.cpu(), self.budgets[-1])
         self._restore(snap)
 
     # ------------------------------------------------------------------ CUDA graphs
@@ -367,11 +363,10 @@ class Engine:
             t.copy_(v)
 
     def _rounds(self):
-        """Every round a step can run, as (key, stages): one for a fixed budget; auto: each budget, with and
-        without a probe."""
+        """Every round a step can run, as (key, stages): one for a fixed budget; auto: one per budget."""
         if not self.auto:
             return [(None, self.stages())]
-        return [((b, p), self._spec_stages(b, p)) for b in self.budgets for p in (False, True)]
+        return [(b, self._spec_stages(b)) for b in self.budgets]
 
     def _warm_rounds(self, passes=2):
         """Runs every round eagerly (compiles kdtree's kernels, sets cuBLAS up), each from the admitted state:
@@ -394,7 +389,7 @@ class Engine:
 
     @torch.no_grad()
     def capture(self):
-        """Captures one step as a CUDA graph (auto: one per budget and probe), after eager warm-up steps
+        """Captures one step as a CUDA graph (auto: one per budget), after eager warm-up steps
         (which compile kdtree's kernels). The request state is restored afterwards: positions past kv_lens
         are rewritten by the next tree before they are read, so the cache needs no restoring."""
         if self.device.type != "cuda":
@@ -458,12 +453,12 @@ class Engine:
                 self.step()
                 steps += 1
                 if self.auto:
-                    self.autob.observe(self.autob.stats.tolist(), self.budget_log[-1])
+                    self.autob.observe(self.autob.stats.cpu(), self.budget_log[-1])
                 if int(self.gen.min()) >= self.max_new:
                     break
         else:
             if self.auto:
-                rows = torch.zeros(lag + 1, self.autob.stats.numel(), dtype=torch.float32, pin_memory=True)
+                rows = torch.zeros(lag + 1, *self.autob.stats.shape, dtype=torch.int32, pin_memory=True)
             else:
                 flags = torch.zeros(lag + 1, dtype=torch.bool, pin_memory=True)
             events = [torch.cuda.Event() for _ in range(lag + 1)]
@@ -481,7 +476,7 @@ class Engine:
                 if len(pending) > lag:
                     j, step_j = pending.pop(0)
                     events[j].synchronize()
-                    if self.autob.observe(rows[j].tolist(), self.budget_log[step_j]) if self.auto else bool(flags[j]):
+                    if self.autob.observe(rows[j].numpy(), self.budget_log[step_j]) if self.auto else bool(flags[j]):
                         break
         if sync:
             torch.cuda.synchronize()

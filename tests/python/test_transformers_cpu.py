@@ -109,27 +109,12 @@ def test_mla_absorbed_path_equals_model_logits(cache_dir):
     assert torch.allclose(dec.s["logits"][0], full[len(p) - 1], atol=1e-4, rtol=1e-4)
 
 
-def test_expected_accepts_and_policy():
+def test_expected_accepts():
     # a best-first tree's scores: root 0, then non-increasing log path probabilities
     scores = torch.log(torch.tensor([[1.0, 0.9, 0.8, 0.5, 0.1, 0.05, 0.01, 0.01],
                                      [1.0, 0.2, 0.1, 0.05, 0.01, 0.01, 0.01, 0.01]]))
     e = kbudget.expected_accepts(scores, [1, 3, 7])
     assert torch.allclose(e, torch.tensor([[0.9, 2.2, 2.37], [0.2, 0.35, 0.39]]), atol=1e-5)
-    costs = kbudget.CostTable()
-    for b, s in ((1, 1.0), (3, 1.1), (7, 2.0)):
-        costs.set(2, b, s)
-    pol = kbudget.BudgetPolicy((1, 3, 7), costs, calibrate=False)
-    active = torch.tensor([True, True])
-    # (2 + 1.1)/1, (2 + 2.55)/1.1, (2 + 2.76)/2 -> budget 3
-    assert pol.choose(scores, active, 2) == 3
-    costs.set(2, 3, 3.0)
-    assert pol.choose(scores, active, 2) == 1
-    # calibration: the drafter predicted far more than was accepted -> smaller trees
-    pol = kbudget.BudgetPolicy((1, 3, 7), costs, prior=1.0)
-    costs.set(2, 3, 1.1)
-    pol.choose(scores, active, 2)
-    pol.observe(0.0)
-    assert pol.correction < 0.5
 
 
 def test_auto_budget_reports_its_choices(cache_dir):

@@ -1,33 +1,37 @@
 """A per-round DDTree tree budget chosen from cost (the CaDDTree idea), shared by the transformers
 integration and the DDTree example (examples/ddtree/engine.py).
 
-The drafter's per-depth top-K log-probs give, through tree_build's best-first scores, the cumulative path
-probability of every node the tree would hold. A best-first tree of budget n holds the n highest-scoring
-nodes, and the target accepts a node exactly when its whole path is the target's path, so with a calibrated
-drafter the expected accepted tokens of request b are E_b(n) = sum of exp(score) over the first n nodes of
-the largest tree. tree_build pops nodes in one deterministic order whatever the budget (the budget only stops
-the loop), so the budget-n tree IS the first n + 1 nodes of the largest one (`prefix_tree`): one build at
-the largest budget serves both the choice and the round. The budget maximises
-(active requests + c * sum_b E_b(n)) / cost(B, n): tokens per second of the step, where cost(B, n) is the
-step's measured time at this batch and budget (a table measured once per batch size, so nobody has to say
-the batch size) and c an online correction of the drafter's calibration (accepted / predicted so far).
+The budget maximises the decoding rate: tokens per request and round, 1 + a(n), over the round's measured
+time cost(B, n) at this batch size (`CostTable`, measured once per batch size, so nobody has to say the batch).
+a(n), the accepted draft tokens at budget n, is measured, not predicted: tree_build pops nodes in one
+deterministic order whatever the budget (the budget only stops the loop), so the budget-m tree is the first
+m + 1 nodes of any larger one (`prefix_tree`), and tree_accept walks the same target tokens in both. A round
+verified at budget n therefore tells exactly what every budget m <= n would have accepted: the accepted
+path's nodes with index <= m (indices grow along a path). Every round records its accepted path; the host
+turns it into counterfactual accepted counts of every candidate budget up to the round's own (`AcceptStats`),
+for the batch (recency-weighted) and per request. Larger budgets than those run lately are estimated
+optimistically (a doubling gains at most what the previous doubling gained: acceptance is concave in the log
+of the budget), which is what makes the policy try a larger tree, and only when that could pay.
 
-`AutoBudget` runs that policy without a host synchronisation per round: every `probe_every`-th round (a
-"probe") builds the largest tree, cuts the round's tree out of it and writes the predictions into a small
-device vector; the other rounds build their own tree directly. The host reads each round's vector when it
-reads the round's "all done" flag anyway (`lag` rounds late, without waiting on the device), and the budget
-of the rounds after that follows. Only the candidate budgets' shapes run (DEFAULT_BUDGETS: six trees).
+The objective is the batch's finishing time, not the mean rate: a static batch runs until its slowest request
+is done, so the policy minimises cost(n) x max over requests of (tokens left / (1 + a_b(n))), with each
+request's a_b shrunk towards the batch's (`BudgetPolicy`). With one request, or early, that is the mean rate.
+
+`AutoBudget` runs it without a host synchronisation in a round: the round writes its accepted counts and paths
+into one small device buffer at a fixed address (so a round can be a CUDA graph); the host copies it with the
+round and reads it `lag` rounds late (it also tells the host when every request is done: the host follows
+each request's generated count). The tree is built at the round's own budget: no probe rounds.
 """
 from __future__ import annotations
 
 import statistics
 import time
 
+import numpy as np
 import torch
 
 # The fixed budgets the DDTree example measures; auto chooses among the same trees each round.
 DEFAULT_BUDGETS = (4, 8, 16, 32, 64, 127)
-PROBE_EVERY = 8  # rounds between two probes of the largest tree (a probe: tree_build at the largest budget, the cut)
 
 
 def expected_accepts(scores: torch.Tensor, budgets) -> torch.Tensor:
@@ -112,156 +116,180 @@ class CostTable:
             self.set(batch, b, top)
 
 
-class BudgetPolicy:
-    """Chooses the budget among `budgets` from the drafter's predicted accepts and the cost table."""
+def counterfactual_accepts(accepted, paths, budgets) -> np.ndarray:
+    """What each budget would have accepted in a round, from the path the round accepted: accepted [B] the
+    round's accepted draft tokens per request (-1: the request was not decoding), paths [B, L] the accepted
+    path's node indices after the root (path[:, 1:] of tree_accept; entries past `accepted` are ignored) ->
+    [B, len(budgets)] int: the budget-m tree is the first m + 1 nodes of the round's tree, so budget m accepts
+    the path's nodes of index <= m (a prefix of the path: indices grow along it). Exact for every m up to the
+    round's own budget; larger ones read as the round's own count."""
+    acc = np.asarray(accepted).reshape(-1)
+    p = np.asarray(paths).reshape(acc.shape[0], -1)
+    valid = np.arange(p.shape[1])[None, :] < acc[:, None]
+    bud = np.asarray(budgets)
+    return ((p[:, :, None] <= bud[None, None, :]) & valid[:, :, None]).sum(1)
 
-    def __init__(self, budgets=DEFAULT_BUDGETS, costs: CostTable | None = None, *, calibrate=True, prior=20.0,
-                 smoothing=0.5):
+
+class BudgetPolicy:
+    """Chooses the budget among `budgets` from counterfactual accepted counts and the cost table.
+
+    Statistics, per candidate budget k (observations: one per decoding request and round whose budget was at
+    least budgets[k]): S[k] the accepted draft tokens at budgets[k], P[k] those at budgets[k-1] in the same
+    observations, C[k] their number. a(budgets[0]) = S[0] / C[0] and each step up adds its paired increment
+    (S[k] - P[k]) / C[k], whose variance is far smaller than that of two separate means. The batch's sums
+    decay by `decay` per round (the requests still decoding matter, and a new prompt's text); each request's
+    own sums do not, and its estimate is shrunk towards the batch's with `shrink` pseudo-observations.
+
+    An increment with few observations is pulled towards an optimistic bound, the previous increment (a
+    doubling of the tree gains at most what the previous doubling gained; the first step at most a(budgets[0]))
+    with `prior` pseudo-observations: a larger budget is tried when its bound could beat the current choice,
+    and stops being tried once measured. `hysteresis`: the relative gain needed to leave the current budget."""
+
+    def __init__(self, budgets=DEFAULT_BUDGETS, costs: CostTable | None = None, *, decay=0.98, prior=4.0,
+                 shrink=4.0, hysteresis=0.01):
         self.budgets = tuple(sorted(budgets))
         self.costs = costs if costs is not None else CostTable()
-        self.calibrate = calibrate
-        self.smoothing = smoothing
-        # accepted / predicted so far, starting from `prior` rounds' worth of "calibrated" (ratio 1)
-        self._acc, self._pred = prior, prior
-        self._last_pred = None
-        self._ema = None       # predicted accepts per budget (summed over the active requests), smoothed
-        self._active = 1.0
+        self.decay, self.prior, self.shrink, self.hysteresis = float(decay), float(prior), float(shrink), hysteresis
+        K = len(self.budgets)
+        self._bud = np.asarray(self.budgets)
+        self.S, self.P, self.C = np.zeros(K), np.zeros(K), np.zeros(K)
+        self.requests(1)
+        self.choice = None
         self.history = []  # chosen budgets, for reports
 
-    @property
-    def correction(self) -> float:
-        return self._acc / self._pred if self.calibrate else 1.0
+    def requests(self, batch: int):
+        """New requests in the batch's slots: their own statistics start empty (the batch's stay)."""
+        K = len(self.budgets)
+        self.rS, self.rP, self.rC = np.zeros((batch, K)), np.zeros((batch, K)), np.zeros((batch, K))
 
-    def best(self, pred, n_active, batch) -> int:
-        """argmax over the budgets of (n_active + c * pred[i]) / cost(batch, budgets[i])."""
-        c, n_active = self.correction, max(float(n_active), 1.0)
-        best, best_rate = self.budgets[0], -1.0
-        for b, p in zip(self.budgets, pred):
-            rate = (n_active + c * p) / self.costs.get(batch, b)
-            if rate > best_rate:
-                best, best_rate = b, rate
-        return best
+    def add(self, counts, active, used: int):
+        """One round's numbers: counts [B, K] from counterfactual_accepts, active [B] bool (the requests the
+        round decoded), used: the round's budget (only budgets <= used are observed)."""
+        counts = np.asarray(counts, dtype=np.float64)
+        obs = (np.asarray(active, dtype=bool)[:, None] & (self._bud[None, :] <= used)).astype(np.float64)
+        lower = np.concatenate([np.zeros((counts.shape[0], 1)), counts[:, :-1]], 1)
+        for tot, x in ((self.S, counts), (self.P, lower), (self.C, 1.0)):
+            tot *= self.decay
+            tot += (x * obs).sum(0)
+        self.rS += counts * obs
+        self.rP += lower * obs
+        self.rC += obs
 
-    def observe_probe(self, pred, n_active, accepted=None, used=None):
-        """A probe round's numbers: pred[i] the predicted accepted draft tokens of budgets[i] over the active
-        requests, n_active their number, and (for the calibration) `accepted`, what the round accepted with
-        its budget `used`."""
-        pred = [float(x) for x in pred]
-        if accepted is not None and used in self.budgets and self.calibrate:
-            self._acc += float(accepted)
-            self._pred += pred[self.budgets.index(used)]
-        a = self.smoothing
-        self._ema = pred if self._ema is None else [(1 - a) * e + a * p for e, p in zip(self._ema, pred)]
-        self._active = float(n_active)
+    def _chain(self, S, P, C, prior_base=None, prior_inc=None, w=0.0):
+        """a(budgets[k]) for every k, from sums S, P, C ([..., K]); prior_inc (the batch's increments) with weight
+        w, else the optimistic bound with weight self.prior."""
+        K = len(self.budgets)
+        if prior_base is None:
+            base = S[..., 0] / np.maximum(C[..., 0], 1e-9)
+        else:
+            base = (S[..., 0] + w * prior_base) / (C[..., 0] + w)
+        a = [base]
+        for k in range(1, K):
+            if prior_inc is None:
+                bound = a[0] if k == 1 else a[k - 1] - a[k - 2]
+                wk = self.prior
+            else:
+                bound, wk = prior_inc[k - 1], w
+            inc = (S[..., k] - P[..., k] + wk * bound) / (C[..., k] + wk)
+            a.append(a[k - 1] + np.maximum(inc, 0.0))
+        return np.stack(a, -1)
 
-    def current(self, batch) -> int | None:
-        """The budget of the rounds to come, from the probes seen so far (None before the first)."""
-        return None if self._ema is None else self.best(self._ema, self._active, batch)
+    def estimates(self):
+        """The batch's accepted draft tokens per round by budget ([K]), or None before any observation."""
+        if self.C[0] <= 0:
+            return None
+        return self._chain(self.S, self.P, self.C)
 
-    def choose(self, scores: torch.Tensor, active: torch.Tensor, batch: int, prev_accepted=None) -> int:
-        """The budget for this round's own largest tree (one host read). prev_accepted: the previous round's
-        accepted draft tokens summed over its active requests (a device scalar, read in the same transfer),
-        which updates the calibration."""
-        e = expected_accepts(scores, self.budgets) * active[:, None].float()  # [B, n_budgets]
-        parts = [e.sum(0), active.float().sum().view(1)]
-        if prev_accepted is not None:
-            parts.append(prev_accepted.float().view(1))
-        total = torch.cat(parts).tolist()
-        if prev_accepted is not None:
-            self.observe(total.pop())
-        pred, n_active = total[:-1], total[-1]
-        best = self.best(pred, n_active, batch)
-        self._last_pred = pred[self.budgets.index(best)]
-        self.history.append(best)
-        return best
+    def times(self, batch: int, remaining=None):
+        """Predicted time to finish the batch at each budget ([K], relative), or None before any observation:
+        cost(batch, n) x max over the requests still decoding of remaining_b / (1 + a_b(n)). remaining [B]
+        tokens left per request (None or all <= 0: one request's rate)."""
+        a = self.estimates()
+        if a is None:
+            return None
+        cost = np.asarray([self.costs.get(batch, b) for b in self.budgets])
+        if remaining is None or self.rC.shape[0] != len(remaining):
+            return cost / (1.0 + a)
+        rem = np.asarray(remaining, dtype=np.float64)
+        live = rem > 0
+        if not live.any():
+            return cost / (1.0 + a)
+        inc = np.diff(a)
+        ab = self._chain(self.rS[live], self.rP[live], self.rC[live], prior_base=a[0], prior_inc=inc, w=self.shrink)
+        return cost * (rem[live, None] / (1.0 + ab)).max(0)
 
-    def observe(self, accepted_total: float):
-        """The accepted draft tokens of the round just chosen (summed over the active requests)."""
-        if self._last_pred is not None:
-            self._acc += accepted_total
-            self._pred += self._last_pred
-            self._last_pred = None
+    def best(self, batch: int, remaining=None):
+        """The budget of the rounds to come (None before any observation)."""
+        t = self.times(batch, remaining)
+        if t is None:
+            return None
+        k = int(np.argmin(t))
+        if self.choice in self.budgets:
+            cur = self.budgets.index(self.choice)
+            if t[k] > t[cur] * (1.0 - self.hysteresis):
+                k = cur
+        self.choice = self.budgets[k]
+        return self.choice
 
 
 class AutoBudget:
     """budget "auto" for a decoding loop, with no host synchronisation inside a round.
 
-    Per round the loop asks `plan()` for (budget, probe); the round builds its tree with `build_tree` (a probe
-    builds the largest tree and cuts the round's out of it with `prefix_tree`), and at its end `record` writes
-    the round's numbers into `self.stats` (a device vector, at a fixed address, so the round can be a CUDA
-    graph). The loop copies `stats` to the host with the round's "all done" flag and hands the copy to
-    `observe` when it has arrived (`lag` rounds later); the next plans follow the probes seen so far.
-
-    stats (float32): [probe, active requests, accepted draft tokens over the active requests, all done,
-    predicted accepts of each budget over the active requests]; a round that does not probe writes only the
-    probe flag (0) and "all done".
+    Per round the loop asks `plan()` for the budget and builds that tree; at the round's end `record` writes
+    the round's accepted counts and paths into `self.stats` (int32 [B, 1 + depth], at a fixed address, so the
+    round can be a CUDA graph): column 0 the accepted draft tokens (-1: the request was not decoding), columns
+    1.. the accepted path's node indices after the root. The loop copies `stats` to the host with the round and
+    hands the copy to `observe` when it has arrived (`lag` rounds later); it returns whether every request is
+    done (the host adds each request's accepted + 1 to its generated count, as the round did on the device).
     """
-    HEAD = 4
 
-    def __init__(self, budgets, costs: CostTable, device, *, probe_every=PROBE_EVERY, policy=None):
+    def __init__(self, budgets, costs: CostTable, device, *, depth: int, policy=None):
         self.budgets = tuple(sorted(budgets))
         self.costs = costs
+        self.device = torch.device(device)
+        self.depth = int(depth)
         self.policy = policy if policy is not None else BudgetPolicy(self.budgets, costs)
-        self.probe_every = max(1, int(probe_every))
-        self.stats = torch.zeros(self.HEAD + len(self.budgets), dtype=torch.float32, device=device)
-        self._bidx = torch.as_tensor([b - 1 for b in self.budgets], device=device)
-        self.batch = None
-        self.round = 0
-        self.start = None  # the budget before any probe of this batch has been read
+        self.batch, self.max_new = None, None
+        self.stats = None
+        self.gen = None
 
-    def reset(self, batch: int):
-        """A new batch (admission): probe on the first round; keep the calibration and predictions when the
-        batch size is unchanged."""
+    def reset(self, batch: int, max_new: int):
+        """A new batch (admission): each request's statistics restart; the batch's are kept while the batch size
+        is unchanged (its cost row is the same)."""
         if self.batch != batch:
-            self.policy = BudgetPolicy(self.budgets, self.costs, calibrate=self.policy.calibrate)
-            self.start = None
-        self.batch, self.round = batch, 0
+            self.policy = BudgetPolicy(self.budgets, self.costs)
+            self.stats = torch.zeros(batch, 1 + self.depth, dtype=torch.int32, device=self.device)
+        self.policy.requests(batch)
+        self.batch, self.max_new = batch, int(max_new)
+        self.gen = np.zeros(batch, dtype=np.int64)
 
-    def plan(self):
-        """(budget, probe) of the next round."""
-        probe = self.round % self.probe_every == 0
-        self.round += 1
-        b = self.policy.current(self.batch)
+    def plan(self) -> int:
+        """The budget of the next round."""
+        b = self.policy.best(self.batch, self.max_new - self.gen)
         if b is None:
-            b = self.start if self.start is not None else self.budgets[len(self.budgets) // 2]
-        return b, probe
+            b = self.budgets[len(self.budgets) // 2]
+        self.policy.history.append(b)
+        return b
 
-    def build_tree(self, ops, draft_tokens, draft_logprobs, roots, prefix_lens, budget, probe, width):
-        """The round's tree at `budget` (width(nodes) gives the tree width W of that many nodes), and the
-        largest tree when probing (else None)."""
-        if not probe:
-            return ops.tree_build(draft_tokens, draft_logprobs, roots, prefix_lens, budget=budget,
-                                  max_tree_nodes=width(budget + 1)), None
-        bmax = self.budgets[-1]
-        big = ops.tree_build(draft_tokens, draft_logprobs, roots, prefix_lens, budget=bmax,
-                             max_tree_nodes=width(bmax + 1))
-        if budget == bmax:
-            return big, big
-        return prefix_tree(big, budget, width(budget + 1)), big
+    def record(self, accepted, path):
+        """The round's numbers into self.stats (on the device, two copies). accepted [B]: the accepted draft
+        tokens of the requests the round decoded, -1 for the others; path [B, W]: tree_accept's path."""
+        L = min(path.shape[1] - 1, self.depth)
+        self.stats[:, 0].copy_(accepted)
+        self.stats[:, 1:1 + L].copy_(path[:, 1:1 + L])
 
-    def record(self, active, accepted, done, big=None):
-        """The round's numbers into self.stats (on the device). active [B] bool (the requests this round
-        decoded), accepted [B] its accepted draft tokens, done: a bool scalar tensor (every request finished),
-        big: the probe's largest tree (None on other rounds)."""
-        if big is None:  # two small kernels: the rest of the vector is read only after a probe
-            self.stats[0].zero_()
-            self.stats[3].copy_(done.reshape(()))
-            return
-        act = active.float()
-        head = torch.stack([torch.ones((), device=act.device), act.sum(), (accepted.float() * act).sum(),
-                            done.float().reshape(())])
-        p = torch.nan_to_num(big.scores[:, 1:].float().exp(), nan=0.0).cumsum(1).index_select(1, self._bidx)
-        self.stats.copy_(torch.cat([head, (p * act[:, None]).sum(0)]))
+    def observe(self, row, used: int, advance: bool = True) -> bool:
+        """A round's stats as read on the host ([B, 1 + depth], a tensor or array), `used` the budget it ran
+        with. Returns whether every request was done after it. advance=False: a calibration round (its state was
+        restored): statistics only."""
+        row = np.asarray(row).reshape(self.batch, -1)
+        acc = row[:, 0].astype(np.int64)
+        active = acc >= 0
+        self.policy.add(counterfactual_accepts(acc, row[:, 1:], self.budgets), active, used)
+        if advance:
+            self.gen[active] += acc[active] + 1
+        return bool((self.gen >= self.max_new).all())
 
-    def observe(self, row, used):
-        """A round's stats as read on the host (a list), `used` the budget that round ran with. Returns
-        whether every request was done after it."""
-        if row[0] > 0:
-            self.policy.observe_probe(row[self.HEAD:], row[1], row[2], used)
-        return row[3] > 0
-
-    def initialise(self, row):
-        """The predictions of a probe run during calibration (state restored after): the first rounds'
-        budget until a probe of the decoding itself is read."""
-        self.policy.observe_probe(row[self.HEAD:], row[1])
-        self.start = self.policy.current(self.batch)
+    def initialise(self, row, used: int):
+        """A calibration round (state restored after), best at the largest budget: every budget's counts."""
+        self.observe(row, used, advance=False)

@@ -475,9 +475,8 @@ class DDTreeDecoder:
     def _row_offsets(self, positions):
         return rounds.row_offsets(self.stream, positions, self.B)
 
-    def _stages(self, budget=None, probe=False):
-        """The round's stages as (name, fn) at tree budget `budget` (None: the decoder's first budget); auto: a
-        probe round builds the largest tree and cuts this one out of it (kdtree.integrations.budget)."""
+    def _stages(self, budget=None):
+        """The round's stages as (name, fn) at tree budget `budget` (None: the decoder's first budget)."""
         s, ops, B = self.s, self.ops, self.B
         if self.mode == "ar":
             return self._ar_stages()
@@ -488,12 +487,8 @@ class DDTreeDecoder:
 
         def tree_build():
             n = budget if budget is not None else self.budgets[0]
-            if self.auto:
-                s["tree"], s["big"] = self.autob.build_tree(ops, s["dt"], s["dlp"], self.root, self.kv_lens, n, probe,
-                                                            self.width)
-            else:
-                s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=n,
-                                           max_tree_nodes=self.width(n + 1))
+            s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=n,
+                                       max_tree_nodes=self.width(n + 1))
             s["budget"] = n
 
         def target():
@@ -527,10 +522,11 @@ class DDTreeDecoder:
             act, acc = s["active"], s["acc"]
             rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
                                self.drafter.depth)
-            self.acc_log.append(torch.where(act, acc, -1))
+            logged = torch.where(act, acc, -1)
+            self.acc_log.append(logged)
             self.budget_log.append(s["budget"])
-            if self.auto:  # the round's numbers for the budget policy, read by the host lag rounds later
-                self.autob.record(act, acc, (self.gen >= self.max_new).all(), s["big"])
+            if self.auto:  # the round's accepted paths for the budget policy, read by the host lag rounds later
+                self.autob.record(logged, s["path"])
 
         return [("drafter", drafter), ("tree_build", tree_build), ("target", target), ("sample_tokens", sample),
                 ("tree_accept", accept), ("kv_compact", compact), ("update", update)]
@@ -577,19 +573,19 @@ class DDTreeDecoder:
 
     def calibrate(self, repeats=3):
         """Measures one round's time at this batch for every candidate budget (state restored after), into
-        self.costs, then runs one probe round whose predictions choose the first rounds' budget. Runs on the
+        self.costs; the accepted path of the largest budget's round gives every budget's first counts. Runs on the
         first auto round of a batch size the table lacks."""
         snap = self._snapshot()
         logs = (list(self.acc_log), list(self.budget_log))
 
-        def run(b, probe=False):
-            for _, f in self._stages(budget=b, probe=probe):
+        def run(b):
+            for _, f in self._stages(budget=b):
                 f()
             self._restore(snap)
 
         self.costs.measure(self.B, self.budgets, run, repeats=repeats, sync=self._sync)
-        run(self.budgets[0], probe=True)
-        self.autob.initialise(self.autob.stats.tolist())
+        run(self.budgets[-1])
+        self.autob.initialise(self.autob.stats.cpu(), self.budgets[-1])
         self.acc_log, self.budget_log = logs
 
     @torch.no_grad()
@@ -610,9 +606,9 @@ class DDTreeDecoder:
         t_prefill = time.perf_counter() - t0
         auto = mode == "spec" and self.auto
         if auto:
-            if self.autob is None or self.autob.stats.device != self.device:
-                self.autob = AutoBudget(self.budgets, self.costs, self.device)
-            self.autob.reset(self.B)
+            if self.autob is None or self.autob.device != self.device:
+                self.autob = AutoBudget(self.budgets, self.costs, self.device, depth=self.drafter.depth)
+            self.autob.reset(self.B, max_new_tokens)
             if not self.costs.has(self.B, self.budgets):
                 self.calibrate()  # once per batch size; not counted in the decoding time
         t1 = time.perf_counter()
@@ -622,13 +618,13 @@ class DDTreeDecoder:
         cuda = self.device.type == "cuda"
         flags, events, pending = None, None, []
         if cuda:
-            # per round: the "all done" flag (auto: the round's numbers, AutoBudget.stats), read lag rounds late
-            flags = torch.zeros(lag + 1, self.autob.stats.numel() if auto else 1, dtype=torch.float32,
-                                pin_memory=True)
+            # per round: the "all done" flag (auto: the round's accepted paths, AutoBudget.stats), read lag rounds late
+            flags = torch.zeros(lag + 1, *(self.autob.stats.shape if auto else (1,)),
+                                dtype=torch.int32 if auto else torch.float32, pin_memory=True)
             events = [torch.cuda.Event() for _ in range(lag + 1)]
         while steps < max_steps:
-            budget, probe = self.autob.plan() if auto else (None, False)
-            for name, f in self._stages(budget=budget, probe=probe):
+            budget = self.autob.plan() if auto else None
+            for name, f in self._stages(budget=budget):
                 if profile:
                     self._sync()
                     t = time.perf_counter()
@@ -644,7 +640,7 @@ class DDTreeDecoder:
                 continue
             if not cuda:
                 if auto:
-                    self.autob.observe(self.autob.stats.tolist(), budget)
+                    self.autob.observe(self.autob.stats.cpu(), budget)
                 if int(self.gen.min()) >= max_new_tokens:
                     break
                 continue
@@ -656,7 +652,7 @@ class DDTreeDecoder:
             if len(pending) > lag:
                 j, used = pending.pop(0)
                 events[j].synchronize()
-                if self.autob.observe(flags[j].tolist(), used) if auto else bool(flags[j, 0]):
+                if self.autob.observe(flags[j].numpy(), used) if auto else bool(flags[j, 0]):
                     break
         self._sync()
         t_end = time.perf_counter()
