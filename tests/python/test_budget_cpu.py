@@ -168,20 +168,15 @@ class _Sim:
         return 1 + tot / rounds
 
 
-def _run(sim, budgets, costs, B, max_new, budget, auto=None):
-    """Decode a static batch to max_new tokens per request; budget "auto" (an AutoBudget read 2 rounds late; a
-    new one, calibrated by one round at the largest budget, unless `auto` carries one over) or a fixed one.
-    Returns (time, budgets used, the AutoBudget)."""
+def _run(sim, budgets, costs, B, max_new, budget):
+    """Decode a static batch to max_new tokens per request; budget "auto" (an AutoBudget read 2 rounds late)
+    or a fixed one. Returns (time, budgets used)."""
+    auto = None
     if budget == "auto":
-        new = auto is None
-        if new:
-            auto = kb.AutoBudget(budgets, costs, "cpu", depth=sim.depth)
+        auto = kb.AutoBudget(budgets, costs, "cpu", depth=sim.depth)
         auto.reset(B, max_new)
-        if new:
-            acc_inf, idx = sim.paths()  # the calibration round at the largest budget
-            auto.initialise(np.concatenate([acc_inf[:, None], idx], 1), budgets[-1])
-    else:
-        auto = None
+        acc_inf, idx = sim.paths()  # the calibration round at the largest budget
+        auto.initialise(np.concatenate([acc_inf[:, None], idx], 1), budgets[-1])
     gen = np.zeros(B, int)
     t, used, pending = 0.0, [], []
     while (gen < max_new).any():
@@ -194,7 +189,7 @@ def _run(sim, budgets, costs, B, max_new, budget, auto=None):
         pending.append((np.concatenate([acc[:, None], idx], 1), n))
         if auto and len(pending) > 2:
             auto.observe(*pending.pop(0))
-    return t, used, auto
+    return t, used
 
 
 # H200 step times (ms) by budget at batch 1, 4, 16, 64 (scripts/device_auto_budget.sh, the calibration rows)
@@ -202,86 +197,26 @@ H200_COSTS = {1: (0.8423, 0.8846, 0.8846, 0.8922, 0.9798, 1.0766), 4: (0.8843, 0
               16: (0.9978, 1.0855, 1.1164, 1.357, 1.8684, 2.9298), 64: (1.2085, 1.479, 1.9652, 2.8403, 4.9256, 9.297)}
 
 
-def _costs(B):
-    costs = kb.CostTable()
-    for b, s in zip(kb.DEFAULT_BUDGETS, H200_COSTS[B]):
-        costs.set(B, b, s)
-    return costs
-
-
-@pytest.mark.parametrize("carry", [False, True])
 @pytest.mark.parametrize("B", [1, 4, 16, 64])
-def test_auto_reaches_the_best_fixed_budget_on_synthetic_acceptance(B, carry):
-    """Requests that differ in how well the drafter agrees (some slow, some fast), 128 new tokens each (short
-    runs: 35-70 rounds), the host reading each round 2 rounds late: auto, told nothing but the cost row,
-    finishes the batches within 1% of the best fixed budget's time, with a new AutoBudget per batch (only the
-    calibration round's counts to start from) and with the batch's statistics carried over (as the DDTree
-    example's engine keeps them per batch size)."""
+def test_auto_reaches_the_best_fixed_budget_on_synthetic_acceptance(B):
+    """Requests that differ in how well the drafter agrees (some slow, some fast): auto, told nothing but the
+    cost row, finishes the batch within 1% of the best fixed budget's time, over a few batches (the batch's
+    statistics carried over, as the DDTree example's engine keeps them per batch size)."""
     budgets = kb.DEFAULT_BUDGETS
-    costs = _costs(B)
+    costs = kb.CostTable()
+    for b, s in zip(budgets, H200_COSTS[B]):
+        costs.set(B, b, s)
     rng = np.random.default_rng(B)
-    batches = 8 if B == 1 or not carry else 3
+    batches = 8 if B == 1 else 3
     spec = [(rng.uniform(0.65, 0.9, B), rng.uniform(3.0, 15.0, B)) for _ in range(batches)]
     fixed = {}
     for n in budgets:
         fixed[n] = sum(_run(_Sim(a, s, seed=100 + i), budgets, costs, B, 128, n)[0] for i, (a, s) in enumerate(spec))
     best = min(fixed, key=fixed.get)
-    auto_t, auto = 0.0, None
+    auto_t = 0.0
     for i, (a, s) in enumerate(spec):
-        t, used, got = _run(_Sim(a, s, seed=100 + i), budgets, costs, B, 128, "auto", auto)
-        assert 15 <= len(used) <= 80  # short runs
-        auto_t += t
-        auto = got if carry else None
+        auto_t += _run(_Sim(a, s, seed=100 + i), budgets, costs, B, 128, "auto")[0]
     assert fixed[best] / auto_t >= 0.99, (fixed, auto_t)
-
-
-@pytest.mark.parametrize("B", [1, 4, 16, 64])
-def test_exploration_rounds_are_single_rounds(B):
-    """An exploration round (a budget above the estimated best) is one round: the next is back at the estimated
-    best, though the host reads the exploration's counts only 2 rounds later; explorations are at least
-    min_gap rounds apart, none in the first min_gap rounds after the calibration round."""
-    budgets = kb.DEFAULT_BUDGETS
-    costs = _costs(B)
-    rng = np.random.default_rng(B + 7)
-    auto = None
-    for i in range(3):
-        sim = _Sim(rng.uniform(0.65, 0.9, B), rng.uniform(3.0, 15.0, B), seed=300 + i)
-        _, used, auto = _run(sim, budgets, costs, B, 128, "auto", auto)
-    hist = auto.policy.history
-    gap = auto.policy.min_gap
-    rounds = [r for r, (_, e) in enumerate(hist) if e]
-    assert all(r >= gap for r in rounds)
-    assert all(r2 - r1 >= gap for r1, r2 in zip(rounds, rounds[1:]))
-    for r in rounds:  # above the rounds around it, and the next round is no exploration
-        assert r + 1 >= len(hist) or not hist[r + 1][1]
-        assert hist[r][0] > hist[r - 1][0]
-
-
-def test_an_exploration_round_reverts_at_once():
-    """Deterministic: 4 and 8 measured every round (8 gains a token), 16 seen in 3 early rounds that gained
-    nothing over 8: the estimate keeps 8, the optimistic bound (16 may gain as much as 8 did) says 16 could pay.
-    plan explores 16 for exactly one round at a time and is back at 8 the next (no new counts of 16 read), no
-    earlier than min_gap rounds after the calibration and at most as often as explore_share allows."""
-    budgets = (4, 8, 16)
-    costs = kb.CostTable()
-    for b, s in zip(budgets, (1.0, 1.0, 1.15)):
-        costs.set(1, b, s)
-    pol = kb.BudgetPolicy(budgets, costs)
-    pol.requests(1)
-    for _ in range(3):  # calibration-like rounds at 16
-        pol.add([[2, 3, 3]], [True], 16)
-    pol.ran(16)
-    pol.explored = pol.round
-    seq = []
-    for _ in range(40):
-        seq.append(pol.plan(1))
-        pol.add([[2, 3, 3]], [True], 8)
-    explored = [r for r, (_, e) in enumerate(pol.history) if e]
-    assert len(explored) >= 2, seq
-    assert set(seq) == {8, 16} and [r for r, b in enumerate(seq) if b == 16] == explored, seq
-    assert explored[0] >= pol.min_gap and min(np.diff(explored)) >= pol.min_gap
-    # exploration's estimated loss: 16 at 1.15 for 4.4 tokens against 8 at 1.0 for 4 -> 4.5%, over 0.5%: ~9 rounds
-    assert min(np.diff(explored)) >= 8, seq
 
 
 def test_policy_learns_what_the_drafter_probabilities_cannot_tell():

@@ -8,20 +8,14 @@ deterministic order whatever the budget (the budget only stops the loop), so the
 m + 1 nodes of any larger one (`prefix_tree`), and tree_accept walks the same target tokens in both. A round
 verified at budget n therefore tells exactly what every budget m <= n would have accepted: the accepted
 path's nodes with index <= m (indices grow along a path). Every round records its accepted path; the host
-turns it into counterfactual accepted counts of every candidate budget up to the round's own, for the
-batch (recency-weighted) and per request.
+turns it into counterfactual accepted counts of every candidate budget up to the round's own (`AcceptStats`),
+for the batch (recency-weighted) and per request. Larger budgets than those run lately are estimated
+optimistically (a doubling gains at most what the previous doubling gained: acceptance is concave in the log
+of the budget), which is what makes the policy try a larger tree, and only when that could pay.
 
 The objective is the batch's finishing time, not the mean rate: a static batch runs until its slowest request
 is done, so the policy minimises cost(n) x max over requests of (tokens left / (1 + a_b(n))), with each
 request's a_b shrunk towards the batch's (`BudgetPolicy`). With one request, or early, that is the mean rate.
-The choice uses the estimates only (an increment with little evidence is shrunk towards a part of its
-bound, below), with a 1% hysteresis. Exploration is separate and explicit: a single round at a larger budget
-(which shows every smaller budget's count too), scheduled when an optimistic bound says that budget could pay
-(a doubling gains at most what the previous doubling gained: acceptance is concave in the log of the budget)
-and its evidence is stale, no more often than keeps exploration's estimated cost under 0.5% of the time; the
-next round is back at the estimated best, without waiting for the lagged read. The calibration round (at the
-largest budget, before the first timed round) counts as fresh evidence for every budget (a prior), so
-exploration is rarely needed early.
 
 `AutoBudget` runs it without a host synchronisation in a round: the round writes its accepted counts and paths
 into one small device buffer at a fixed address (so a round can be a CUDA graph); the host copies it with the
@@ -146,32 +140,22 @@ class BudgetPolicy:
     decay by `decay` per round (the requests still decoding matter, and a new prompt's text); each request's
     own sums do not, and its estimate is shrunk towards the batch's with `shrink` pseudo-observations.
 
-    Each increment with little evidence is shrunk, with `prior` pseudo-observations, towards `lean` x its bound,
-    the previous increment (a doubling of the tree gains at most what the previous doubling gained; the first
-    step at most a(budgets[0])); a request's increment towards the batch's, scaled by the request's acceptance
-    below it. `best` chooses from these estimates, leaving the current budget only for a relative gain of
-    `hysteresis`. The optimistic estimate puts each increment at its mean plus the gap to the bound shrunk as
-    1 / sqrt(evidence); `plan` runs one round at a larger budget (exploration) when that could beat the choice,
-    the budget was not run in the last `min_gap` rounds (its evidence is not on its way), and the rounds since
-    the last exploration are at least min_gap and at least the estimated relative loss of the exploration
-    round / `explore_share` (exploration spends at most that share of the time by the estimates). The batch's
-    sums of a budget fade only in rounds that observe it, so exploration's evidence accumulates."""
+    An increment with few observations is pulled towards an optimistic bound, the previous increment (a
+    doubling of the tree gains at most what the previous doubling gained; the first step at most a(budgets[0]))
+    with `prior` pseudo-observations: a larger budget is tried when its bound could beat the current choice,
+    and stops being tried once measured. `hysteresis`: the relative gain needed to leave the current budget."""
 
     def __init__(self, budgets=DEFAULT_BUDGETS, costs: CostTable | None = None, *, decay=0.98, prior=4.0,
-                 lean=0.7, shrink=4.0, hysteresis=0.01, explore_share=0.005, min_gap=4):
+                 shrink=4.0, hysteresis=0.01):
         self.budgets = tuple(sorted(budgets))
         self.costs = costs if costs is not None else CostTable()
         self.decay, self.prior, self.shrink, self.hysteresis = float(decay), float(prior), float(shrink), hysteresis
-        self.lean, self.explore_share, self.min_gap = float(lean), float(explore_share), int(min_gap)
         K = len(self.budgets)
         self._bud = np.asarray(self.budgets)
         self.S, self.P, self.C = np.zeros(K), np.zeros(K), np.zeros(K)
         self.requests(1)
         self.choice = None
-        self.round = 0  # rounds planned
-        self.seen = np.full(K, -np.inf)  # per budget: the last round planned at or above it (or calibrated)
-        self.explored = -np.inf  # the last exploration round
-        self.history = []  # (budget, explored) of each planned round, for reports
+        self.history = []  # chosen budgets, for reports
 
     def requests(self, batch: int):
         """New requests in the batch's slots: their own statistics start empty (the batch's stay)."""
@@ -184,22 +168,16 @@ class BudgetPolicy:
         counts = np.asarray(counts, dtype=np.float64)
         obs = (np.asarray(active, dtype=bool)[:, None] & (self._bud[None, :] <= used)).astype(np.float64)
         lower = np.concatenate([np.zeros((counts.shape[0], 1)), counts[:, :-1]], 1)
-        fade = np.where(obs.any(0), self.decay, 1.0)  # recency in rounds that observed the budget
         for tot, x in ((self.S, counts), (self.P, lower), (self.C, 1.0)):
-            tot *= fade
+            tot *= self.decay
             tot += (x * obs).sum(0)
         self.rS += counts * obs
         self.rP += lower * obs
         self.rC += obs
 
-    def ran(self, used: int):
-        """A round at `used` is under way now (its counts will come): the budgets up to it are freshly seen."""
-        self.seen[self._bud <= used] = self.round
-
-    def _chain(self, S, P, C, prior_base=None, prior_inc=None, prior_acc=None, w=0.0, optimistic=False):
+    def _chain(self, S, P, C, prior_base=None, prior_inc=None, w=0.0):
         """a(budgets[k]) for every k, from sums S, P, C ([..., K]); prior_inc (the batch's increments) with weight
-        w (scaled by the request's acceptance below), else towards lean x the bound (optimistic: the mean plus the
-        gap to the bound shrunk as 1 / sqrt(evidence)) with weight self.prior."""
+        w, else the optimistic bound with weight self.prior."""
         K = len(self.budgets)
         if prior_base is None:
             base = S[..., 0] / np.maximum(C[..., 0], 1e-9)
@@ -207,31 +185,26 @@ class BudgetPolicy:
             base = (S[..., 0] + w * prior_base) / (C[..., 0] + w)
         a = [base]
         for k in range(1, K):
-            if prior_inc is not None:  # the batch's increment, scaled by the request's acceptance below it
-                bound = prior_inc[k - 1] * np.clip(a[k - 1] / max(prior_acc[k - 1], 1e-9), 0.0, 2.0)
-                wk = w
-            else:
-                bound = (a[0] if k == 1 else a[k - 1] - a[k - 2]) * (1.0 if optimistic else self.lean)
+            if prior_inc is None:
+                bound = a[0] if k == 1 else a[k - 1] - a[k - 2]
                 wk = self.prior
-            if optimistic and prior_inc is None:  # an upper bound: the gap to the bound shrinks as 1/sqrt(evidence)
-                mean = (S[..., k] - P[..., k]) / np.maximum(C[..., k], 1e-9)
-                inc = mean + np.maximum(bound - mean, 0.0) * np.sqrt(wk / (C[..., k] + wk))
             else:
-                inc = (S[..., k] - P[..., k] + wk * bound) / np.maximum(C[..., k] + wk, 1e-9)
+                bound, wk = prior_inc[k - 1], w
+            inc = (S[..., k] - P[..., k] + wk * bound) / (C[..., k] + wk)
             a.append(a[k - 1] + np.maximum(inc, 0.0))
         return np.stack(a, -1)
 
-    def estimates(self, optimistic=False):
+    def estimates(self):
         """The batch's accepted draft tokens per round by budget ([K]), or None before any observation."""
         if self.C[0] <= 0:
             return None
-        return self._chain(self.S, self.P, self.C, optimistic=optimistic)
+        return self._chain(self.S, self.P, self.C)
 
-    def times(self, batch: int, remaining=None, optimistic=False):
+    def times(self, batch: int, remaining=None):
         """Predicted time to finish the batch at each budget ([K], relative), or None before any observation:
         cost(batch, n) x max over the requests still decoding of remaining_b / (1 + a_b(n)). remaining [B]
         tokens left per request (None or all <= 0: one request's rate)."""
-        a = self.estimates(optimistic)
+        a = self.estimates()
         if a is None:
             return None
         cost = np.asarray([self.costs.get(batch, b) for b in self.budgets])
@@ -242,12 +215,11 @@ class BudgetPolicy:
         if not live.any():
             return cost / (1.0 + a)
         inc = np.diff(a)
-        ab = self._chain(self.rS[live], self.rP[live], self.rC[live], prior_base=a[0], prior_inc=inc,
-                         prior_acc=a, w=self.shrink)
+        ab = self._chain(self.rS[live], self.rP[live], self.rC[live], prior_base=a[0], prior_inc=inc, w=self.shrink)
         return cost * (rem[live, None] / (1.0 + ab)).max(0)
 
     def best(self, batch: int, remaining=None):
-        """The estimated best budget (None before any observation), with the hysteresis."""
+        """The budget of the rounds to come (None before any observation)."""
         t = self.times(batch, remaining)
         if t is None:
             return None
@@ -258,39 +230,6 @@ class BudgetPolicy:
                 k = cur
         self.choice = self.budgets[k]
         return self.choice
-
-    def explore(self, batch: int, remaining=None):
-        """The budget of an exploration round now, or None. Candidates: the budgets above the choice not seen (run
-        at or above) in the last `min_gap` rounds whose optimistic time beats the choice's estimated time; the one
-        with the least optimistic time is run if the rounds since the last exploration are at least min_gap and
-        at least its estimated extra time over the choice's (relative) / `explore_share`: exploration spends at
-        most that share of the time by the estimates."""
-        if self.choice not in self.budgets or self.round - self.explored < self.min_gap:
-            return None
-        cur = self.budgets.index(self.choice)
-        t, opt = self.times(batch, remaining), self.times(batch, remaining, optimistic=True)
-        cands = [k for k in range(cur + 1, len(self.budgets))
-                 if self.round - self.seen[k] >= self.min_gap and opt[k] < t[cur] * (1.0 - self.hysteresis)]
-        if not cands:
-            return None
-        k = min(cands, key=lambda j: opt[j])
-        loss = t[k] / t[cur] - 1.0
-        return self.budgets[k] if self.round - self.explored >= loss / self.explore_share else None
-
-    def plan(self, batch: int, remaining=None, default=None):
-        """The budget of the next round: the estimated best, or a single exploration round (`default` before any
-        observation)."""
-        b = self.best(batch, remaining)
-        e = self.explore(batch, remaining) if b is not None else None
-        if e is not None:
-            self.explored = self.round
-            b = e
-        elif b is None:
-            b = default
-        self.ran(b)
-        self.history.append((b, e is not None))
-        self.round += 1
-        return b
 
 
 class AutoBudget:
@@ -304,33 +243,33 @@ class AutoBudget:
     done (the host adds each request's accepted + 1 to its generated count, as the round did on the device).
     """
 
-    def __init__(self, budgets, costs: CostTable, device, *, depth: int, policy=None, **policy_kw):
+    def __init__(self, budgets, costs: CostTable, device, *, depth: int, policy=None):
         self.budgets = tuple(sorted(budgets))
         self.costs = costs
         self.device = torch.device(device)
         self.depth = int(depth)
-        self.policy_kw = policy_kw  # BudgetPolicy's keywords
-        self.policy = policy if policy is not None else BudgetPolicy(self.budgets, costs, **policy_kw)
-        self.policies = {}  # batch size -> its policy (its statistics and cost row)
+        self.policy = policy if policy is not None else BudgetPolicy(self.budgets, costs)
         self.batch, self.max_new = None, None
         self.stats = None
         self.gen = None
 
     def reset(self, batch: int, max_new: int):
-        """A new batch (admission): each request's statistics restart; the batch's are kept per batch size (its
-        cost row is the same)."""
+        """A new batch (admission): each request's statistics restart; the batch's are kept while the batch size
+        is unchanged (its cost row is the same)."""
         if self.batch != batch:
-            if self.batch is not None:  # the first batch keeps the policy made (or given) at construction
-                self.policies[self.batch] = self.policy
-                self.policy = self.policies.get(batch) or BudgetPolicy(self.budgets, self.costs, **self.policy_kw)
+            self.policy = BudgetPolicy(self.budgets, self.costs)
             self.stats = torch.zeros(batch, 1 + self.depth, dtype=torch.int32, device=self.device)
         self.policy.requests(batch)
         self.batch, self.max_new = batch, int(max_new)
         self.gen = np.zeros(batch, dtype=np.int64)
 
     def plan(self) -> int:
-        """The budget of the next round (the estimated best, or a single exploration round)."""
-        return self.policy.plan(self.batch, self.max_new - self.gen, default=self.budgets[len(self.budgets) // 2])
+        """The budget of the next round."""
+        b = self.policy.best(self.batch, self.max_new - self.gen)
+        if b is None:
+            b = self.budgets[len(self.budgets) // 2]
+        self.policy.history.append(b)
+        return b
 
     def record(self, accepted, path):
         """The round's numbers into self.stats (on the device, two copies). accepted [B]: the accepted draft
@@ -352,8 +291,5 @@ class AutoBudget:
         return bool((self.gen >= self.max_new).all())
 
     def initialise(self, row, used: int):
-        """A calibration round (state restored after), best at the largest budget: every budget's counts, fresh
-        evidence (no exploration for min_gap rounds)."""
+        """A calibration round (state restored after), best at the largest budget: every budget's counts."""
         self.observe(row, used, advance=False)
-        self.policy.ran(used)
-        self.policy.explored = self.policy.round
