@@ -279,3 +279,19 @@ def test_cost_table_is_made_non_decreasing():
     times = {4: [1.0], 8: [0.9], 16: [1.2], 32: [1.1], 64: [2.0]}
     t.measure(1, list(times), lambda b: times[b][0], repeats=3)
     assert [t.get(1, b) for b in (4, 8, 16, 32, 64)] == [1.0, 1.0, 1.2, 1.2, 2.0]
+
+
+def test_cost_table_observe_folds_steady_times_and_stays_non_decreasing():
+    from kdtree.integrations.budget import CostTable
+
+    t = CostTable()
+    for b, s in {4: 1.0, 8: 1.2, 16: 1.4}.items():
+        t.set(1, b, s)
+    t.observe(1, 8, 2.2, weight=0.5)  # 8 turns out dearer than measured
+    assert abs(t.get(1, 8) - 1.7) < 1e-12
+    assert t.get(1, 16) == t.get(1, 8)  # a larger tree never costs less
+    assert t.get(1, 4) == 1.0
+    t.observe(1, 32, 9.0)  # a budget the table lacks is ignored
+    assert 32 not in t.row(1)
+    t.observe(2, 4, 9.0)  # as is another batch size
+    assert t.row(2) == {}

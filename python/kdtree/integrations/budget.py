@@ -110,9 +110,21 @@ class CostTable:
                     sync()
                 times.append(got if got is not None else time.perf_counter() - t)
             self.set(batch, b, statistics.median(times))
+        self._monotone(batch)
+
+    def observe(self, batch: int, budget: int, seconds: float, *, weight: float = 0.2):
+        """Folds a step's time seen while decoding into the row (an exponential average), then keeps the row
+        non-decreasing: a one-off measurement can misjudge the steady cost (eager steps, whose launches overlap
+        the device's work only in a running loop)."""
+        if (batch, budget) not in self._t:
+            return
+        self.set(batch, budget, (1 - weight) * self.get(batch, budget) + weight * float(seconds))
+        self._monotone(batch)
+
+    def _monotone(self, batch: int):
         top = 0.0
-        for b in budgets:
-            top = max(top, self.get(batch, b))
+        for b, s in self.row(batch).items():
+            top = max(top, s)
             self.set(batch, b, top)
 
 

@@ -617,6 +617,7 @@ class DDTreeDecoder:
         steps = 0
         cuda = self.device.type == "cuda"
         flags, events, pending = None, None, []
+        t_round, recent = time.perf_counter(), []  # auto: steady rounds' wall time corrects the cost table
         if cuda:
             # per round: the "all done" flag (auto: the round's accepted paths, AutoBudget.stats), read lag rounds late
             flags = torch.zeros(lag + 1, *(self.autob.stats.shape if auto else (1,)),
@@ -649,6 +650,13 @@ class DDTreeDecoder:
                           non_blocking=True)
             events[i].record()
             pending.append((i, budget))
+            if auto:
+                now = time.perf_counter()
+                recent = (recent + [budget])[-(lag + 2):]
+                # With the host lag rounds ahead, a round's wall time in a run of one budget is its steady cost.
+                if len(recent) == lag + 2 and len(set(recent)) == 1:
+                    self.costs.observe(self.B, budget, now - t_round)
+                t_round = now
             if len(pending) > lag:
                 j, used = pending.pop(0)
                 events[j].synchronize()
