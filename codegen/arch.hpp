@@ -23,8 +23,9 @@ struct Arch {
 // split planner use.
 int ctas_per_sm(const Arch& arch, int dynamic_smem, int threads);
 
-// e4m3 tensor-core MMAs (mma.sync m16n8k32 e4m3): sm_89 and newer. On sm_89/sm_90
-// ptxas converts them to f16 MMAs; sm_100 and newer run them natively.
+// e4m3 tensor-core MMAs (mma.sync m16n8k32 e4m3): sm_89 and newer. Native (QMMA)
+// on sm_120/sm_121 only: on sm_89/sm_90 and the sm_100 family (whose fp8 tensor
+// path is tcgen05) ptxas converts each to f16 HMMAs.
 bool has_e4m3_mma(const Arch& arch);
 // The block-scaled kind::mxf8f6f4 e4m3 MMA at twice the bf16 rate: sm_120/sm_121,
 // compiled for the arch-specific target (sm_120a, sm_121a).

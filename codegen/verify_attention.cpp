@@ -318,7 +318,7 @@ VerifyTiles verify_tiles(const VerifySpec& spec, const Arch& arch) {
   return choose_verify_tiles(spec, arch);
 }
 
-bool prefers_e4m3_mma(const Arch& arch) { return has_e4m3_mma(arch) && arch.sm >= 100; }
+bool prefers_e4m3_mma(const Arch& arch) { return has_block_scaled_e4m3_mma(arch); }
 
 VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   // Candidates in order of preference; the first that fits the arch's shared memory wins.
@@ -355,8 +355,8 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
                   {flash, 64, 32, 4, 3, 16},
                   {flash, 64, 32, 4, 2, 16}};
   }
-  // e4m3 caches where the tensor cores take e4m3 natively (sm_100 and newer; on
-  // sm_120 at twice the bf16 rate): Q and P quantised, QK and PV on e4m3 MMAs,
+  // e4m3 caches where mma.sync takes e4m3 natively (sm_120/sm_121, block-scaled at
+  // twice the bf16 rate; elsewhere ptxas emulates it with f16 MMAs): Q and P quantised, QK and PV on e4m3 MMAs,
   // tried first with the flash candidates that step 32 tokens. Its e4m3 Q tile
   // fits MLA's flash kernel in sm_120's 99 KB.
   if (spec.kv_fp8() && prefers_e4m3_mma(arch)) {

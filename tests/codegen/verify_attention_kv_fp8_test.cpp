@@ -140,13 +140,13 @@ TEST_CASE("verify_attention[kv=e4m3,mma=e4m3]: sm_120 and sm_90 sources differ i
   }
 }
 
-TEST_CASE("verify_attention[kv=e4m3]: sm_100 and newer choose the e4m3 MMA path, sm_80 and sm_90 dequantise") {
+TEST_CASE("verify_attention[kv=e4m3]: sm_120/sm_121 choose the e4m3 MMA path, the other arches dequantise") {
   for (const HeadShape& h : supported_heads()) {
     const VerifySpec s = spec_of(h, KDTREE_KV_DTYPE_E4M3);
     for (int sm : supported_sms()) {
       const VerifyTiles t = choose_verify_tiles(s, arch_from_sm(sm));
       INFO(s.label() << " sm_" << sm << ": " << t.str());
-      CHECK(t.mma_e4m3 == (sm >= 100));
+      CHECK(t.mma_e4m3 == (sm == 120 || sm == 121));
       if (t.mma_e4m3) CHECK(t.kernel == VerifyKernel::flash);
     }
     // 16-bit caches never take it.
