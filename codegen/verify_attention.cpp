@@ -356,9 +356,9 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
                   {flash, 64, 32, 4, 2, 16}};
   }
   // e4m3 caches where mma.sync takes e4m3 natively (sm_120/sm_121, block-scaled at
-  // twice the bf16 rate; elsewhere ptxas emulates it with f16 MMAs): Q and P quantised, QK and PV on e4m3 MMAs,
-  // tried first with the flash candidates that step 32 tokens. Its e4m3 Q tile
-  // fits MLA's flash kernel in sm_120's 99 KB.
+  // twice the bf16 rate; elsewhere ptxas emulates it with f16 MMAs): Q and P
+  // quantised, QK and PV on e4m3 MMAs, tried first with the flash candidates that
+  // step 32 tokens. Its e4m3 Q tile fits MLA's flash kernel in sm_120's 99 KB.
   if (spec.kv_fp8() && prefers_e4m3_mma(arch)) {
     std::vector<VerifyTiles> e4m3;
     // MLA: 16-row warps (4 x 2, 256 V columns each): on sm_120 the 64 x 32 tile
