@@ -477,13 +477,22 @@ TEST_CASE("verify_attention GPU parity: e4m3 MMA path (tiles mma=e4m3), every he
   run_head_grid(256, 256, 3, e.session);
 }
 
-// sm_120's MLA e4m3 kernel itself (its tiles; GQA's are sm_90's too).
+// sm_120's MLA and gqa256 e4m3 kernels themselves (their tiles; gqa64's and gqa128's
+// are sm_90's too).
 TEST_CASE(
     "verify_attention GPU parity: mla576/512 e4m3 MMA path with sm_120's tiles "
     "(kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16,mma=e4m3)") {
   E4m3MmaSession e("kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16,mma=e4m3");
   if (!e.runs()) return;
   run_head_grid(576, 512, 6, e.session);
+}
+
+TEST_CASE(
+    "verify_attention GPU parity: gqa256 e4m3 MMA path with sm_120's tiles "
+    "(kernel=flash,block_m=64,block_n=64,warps=4,stages=2,warp_rows=16,mma=e4m3)") {
+  E4m3MmaSession e("kernel=flash,block_m=64,block_n=64,warps=4,stages=2,warp_rows=16,mma=e4m3");
+  if (!e.runs()) return;
+  run_head_grid(256, 256, 7, e.session);
 }
 TEST_CASE("verify_attention GPU parity: gqa64") { run_head_grid(64, 64, 1); }
 TEST_CASE("verify_attention GPU parity: gqa128") { run_head_grid(128, 128, 2); }
