@@ -34,6 +34,14 @@ CASES = [  # B, D, K, seed, ties
 ]
 
 
+def _cost_table(batch, budgets, seconds):
+    """A CostTable row for `batch`: seconds[i] a step at budgets[i]."""
+    costs = kb.CostTable()
+    for b, t in zip(budgets, seconds):
+        costs.set(batch, b, t)
+    return costs
+
+
 @pytest.mark.parametrize("B,D,K,seed,ties", CASES)
 def test_prefix_tree_equals_tree_built_at_that_budget(B, D, K, seed, ties):
     dt, dlp = _draft(B, D, K, seed, ties)
@@ -112,9 +120,7 @@ def test_counterfactual_accepts_of_a_known_path():
 
 
 def test_auto_budget_records_paths_and_tracks_the_end():
-    costs = kb.CostTable()
-    for b, s in zip(kb.DEFAULT_BUDGETS, (1.0, 1.0, 1.1, 1.3, 1.8, 3.0)):
-        costs.set(3, b, s)
+    costs = _cost_table(3, kb.DEFAULT_BUDGETS, (1.0, 1.0, 1.1, 1.3, 1.8, 3.0))
     auto = kb.AutoBudget(kb.DEFAULT_BUDGETS, costs, "cpu", depth=4)
     auto.reset(3, max_new=6)
     assert auto.plan() == 32  # nothing observed yet: the middle budget
@@ -203,9 +209,7 @@ def test_auto_reaches_the_best_fixed_budget_on_synthetic_acceptance(B):
     cost row, finishes the batch within 1% of the best fixed budget's time, over a few batches (the batch's
     statistics carried over, as the DDTree example's engine keeps them per batch size)."""
     budgets = kb.DEFAULT_BUDGETS
-    costs = kb.CostTable()
-    for b, s in zip(budgets, H200_COSTS[B]):
-        costs.set(B, b, s)
+    costs = _cost_table(B, budgets, H200_COSTS[B])
     rng = np.random.default_rng(B)
     batches = 8 if B == 1 else 3
     spec = [(rng.uniform(0.65, 0.9, B), rng.uniform(3.0, 15.0, B)) for _ in range(batches)]
@@ -224,9 +228,7 @@ def test_policy_learns_what_the_drafter_probabilities_cannot_tell():
     drafter whose probabilities would promise gains from every larger tree) -> 8; then a batch whose paths run
     deep into the best-first order -> the largest budget worth its cost."""
     budgets = (4, 8, 16, 32)
-    costs = kb.CostTable()
-    for b, s in zip(budgets, (1.0, 1.05, 1.1, 1.2)):
-        costs.set(1, b, s)
+    costs = _cost_table(1, budgets, (1.0, 1.05, 1.1, 1.2))
     pol = kb.BudgetPolicy(budgets, costs)
     pol.requests(1)
     for _ in range(40):  # rounds at 32: 2 tokens at 4, 3 at 8 and above
@@ -241,9 +243,7 @@ def test_policy_learns_what_the_drafter_probabilities_cannot_tell():
 
 def test_policy_tries_a_larger_budget_only_when_it_could_pay():
     budgets = (4, 8, 16, 32)
-    costs = kb.CostTable()
-    for b, s in zip(budgets, (1.0, 1.1, 1.2, 2.0)):
-        costs.set(1, b, s)
+    costs = _cost_table(1, budgets, (1.0, 1.1, 1.2, 2.0))
     pol = kb.BudgetPolicy(budgets, costs)
     pol.requests(1)
     for _ in range(30):  # only 4 and 8 observed; 8 gains 1 token over 4 -> 16 may gain as much: try it
@@ -258,9 +258,7 @@ def test_policy_minimises_the_batchs_finishing_time():
     """Two requests: a fast one that gains from a larger tree and a slow one that does not. The mean rate
     prefers 8, but the batch ends with the slow request, which prefers 4."""
     budgets = (4, 8)
-    costs = kb.CostTable()
-    costs.set(2, 4, 1.0)
-    costs.set(2, 8, 1.2)
+    costs = _cost_table(2, budgets, (1.0, 1.2))
     pol = kb.BudgetPolicy(budgets, costs)
     pol.requests(2)
     for _ in range(60):
@@ -282,11 +280,7 @@ def test_cost_table_is_made_non_decreasing():
 
 
 def test_cost_table_observe_folds_steady_times_and_stays_non_decreasing():
-    from kdtree.integrations.budget import CostTable
-
-    t = CostTable()
-    for b, s in {4: 1.0, 8: 1.2, 16: 1.4}.items():
-        t.set(1, b, s)
+    t = _cost_table(1, (4, 8, 16), (1.0, 1.2, 1.4))
     t.observe(1, 8, 2.2, weight=0.5)  # 8 turns out dearer than measured
     assert abs(t.get(1, 8) - 1.7) < 1e-12
     assert t.get(1, 16) == t.get(1, 8)  # a larger tree never costs less

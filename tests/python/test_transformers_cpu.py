@@ -14,7 +14,6 @@ pytest.importorskip("transformers", reason="transformers is not installed (pip i
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from examples.ddtree import hf  # noqa: E402
-from kdtree.integrations import budget as kbudget  # noqa: E402
 from kdtree.integrations import transformers as kt  # noqa: E402
 
 ARCHS = ["deepseek-tiny", "qwen3-tiny"]
@@ -107,14 +106,6 @@ def test_mla_absorbed_path_equals_model_logits(cache_dir):
     stages = dict(dec._stages())
     stages["target"]()
     assert torch.allclose(dec.s["logits"][0], full[len(p) - 1], atol=1e-4, rtol=1e-4)
-
-
-def test_expected_accepts():
-    # a best-first tree's scores: root 0, then non-increasing log path probabilities
-    scores = torch.log(torch.tensor([[1.0, 0.9, 0.8, 0.5, 0.1, 0.05, 0.01, 0.01],
-                                     [1.0, 0.2, 0.1, 0.05, 0.01, 0.01, 0.01, 0.01]]))
-    e = kbudget.expected_accepts(scores, [1, 3, 7])
-    assert torch.allclose(e, torch.tensor([[0.9, 2.2, 2.37], [0.2, 0.35, 0.39]]), atol=1e-5)
 
 
 def test_auto_budget_reports_its_choices(cache_dir):

@@ -34,15 +34,6 @@ import torch
 DEFAULT_BUDGETS = (4, 8, 16, 32, 64, 127)
 
 
-def expected_accepts(scores: torch.Tensor, budgets) -> torch.Tensor:
-    """scores [B, W] float32 of a best-first tree (node 0 the root; absent nodes -inf) -> [B, len(budgets)]
-    expected accepted draft tokens under the drafter's own probabilities for each budget (<= W - 1)."""
-    p = torch.nan_to_num(scores[:, 1:].float().exp(), nan=0.0)
-    cum = p.cumsum(1)
-    idx = torch.as_tensor([b - 1 for b in budgets], device=scores.device)
-    return cum.index_select(1, idx)
-
-
 def prefix_tree(tree, budget: int, max_tree_nodes: int):
     """The tree tree_build would build at `budget` and width `max_tree_nodes`, cut out of a tree it built at a
     larger budget (and width): the first min(node count, budget + 1) nodes, padded like tree_build pads (ids
