@@ -275,11 +275,11 @@ static __device__ __forceinline__ void load_q_tile_kv_fp8(const kdtree_verify_pa
 
 // The e4m3 MMA path (kv_fp8.cuh): Q rows quantised to e4m3 in shared memory, one
 // fp32 scale per (node, head) row: scale = amax / 448 (0 for a zero row), code =
-// e4m3(q x 448 / amax), rounded to nearest even. Rows of Q8_ROW_CHUNKS 16-byte
-// chunks (swizzled as the K rows), scales at sq_scale. A warp quantises a row: its
+// e4m3(q x 448 / amax), rounded to nearest even. Rows laid out as the e4m3 K rows
+// (Q8_ROW_CHUNKS = KV_K_ROW_CHUNKS 16-byte chunks, same swizzle), scales at sq_scale. A warp quantises a row: its
 // lanes hold the row's 16-bit chunks, reduce the max, then store 8 codes each.
 // Plain loads and stores: visible after the caller's next barrier.
-constexpr int Q8_ROW_CHUNKS = kv_row_stride(HEAD_DIM / 16);
+constexpr int Q8_ROW_CHUNKS = KV_K_ROW_CHUNKS;
 static __device__ __forceinline__ float kd_16_to_float(kd_u32 x) {  // the low 16 bits of q's type
   if (IS_BF16) return __uint_as_float(x << 16);
   float f;
