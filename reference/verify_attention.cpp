@@ -42,6 +42,13 @@ double dot(const float* a, const float* b, int n) {
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
+// sum |a_i b_i| in float64, in order.
+double abs_dot(const float* a, const float* b, int n) {
+  double s = 0.0;
+  for (int d = 0; d < n; ++d) s += std::fabs(double(a[d]) * double(b[d]));
+  return s;
+}
+
 void validate(const VerifyHostInputs& in) {
   const kdtree_verify_spec& s = in.spec;
   check(s.dtype == KDTREE_DTYPE_BF16 || s.dtype == KDTREE_DTYPE_F16, "dtype must be bf16 or f16");
@@ -140,23 +147,18 @@ VerifyReference verify_attention(const VerifyHostInputs& in, int threads) {
     }
     // scores[g][j]: query head h0 + g against visible token j. Token-outer loops
     // keep each K/V row in cache while the group's heads use it.
+    // e4m3 caches: bound[g], the largest sum |q_i k_i| over the visible tokens, in the same pass.
     std::vector<std::vector<double>> scores(group, std::vector<double>(rows.size()));
-    for (size_t j = 0; j < rows.size(); ++j)
-      for (int g = 0; g < group; ++g)
-        scores[g][j] = in.sm_scale * k_scale * dot(&q[(size_t(node) * hq + h0 + g) * dqk], k_row(rows[j]), dqk);
-    if (fp8) {
+    std::vector<double> bound(fp8 ? group : 0, 0.0);
+    for (size_t j = 0; j < rows.size(); ++j) {
       for (int g = 0; g < group; ++g) {
         const float* qrow = &q[(size_t(node) * hq + h0 + g) * dqk];
-        double bound = 0.0;
-        for (size_t j = 0; j < rows.size(); ++j) {
-          const float* krow = k_row(rows[j]);
-          double s = 0.0;
-          for (int d = 0; d < dqk; ++d) s += std::fabs(double(qrow[d]) * double(krow[d]));
-          bound = std::max(bound, s);
-        }
-        result.score_abs_bound[size_t(node) * hq + h0 + g] = in.sm_scale * k_scale * bound;
+        scores[g][j] = in.sm_scale * k_scale * dot(qrow, k_row(rows[j]), dqk);
+        if (fp8) bound[g] = std::max(bound[g], abs_dot(qrow, k_row(rows[j]), dqk));
       }
     }
+    for (int g = 0; g < int(bound.size()); ++g)
+      result.score_abs_bound[size_t(node) * hq + h0 + g] = in.sm_scale * k_scale * bound[g];
     // Softmax per head: scores become probabilities.
     for (int g = 0; g < group; ++g) {
       const double max_score = *std::max_element(scores[g].begin(), scores[g].end());
