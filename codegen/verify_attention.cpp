@@ -105,12 +105,13 @@ const char* kernel_name(VerifyKernel kernel) {
   switch (kernel) {
     case VerifyKernel::flash: return "flash";
     case VerifyKernel::qsplit: return "qsplit";
+    case VerifyKernel::wgmma: return "wgmma";
   }
   return "unknown";
 }
 
 bool parse_kernel_name(const std::string& name, VerifyKernel* kernel) {
-  for (VerifyKernel k : {VerifyKernel::flash, VerifyKernel::qsplit}) {
+  for (VerifyKernel k : {VerifyKernel::flash, VerifyKernel::qsplit, VerifyKernel::wgmma}) {
     if (name == kernel_name(k)) {
       *kernel = k;
       return true;
@@ -126,6 +127,10 @@ std::string VerifyTiles::str() const {
 
 std::string FlashSmemLayout::str() const {
   return fmt::format("q={},q_scale={},k={},v={},p={},red={},bytes={}", q, q_scale, k, v, p, red, bytes);
+}
+
+std::string WgmmaSmemLayout::str() const {
+  return fmt::format("q={},k={},p={},red={},walk={},bytes={}", q, k, p, red, walk, bytes);
 }
 
 std::string QsplitSmemLayout::str() const {
@@ -181,10 +186,22 @@ QsplitSmemLayout qsplit_smem_layout(const VerifySpec& spec, const VerifyTiles& t
   return l;
 }
 
+WgmmaSmemLayout wgmma_smem_layout(const VerifySpec& spec, const VerifyTiles& t) {
+  WgmmaSmemLayout l;
+  l.q = 0;
+  l.k = t.block_m * spec.head_dim_qk * 2;
+  l.p = l.k + t.stages * k_tile_bytes(spec, t);
+  l.red = l.p + t.block_m * t.block_n * 2;
+  l.walk = l.red + 2 * t.block_m * 4;
+  l.bytes = l.walk + KDTREE_SEGMENT_WALK_BYTES;
+  return l;
+}
+
 int verify_smem_bytes(const VerifySpec& spec, const VerifyTiles& tiles) {
   switch (tiles.kernel) {
     case VerifyKernel::flash: return flash_smem_layout(spec, tiles).bytes;
     case VerifyKernel::qsplit: return qsplit_smem_layout(spec, tiles).bytes;
+    case VerifyKernel::wgmma: return wgmma_smem_layout(spec, tiles).bytes;
   }
   fail(KDTREE_ERROR_INTERNAL, "verify_smem_bytes: unknown kernel family");
 }
@@ -260,6 +277,13 @@ void check_tiles(const VerifyTiles& t, const VerifySpec& spec, const Arch& arch,
             "(e.g. kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32)");
       }
       break;
+    case VerifyKernel::wgmma:  // one shape: two warpgroups over 64 rows, the MMA shapes of templates/wgmma.cuh
+      if (arch.sm != 90) bad(fmt::format("the wgmma kernel needs sm_90 (wgmma is sm_90a only), not {}", arch.name()));
+      if (!spec.mla() || spec.kv_fp8()) bad("the wgmma kernel is for MLA over 16-bit caches");
+      if (t.block_m != 64 || t.block_n != 64 || t.warps != 8 || t.stages != 2 || t.warp_rows != 16) {
+        bad("the wgmma kernel has one tiling: kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16");
+      }
+      break;
   }
   const int bytes = verify_smem_bytes(spec, t);
   if (bytes > arch.max_smem_per_block) {
@@ -290,7 +314,7 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
     if (std::find(seen.begin(), seen.end(), key) != seen.end()) bad(fmt::format("{} is given twice", key));
     seen.push_back(key);
     if (key == "kernel") {
-      if (!parse_kernel_name(value, &t.kernel)) bad(fmt::format("kernel '{}' must be flash or qsplit", value));
+      if (!parse_kernel_name(value, &t.kernel)) bad(fmt::format("kernel '{}' must be flash, qsplit or wgmma", value));
     } else if (key == "block_m") {
       t.block_m = tiles_int(text, key, value, 16, 256);
     } else if (key == "block_n") {
@@ -325,7 +349,11 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   std::vector<VerifyTiles> candidates;
   constexpr VerifyKernel flash = VerifyKernel::flash, qsplit = VerifyKernel::qsplit;
   // Fields: kernel, block_m, block_n, warps, stages, warp_rows.
-  if (spec.mla()) {
+  if (spec.mla() && !spec.kv_fp8() && arch.sm == 90) {
+    // Hopper: warpgroup MMAs read Q, K and P from shared memory by descriptor; mma.sync
+    // is capped there by ldmatrix's shared-memory traffic (docs/PERFORMANCE.md).
+    candidates = {{VerifyKernel::wgmma, 64, 64, 8, 2, 16}, {flash, 64, 64, 8, 2, 32}};
+  } else if (spec.mla()) {
     // MLA's 576-wide rows make Q and K tiles large: V columns are split over
     // column warps so the O accumulator (64 x 512 fp32 per CTA) fits in registers;
     // 32-row warps (2 x 4) read each V fragment for two m16 fragments.
@@ -452,6 +480,20 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine"};
       break;
     }
+    case VerifyKernel::wgmma: {
+      const WgmmaSmemLayout smem = wgmma_smem_layout(spec, tiles);
+      kernel_template = "verify_attention_wgmma";
+      params["SMEM_K"] = std::to_string(smem.k);
+      params["SMEM_P"] = std::to_string(smem.p);
+      params["SMEM_RED"] = std::to_string(smem.red);
+      params["SMEM_WALK"] = std::to_string(smem.walk);
+      src.launch.dynamic_smem = smem.bytes;
+      src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine", "kdtree_verify_combine_stream"};
+      src.launch.stream_k = true;
+      headers.push_back("verify_attention_combine_stream.cuh");
+      headers.push_back("wgmma.cuh");
+      break;
+    }
     case VerifyKernel::qsplit: {
       const QsplitSmemLayout smem = qsplit_smem_layout(spec, tiles);
       kernel_template = "verify_attention_qsplit";
@@ -468,7 +510,8 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
     }
   }
   set_template_source(src, kernel_template, params, headers);
-  src.arch_specific = block_scaled;
+  // wgmma exists on sm_90a only; the block-scaled e4m3 MMA on sm_120a/sm_121a.
+  src.arch_specific = block_scaled || tiles.kernel == VerifyKernel::wgmma;
   src.launch.kernel = tiles.str();
   src.launch.threads = tiles.warps * 32;
   src.launch.block_m = tiles.block_m;

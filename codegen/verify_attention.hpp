@@ -53,8 +53,12 @@ enum class VerifyKernel {
   // split its head dim; shared memory holds KV stages and exchanges only, for
   // 99 KB parts (sm_86/89, sm_120). Runs stream-K plans.
   qsplit,
+  // templates/verify_attention_wgmma.cu: MLA on Hopper's warpgroup MMA (sm_90a
+  // only): Q, K stages and P in 128-byte swizzled shared memory read by wgmma
+  // descriptors, two warpgroups over 64 rows. Runs stream-K plans.
+  wgmma,
 };
-const char* kernel_name(VerifyKernel kernel);  // "flash", "qsplit"
+const char* kernel_name(VerifyKernel kernel);  // "flash", "qsplit", "wgmma"
 // The kernel named `name`, or false.
 bool parse_kernel_name(const std::string& name, VerifyKernel* kernel);
 
@@ -99,8 +103,17 @@ struct QsplitSmemLayout {
   int bytes = 0;
   std::string str() const;
 };
+// wgmma: Q (BLOCK_M x head_dim_qk 16-bit, 64-dim column blocks) | K stages | P
+// (BLOCK_M x block_n 16-bit) | the row exchange ([2][block_m] floats) | the
+// segment walk. Every operand buffer starts on a 1024-byte swizzle atom.
+struct WgmmaSmemLayout {
+  int q = 0, k = 0, p = 0, red = 0, walk = 0;
+  int bytes = 0;
+  std::string str() const;
+};
 FlashSmemLayout flash_smem_layout(const VerifySpec& spec, const VerifyTiles& tiles);
 QsplitSmemLayout qsplit_smem_layout(const VerifySpec& spec, const VerifyTiles& tiles);
+WgmmaSmemLayout wgmma_smem_layout(const VerifySpec& spec, const VerifyTiles& tiles);
 // The bytes of the layout of tiles.kernel.
 int verify_smem_bytes(const VerifySpec& spec, const VerifyTiles& tiles);
 
@@ -115,11 +128,12 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch);
 // The tuning override KDTREE_VERIFY_TILES="key=value,..." with the keys of
 // VerifyTiles::str() (kernel, block_m, block_n, warps, stages, warp_rows, mma), each at
 // most once; a key left out keeps the generator's choice for the spec and arch
-// (choose_verify_tiles). Ranges: kernel flash or qsplit; block_m 16..256, a multiple
+// (choose_verify_tiles). Ranges: kernel flash, qsplit or wgmma; block_m 16..256, a multiple
 // of warp_rows; block_n 16..256, a multiple of 16 (flash: and of 8 x the column
 // warps); warps 1..32, a multiple of block_m / warp_rows; stages 2..8; warp_rows 16
 // or 32; head_dim_v a multiple of 64 x the column warps; qsplit is MLA only, with
-// block_n 16 and warp_rows = 8 x the column warps; mma 16bit or e4m3 (e4m3 caches,
+// block_n 16 and warp_rows = 8 x the column warps; wgmma is MLA over 16-bit caches
+// on sm_90 only, with exactly block_m=64,block_n=64,warps=8,stages=2,warp_rows=16; mma 16bit or e4m3 (e4m3 caches,
 // flash, block_n a multiple of 32, sm_89 and newer). The tiles must fit the arch's
 // shared memory. Throws KDTREE_ERROR_INVALID_ARGUMENT naming KDTREE_VERIFY_TILES
 // and the key otherwise; the old positional form ("64,16,8,4,32,qsplit") is refused

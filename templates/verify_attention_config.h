@@ -1,7 +1,7 @@
 // Compile-time configuration of templates/verify_attention.cu. The generator defines every
 // KD_* value in the prelude it puts before the kernel source (codegen/verify_attention.cpp),
 // and must define exactly these. The defaults (MLA 576/512, W=64, page 64, bf16,
-// sm_90's tiles kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32) only let editors and
+// sm_80's tiles kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=32) only let editors and
 // `nvcc -fdevice-syntax-only -I templates -I include` read the template alone.
 
 #ifndef KD_HEAD_DIM_QK
@@ -35,7 +35,7 @@
 #define KD_BLOCK_M 64  // rows (node x head) per CTA
 #endif
 #ifndef KD_BLOCK_N
-#define KD_BLOCK_N 64  // KV tokens per tile
+#define KD_BLOCK_N 32  // KV tokens per tile
 #endif
 #ifndef KD_WARPS_M
 #define KD_WARPS_M 2  // warp rows
@@ -56,13 +56,13 @@
 #define KD_SMEM_K 73728  // byte offset of the K stages
 #endif
 #ifndef KD_SMEM_V
-#define KD_SMEM_V 221184  // of the V stages (GQA)
+#define KD_SMEM_V 147456  // of the V stages (GQA)
 #endif
 #ifndef KD_SMEM_P
-#define KD_SMEM_P 221184  // of P
+#define KD_SMEM_P 147456  // of P
 #endif
 #ifndef KD_SMEM_RED
-#define KD_SMEM_RED 229376  // of the row exchange
+#define KD_SMEM_RED 151552  // of the row exchange
 #endif
 #ifndef KD_COMBINE_THREADS
 #define KD_COMBINE_THREADS 128  // threads per combine CTA

@@ -86,10 +86,10 @@ TEST_CASE("templates: the device error header NVRTC receives is kdtree.h's, byte
 
 TEST_CASE("templates: the config defaults are a shape the generator produces") {
   // Each config header's defaults are one generated point's prelude: verify_attention
-  // (flash) is sm_90's MLA 576/512, W=64, page 64, bf16; verify_attention_qsplit
-  // sm_120's; the tree ops' any arch's default point.
+  // (flash) is sm_80's MLA 576/512, W=64, page 64, bf16; verify_attention_qsplit
+  // sm_120's; verify_attention_wgmma sm_90's; the tree ops' any arch's default point.
   std::set<std::string> checked;
-  for (int sm : {120, 90}) {
+  for (int sm : {120, 90, 80}) {
     for (const OpInfo& op : operations()) {
       OpPoint point;
       if (std::string(op.name) == "sample_tokens") point.dtype = KDTREE_DTYPE_BF16;

@@ -125,8 +125,33 @@ TEST_CASE("tiles fit each arch's shared memory") {
     CHECK(m.warps == 8);
     CHECK(generate_verify_attention(mla, arch_from_sm(sm)).source.find("Q lives in registers") != std::string::npos);
   }
-  CHECK(choose_verify_tiles(mla, arch_from_sm(90)).kernel == VerifyKernel::flash);
+  // Hopper: the wgmma family for 16-bit caches; e4m3 caches keep the dequantising flash kernel.
+  CHECK(choose_verify_tiles(mla, arch_from_sm(90)).kernel == VerifyKernel::wgmma);
+  VerifySpec mla_e4m3 = mla;
+  mla_e4m3.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  CHECK(choose_verify_tiles(mla_e4m3, arch_from_sm(90)).kernel == VerifyKernel::flash);
+  for (int sm : {80, 86, 89, 100, 120}) CHECK(choose_verify_tiles(mla, arch_from_sm(sm)).kernel != VerifyKernel::wgmma);
   CHECK(choose_verify_tiles(mla, arch_from_sm(80)).kernel == VerifyKernel::flash);
+  // The wgmma layout: Q, two K stages, P on 1024-byte swizzle atoms, the row exchange, the walk.
+  const VerifyTiles w90 = choose_verify_tiles(mla, arch_from_sm(90));
+  CHECK(w90.str() == "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16");
+  const WgmmaSmemLayout wl = wgmma_smem_layout(mla, w90);
+  CHECK(wl.k == 64 * 576 * 2);
+  CHECK(wl.p == wl.k + 2 * 64 * 576 * 2);
+  CHECK(wl.red == wl.p + 64 * 64 * 2);
+  CHECK(wl.walk == wl.red + 2 * 64 * 4);
+  CHECK(wl.bytes == wl.walk + KDTREE_SEGMENT_WALK_BYTES);
+  CHECK(wl.k % 1024 == 0);
+  CHECK(wl.p % 1024 == 0);
+  CHECK(wl.bytes <= arch_from_sm(90).max_smem_per_block);
+  CHECK(wl.str() == fmt::format("q=0,k={},p={},red={},walk={},bytes={}", wl.k, wl.p, wl.red, wl.walk, wl.bytes));
+  const KernelSource ws = generate_verify_attention(mla, arch_from_sm(90));
+  CHECK(ws.arch_specific);  // sm_90a
+  CHECK(ws.launch.stream_k);
+  CHECK(ws.launch.threads == 256);
+  CHECK(ws.launch.dynamic_smem == wl.bytes);
+  CHECK(ws.source.find("wgmma.cuh") != std::string::npos);
+  CHECK(!generate_verify_attention(mla_e4m3, arch_from_sm(90)).arch_specific);
   // Its layout: K stages, partial S, P, row stats, the segment walk in order; Q is staged over them first.
   const VerifyTiles q120 = choose_verify_tiles(mla, arch_from_sm(120));
   CHECK(q120.str() == "kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32");
@@ -146,7 +171,7 @@ TEST_CASE("tiles fit each arch's shared memory") {
   CHECK(l.str() ==
         fmt::format("k=0,part_s={},p={},stats={},walk={},bytes={}", l.part_s, l.p, l.stats, l.walk, l.bytes));
   // The flash layout: Q at 0, K and V stages, P (column warps > 1), the row exchange.
-  const VerifyTiles f90 = choose_verify_tiles(mla, arch_from_sm(90));
+  const VerifyTiles f90 = parse_verify_tiles("kernel=flash,warp_rows=32", mla, arch_from_sm(90));
   const FlashSmemLayout fl = flash_smem_layout(mla, f90);
   CHECK(f90.str() == "kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32");
   CHECK(fl.k == 64 * 576 * 2);
@@ -232,7 +257,22 @@ TEST_CASE("KDTREE_VERIFY_TILES overrides the tiles and is validated") {
 TEST_CASE("KDTREE_VERIFY_TILES: every key is checked, nothing trailing, an override that does not fit is an error") {
   VerifySpec mla;
   const Arch sm90 = arch_from_sm(90), sm120 = arch_from_sm(120);
-  CHECK(tiles_error("block_m=32,block_n=16,warps=4,stages=3,warp_rows=16", mla, sm90).empty());
+  CHECK(tiles_error("kernel=flash,block_m=32,block_n=16,warps=4,stages=3,warp_rows=16", mla, sm90).empty());
+  CHECK(tiles_error("kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16", mla, sm90).empty());
+  // The wgmma family: one tiling, MLA over 16-bit caches, sm_90 only; each says so.
+  CHECK(tiles_error("kernel=wgmma,block_n=32", mla, sm90).find("one tiling") != std::string::npos);
+  CHECK(tiles_error("kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16", mla, sm120).find("sm_90") !=
+        std::string::npos);
+  CHECK(tiles_error("kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16", mla, arch_from_sm(100))
+            .find("sm_90") != std::string::npos);
+  VerifySpec mla8;
+  mla8.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  CHECK(tiles_error("kernel=wgmma", mla8, sm90).find("16-bit caches") != std::string::npos);
+  VerifySpec gqa;
+  gqa.head_dim_qk = gqa.head_dim_v = 128;
+  CHECK(tiles_error("kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16", gqa, sm90).find("MLA") !=
+        std::string::npos);
+  CHECK(tiles_error("kernel=hopper", mla, sm90).find("flash, qsplit or wgmma") != std::string::npos);
   CHECK(tiles_error("kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32", mla, sm90).empty());
   CHECK(tiles_error("kernel=qsplit,block_m=64,block_n=16,warps=8,stages=3,warp_rows=32", mla, sm90).empty());
   CHECK(tiles_error("kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32", mla, sm120).empty());

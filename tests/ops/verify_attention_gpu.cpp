@@ -56,6 +56,8 @@ struct Session {
   kdtree_runtime* rt = nullptr;
   // The e4m3 MMA path's session (tiles mma=e4m3): e4m3 points only, its own tolerance.
   bool e4m3_mma = false;
+  // A family without e4m3 caches (wgmma): the grid's 16-bit points only.
+  bool kv16_only = false;
   Session() {
     char tmpl[] = "/tmp/kdtree-verify-gpu-XXXXXX";
     if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
@@ -357,6 +359,7 @@ void run_head_grid(int dqk, int dv, int head_index, Session& s = Session::get())
           ++k16;
           continue;
         }
+        if (s.kv16_only && fp8) continue;
         const int k = fp8 ? k16 + 3 * e4m3_count : k16++;
         Point p;
         p.batch = 1 + k % 5;
@@ -610,10 +613,8 @@ TEST_CASE("verify_attention GPU parity: mla576/512 qsplit stream-K (KDTREE_VERIF
 
 // Stream-K with fewer units than SMs: one CTA (a single KV tile, no workspace),
 // and a few CTAs whose ranges cut one item into one-tile pieces.
-TEST_CASE("verify_attention GPU parity: qsplit stream-K with one and with a few CTAs") {
-  QsplitSession q("stream");
-  q.session.bind();
-  uint64_t seed = base_seed() * 1000 + 990;
+void check_stream_few_ctas(Session& s, uint64_t seed) {
+  s.bind();
   for (const auto& shape : {std::pair<int, int>{0, 1}, {40, 3}, {70, 16}}) {  // prefix, nodes
     VerifyCaseOptions o;
     o.prefix_lens = {shape.first};
@@ -621,10 +622,15 @@ TEST_CASE("verify_attention GPU parity: qsplit stream-K with one and with a few 
     const VerifyCase c =
         kdtree::ref::build_verify_case(make_verify_spec(576, 512, 16, 1, 16, 16, KDTREE_DTYPE_BF16), 1, seed++, o);
     const auto ref = kdtree::ref::verify_attention(c.host_inputs());
-    DeviceCase d = upload(q.session.rt, c, 3);
-    check_launch(q.session.rt, c, ref, d, 0, true);
-    check_launch(q.session.rt, c, ref, d, 0, false);
+    DeviceCase d = upload(s.rt, c, 3);
+    check_launch(s.rt, c, ref, d, 0, true);
+    check_launch(s.rt, c, ref, d, 0, false);
   }
+}
+
+TEST_CASE("verify_attention GPU parity: qsplit stream-K with one and with a few CTAs") {
+  QsplitSession q("stream");
+  check_stream_few_ctas(q.session, base_seed() * 1000 + 990);
 }
 
 TEST_CASE("verify_attention GPU: qsplit kernel flags and NaNs bad pages and node counts") {
@@ -693,4 +699,65 @@ TEST_CASE("verify_attention GPU: bad e4m3 scales and scales on 16-bit caches nev
       }
     }
   }
+}
+
+// sm_90's MLA kernel (templates/verify_attention_wgmma.cu: warpgroup MMAs, sm_90a
+// only) with its tiles forced, so the tests keep running it whatever the
+// generator prefers; not run on other GPUs. `schedule` as QsplitSession's.
+struct WgmmaSession {
+  static constexpr const char* kTiles = "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16";
+  kdtree::test::EnvVar tiles;
+  kdtree::test::EnvVar schedule;
+  Session session;
+  explicit WgmmaSession(const char* schedule_value = "", const char* tiles_value = kTiles)
+      : tiles("KDTREE_VERIFY_TILES", tiles_value), schedule("KDTREE_VERIFY_SCHEDULE", schedule_value) {
+    session.kv16_only = true;
+  }
+  bool runs() {
+    int sm = 0;
+    REQUIRE(kdtree_runtime_arch(session.rt, &sm) == KDTREE_OK);
+    if (sm != 90) MESSAGE("not run: the wgmma kernel is sm_90a only, this GPU is sm_" << sm);
+    return sm == 90;
+  }
+};
+
+TEST_CASE(
+    "verify_attention GPU parity: mla576/512 wgmma (sm_90's kernel, tiles "
+    "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16)") {
+  WgmmaSession w;
+  if (!w.runs()) return;
+  run_head_grid(576, 512, 8, w.session);
+}
+
+TEST_CASE("verify_attention GPU parity: mla576/512 wgmma stream-K (KDTREE_VERIFY_SCHEDULE=stream)") {
+  WgmmaSession w("stream");
+  if (!w.runs()) return;
+  run_head_grid(576, 512, 9, w.session);
+}
+
+TEST_CASE("verify_attention GPU parity: wgmma stream-K with one and with a few CTAs") {
+  WgmmaSession w("stream");
+  if (!w.runs()) return;
+  check_stream_few_ctas(w.session, base_seed() * 1000 + 980);
+}
+
+TEST_CASE("verify_attention GPU: wgmma kernel flags and NaNs bad pages and node counts") {
+  const std::vector<kdtree_verify_spec> mla = {error_specs()[0]};
+  for (const char* schedule : {"splits", "stream"}) {
+    INFO("KDTREE_VERIFY_SCHEDULE=" << schedule);
+    WgmmaSession w(schedule);
+    if (!w.runs()) return;
+    check_page_index_errors(w.session, mla);
+    check_node_count_errors(w.session, mla);
+  }
+}
+
+// The portable flash kernel, which the wgmma family replaced as sm_90's MLA default,
+// still checked there (elsewhere it is a default and the main grid runs it).
+TEST_CASE(
+    "verify_attention GPU parity: mla576/512 flash on sm_90 (tiles "
+    "kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32)") {
+  WgmmaSession w("", "kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32");
+  if (!w.runs()) return;
+  run_head_grid(576, 512, 10, w.session);
 }

@@ -1,0 +1,69 @@
+// Compile-time configuration of templates/verify_attention_wgmma.cu. The generator defines
+// every KD_* value in the prelude it puts before the kernel source (codegen/verify_attention.cpp),
+// and must define exactly these. The defaults (MLA 576/512, W=64, page 64, bf16, sm_90a's tiles
+// kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16) only let editors and
+// `nvcc -arch=sm_90a -fdevice-syntax-only -I templates -I include` read the template alone.
+
+#ifndef KD_HEAD_DIM_QK
+#define KD_HEAD_DIM_QK 576  // Q/K head dim
+#endif
+#ifndef KD_HEAD_DIM_V
+#define KD_HEAD_DIM_V 512  // V head dim
+#endif
+#ifndef KD_PAGE_SIZE
+#define KD_PAGE_SIZE 64  // tokens per KV page
+#endif
+#ifndef KD_MAX_TREE_NODES
+#define KD_MAX_TREE_NODES 64  // W
+#endif
+#ifndef KD_IS_MLA
+#define KD_IS_MLA true  // V = the first HEAD_DIM_V dims of the K row
+#endif
+#ifndef KD_IS_BF16
+#define KD_IS_BF16 true  // else f16
+#endif
+#ifndef KD_KV_FP8
+#define KD_KV_FP8 false  // e4m3 KV caches (kv_fp8.cuh), else q's 16-bit type
+#endif
+#ifndef KD_MMA_E4M3
+#define KD_MMA_E4M3 false  // e4m3 caches: QK and PV on e4m3 MMAs, Q and P quantised (kv_fp8.cuh)
+#endif
+#ifndef KD_MMA_BLOCK_SCALED
+#define KD_MMA_BLOCK_SCALED false  // the e4m3 MMA in its block-scaled sm_120a form
+#endif
+#ifndef KD_BLOCK_M
+#define KD_BLOCK_M 64  // rows (node x head) per CTA
+#endif
+#ifndef KD_BLOCK_N
+#define KD_BLOCK_N 64  // KV tokens per tile
+#endif
+#ifndef KD_WARPS_M
+#define KD_WARPS_M 4  // warps of a warpgroup, 16 rows each
+#endif
+#ifndef KD_WARPS_N
+#define KD_WARPS_N 2  // warpgroups: each the tile's rows over half the S and V columns
+#endif
+#ifndef KD_WARP_ROWS
+#define KD_WARP_ROWS 16  // rows per warp (wgmma's m64 over 4 warps)
+#endif
+#ifndef KD_STAGES
+#define KD_STAGES 2  // KV stages
+#endif
+#ifndef KD_SMEM_K
+#define KD_SMEM_K 73728  // byte offset of the K stages (Q at 0)
+#endif
+#ifndef KD_SMEM_P
+#define KD_SMEM_P 221184  // of P
+#endif
+#ifndef KD_SMEM_RED
+#define KD_SMEM_RED 229376  // of the row exchange ([2][BLOCK_M] floats)
+#endif
+#ifndef KD_SMEM_WALK
+#define KD_SMEM_WALK 229888  // of the CTA's segment walk (KDTREE_SEGMENT_WALK_BYTES)
+#endif
+#ifndef KD_COMBINE_THREADS
+#define KD_COMBINE_THREADS 128  // threads per combine CTA
+#endif
+#ifndef KD_COMBINE_ROW_THREADS
+#define KD_COMBINE_ROW_THREADS 128  // combine threads per row
+#endif
