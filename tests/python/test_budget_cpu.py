@@ -412,8 +412,9 @@ def test_auto_calibration_measures_steady_rounds_and_gives_first_counts():
                     torch.tensor([[0, 2, 9, 40], [0, 1, -1, -1]], dtype=torch.int32))
 
     auto.calibrate(run_round, lambda: restores.append(len(runs)), rounds=4, lag=2, event=pipe.event)
-    # one round at 127, then 4 + 2 + 1 rounds per budget (2 + 1 fill the pipeline); restored after each
-    assert runs == [127] + [4] * 7 + [31] * 7 + [127] * 7 and restores == [1, 8, 15, 22]
+    # a warm round per budget, one round at 127, then 4 + 2 + 1 rounds per budget (2 + 1 fill the pipeline);
+    # restored after each
+    assert runs == [4, 31, 127, 127] + [4] * 7 + [31] * 7 + [127] * 7 and restores == [1, 2, 3, 4, 11, 18, 25]
     assert costs.row(2) == pytest.approx({4: 0.006, 31: 0.006, 127: 0.012})
     pol = auto.policy
     # counts: the first round and the 127 burst's 6 later rounds, 2 requests each, every budget observed;

@@ -104,6 +104,16 @@ class CostTable:
             raise KeyError(f"CostTable: no time for budget {budget} at batch {batch}")
         return max(s for (B, b), s in self._median.items() if B == batch and b <= budget)
 
+    def row_of(self, batch: int, budgets):
+        """[get(batch, b) for b in budgets], with one pass over the table."""
+        own = [(b, s) for (B, b), s in self._median.items() if B == batch]
+        out = []
+        for want in budgets:
+            if (batch, want) not in self._median:
+                raise KeyError(f"CostTable: no time for budget {want} at batch {batch}")
+            out.append(max(s for b, s in own if b <= want))
+        return out
+
     def row(self, batch: int):
         return {b: self.get(batch, b) for b in sorted(b for B, b in self._median if B == batch)}
 
@@ -281,24 +291,25 @@ class BudgetPolicy:
         self.rP += lower * obs
         self.rC += obs
 
-    def _chain(self, S, P, C, prior_base=None, prior_inc=None, w=0.0):
-        """a(budgets[k]) for every k, from sums S, P, C ([..., K]); prior_inc (the batch's increments) with weight
-        w, else the optimistic bound with weight self.prior."""
-        K = len(self.budgets)
-        if prior_base is None:
-            base = S[..., 0] / np.maximum(C[..., 0], 1e-9)
-        else:
-            base = (S[..., 0] + w * prior_base) / (C[..., 0] + w)
-        a = [base]
-        for k in range(1, K):
-            if prior_inc is None:
-                bound = a[0] if k == 1 else a[k - 1] - a[k - 2]
-                wk = self.prior
-            else:
-                bound, wk = prior_inc[k - 1], w
-            inc = (S[..., k] - P[..., k] + wk * bound) / (C[..., k] + wk)
-            a.append(a[k - 1] + np.maximum(inc, 0.0))
-        return np.stack(a, -1)
+    def _chain(self, S, P, C):
+        """The batch's a(budgets[k]) for every k ([K]) from its sums S, P, C ([K]), each increment pulled towards the
+        optimistic bound (the previous increment; the first: a(budgets[0])) with weight self.prior. Python floats:
+        the loop runs every round, on the host's time between rounds."""
+        S, P, C = S.tolist(), P.tolist(), C.tolist()
+        a = [S[0] / max(C[0], 1e-9)]
+        bound = a[0]
+        for k in range(1, len(S)):
+            bound = max((S[k] - P[k] + self.prior * bound) / (C[k] + self.prior), 0.0)
+            a.append(a[-1] + bound)
+        return np.asarray(a)
+
+    def _chain_requests(self, S, P, C, base, inc):
+        """Each request's a(budgets[k]) ([R, K]) from its sums ([R, K]), shrunk towards the batch's a(budgets[0])
+        `base` and increments `inc` ([K - 1]) with self.shrink pseudo-observations."""
+        w = self.shrink
+        a0 = (S[:, :1] + w * base) / (C[:, :1] + w)
+        steps = np.maximum((S[:, 1:] - P[:, 1:] + w * inc) / (C[:, 1:] + w), 0.0)
+        return np.concatenate([a0, a0 + np.cumsum(steps, 1)], 1)
 
     def estimates(self):
         """The batch's accepted draft tokens per round by budget ([K]), or None before any observation."""
@@ -314,7 +325,7 @@ class BudgetPolicy:
         if a is None:
             return None
         if cost is None:
-            cost = [self.costs.get(batch, b) for b in self.budgets]
+            cost = self.costs.row_of(batch, self.budgets)
         cost = np.asarray(cost, dtype=np.float64)
         if remaining is None or self.rC.shape[0] != len(remaining):
             return cost / (1.0 + a)
@@ -322,8 +333,7 @@ class BudgetPolicy:
         live = rem > 0
         if not live.any():
             return cost / (1.0 + a)
-        inc = np.diff(a)
-        ab = self._chain(self.rS[live], self.rP[live], self.rC[live], prior_base=a[0], prior_inc=inc, w=self.shrink)
+        ab = self._chain_requests(self.rS[live], self.rP[live], self.rC[live], a[0], np.diff(a))
         return cost * (rem[live, None] / (1.0 + ab)).max(0)
 
     def best(self, batch: int, remaining=None):
@@ -416,10 +426,15 @@ class AutoBudget:
         """Measures every candidate budget's round at this batch into the cost table, as the decoding loop runs
         rounds: a burst at each budget through steady_round_seconds (no host synchronisation
         between them, the loop's host work rehearsed), `rounds` samples each. run_round(budget) runs one round and
-        records it into self.stats; restore() puts the request state back (after every burst). A first round at
-        the largest budget gives every budget's first counts, before the bursts (so they rehearse a plan with
-        estimates); the rest of that budget's burst adds its later rounds' counts (statistics only)."""
+        records it into self.stats; restore() puts the request state back (after every burst). First one
+        untimed round per budget (an eager round's first run at a shape pays for allocations and library
+        heuristics, which would stay in the table of a budget the loop never runs); then a round at the largest
+        budget gives every budget's first counts, before the bursts (so they rehearse a plan with estimates); the
+        rest of that budget's burst adds its later rounds' counts (statistics only)."""
         top = self.budgets[-1]
+        for b in self.budgets:
+            run_round(b)
+            restore()
         run_round(top)
         self.initialise(self.stats.cpu().numpy(), top)
         restore()
