@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # budget "auto" (kdtree.integrations.budget) against every fixed budget on the DDTree example's model, on the
-# GPU machine; about 5-7 minutes (the time limits below stop each step):
+# GPU machine; about 5-6 minutes (the time limits below stop each step):
 #   1. warms kdtree's kernels for the example's shapes in the background (mla576/512, widths 16..128, page 64),
-#   2. python -m examples.ddtree.run --budget auto: trains (or loads) the models, then tokens/s of AR, of every
-#      fixed budget (16, 32, 64, 127; 4 and 8 from batch 16) and of auto at batch 1 (8 prompts one at a time),
-#      4, 16 and 64, CUDA graphs, 128 new tokens; the speedup table gives auto's ratio to the best fixed budget,
-#   3. the GPU tests of the auto path: prefix_tree over kdtree's tree_build (what the counterfactual counts rest on), auto with graphs at batch 64.
+#   2. python -m examples.ddtree.run --budget auto --auto-reps 5: trains (or loads) the models, then tokens/s of AR,
+#      of every fixed budget (16, 32, 64, 127; 4 and 8 from batch 16) and of auto at batch 1 (8 prompts one at a
+#      time), 4, 16 and 64, CUDA graphs, 128 new tokens; then auto and the two best fixed budgets of that sweep
+#      again, 5 times in alternation (each the best of 2 runs per prompt group), compared by medians: the line
+#      "auto / best fixed (budget N), medians: R" per batch, and in the speedup table (a single run of each is
+#      within the run-to-run noise, which reached 15% at batch 64),
+#   3. the GPU tests of the auto path: prefix_tree over kdtree's tree_build (what the counterfactual counts rest
+#      on), auto with graphs at batch 64.
 # It runs this checkout's Python (python/kdtree, examples/) over the installed (or carried .whl) package's
 # native library, so a wheel built before these Python changes still measures them.
 # Output in $OUT (default /tmp/kdtree-auto-out): auto.txt, auto.json, pytest_auto.txt, warm.txt.
@@ -33,15 +37,15 @@ python3 -m kdtree warm --arch native --heads mla576/512 --widths 16,32,64,128 --
 warm_pid=$!
 
 status=0
-echo "== DDTree example: budget auto vs every fixed budget at batch 1, 4, 16, 64"
-timeout 420 python3 -m examples.ddtree.run --budget auto --batches 1,4,16,64 --max-new 128 --batch1-prompts 8 \
-  --skip greedy,sampling,acceptance,ops,bad_input --json "$OUT/auto.json" 2>&1 | tee "$OUT/auto.txt"
+echo "== DDTree example: budget auto vs every fixed budget at batch 1, 4, 16, 64 (then 5 alternating repetitions)"
+timeout 360 python3 -m examples.ddtree.run --budget auto --auto-reps 5 --batches 1,4,16,64 --max-new 128 \
+  --batch1-prompts 8 --skip greedy,sampling,acceptance,ops,bad_input --json "$OUT/auto.json" 2>&1 | tee "$OUT/auto.txt"
 [[ ${PIPESTATUS[0]} -ne 0 ]] && { echo "run.py failed"; status=1; }
 echo "run.py: $((SECONDS - t_start)) s"
 wait "$warm_pid" || echo "kdtree warm exited non-zero (see warm.txt)"
 
 echo "== GPU tests of the auto path"
-timeout 120 python3 -m pytest -q -s -rs -p no:cacheprovider tests/python/test_ddtree_gpu.py \
+timeout 90 python3 -m pytest -q -s -rs -p no:cacheprovider tests/python/test_ddtree_gpu.py \
   -k "prefix_tree or auto_budget" 2>&1 | tee "$OUT/pytest_auto.txt"
 [[ ${PIPESTATUS[0]} -ne 0 ]] && { echo "pytest failed"; status=1; }
 echo "total: $((SECONDS - t_start)) s"

@@ -7,11 +7,13 @@
 #      auto budget, the sampling TV test,
 #   3. examples.ddtree.hf_bench: tokens/s of generate() / kdtree AR / DDTree (fixed and auto budget) / DDTree
 #      verified by SDPA over a dense mask, batch 1 and 8, and the per-stage split of a round,
-#   4. examples.ddtree.run --budget auto: the DDTree example's model at batch 1, 4, 16, 64, every fixed budget
-#      and the cost-chosen one (throughput and speedup sections only).
+#   4. examples.ddtree.hf_bench --auto-check: budget auto against every fixed budget it chooses among (4..127) on
+#      both models at batch 1 and 8, then against the two best of them 5 times in alternation, compared by
+#      medians ("auto / best fixed (budget N), medians: R"). (The DDTree example's auto comparison:
+#      scripts/device_auto_budget.sh.)
 # Needs: torch with CUDA, transformers 5.x and kdtree (importable, or the carried .whl/kdtree-*.whl, installed
 # into /tmp/site as scripts/device_python.sh does). Output in $OUT (default /tmp/kdtree-transformers-out):
-# pytest_transformers.txt, hf_bench.txt/.json, ddtree_auto.txt/.json, warm.txt, timings.txt.
+# pytest_transformers.txt, hf_bench.txt/.json, hf_auto.txt/.json, warm.txt, timings.txt.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -45,9 +47,9 @@ timeout 110 python3 -m examples.ddtree.hf_bench --presets deepseek-small,qwen3-s
 stamp "hf_bench"
 wait "$warm_pid" || echo "kdtree warm exited non-zero (see warm.txt)"
 
-echo "== DDTree example: budget auto vs every fixed budget at batch 1, 4, 16, 64"
-timeout 190 python3 -m examples.ddtree.run --budget auto --batches 1,4,16,64 --max-new 128 --batch1-prompts 4 \
-  --skip greedy,sampling,acceptance,ops,bad_input --json "$OUT/ddtree_auto.json" 2>&1 | tee "$OUT/ddtree_auto.txt"
-[[ ${PIPESTATUS[0]} -ne 0 ]] && { echo "run.py failed"; status=1; }
-stamp "ddtree auto"
+echo "== transformers models: budget auto vs every fixed budget, then 5 alternating repetitions, batch 1 and 8"
+timeout 190 python3 -m examples.ddtree.hf_bench --auto-check --reps 5 --presets deepseek-small,qwen3-small \
+  --batches 1,8 --max-new 128 --json "$OUT/hf_auto.json" 2>&1 | tee "$OUT/hf_auto.txt"
+[[ ${PIPESTATUS[0]} -ne 0 ]] && { echo "hf_bench --auto-check failed"; status=1; }
+stamp "hf auto check"
 exit $status

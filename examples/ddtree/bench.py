@@ -34,6 +34,16 @@ def throughput(models, ops, groups, *, mode, max_new, budget=63, top_k=8, graphs
             torch.cuda.synchronize()
             e.admit(groups[0])
     e.generate(groups[0])  # warm: cuBLAS heuristics, kdtree's cubins, the allocator
+    out = measure(e, groups, repeats=repeats)
+    out.update(cuda_graph=graphs and graph_error is None, graph_error=graph_error)
+    return out
+
+
+def measure(e: Engine, groups, *, repeats=2):
+    """throughput's numbers of an engine already built, captured and warmed (throughput's "engine"): decodes
+    `groups` again, each batch's time the best of `repeats` runs (so measurements of several engines can
+    alternate)."""
+    B = e.B
     seconds, steps, acc, per_request, used = 0.0, 0, [], [], []
     for prompts in groups:  # admit() refills the captured graph's buffers in place: one graph serves all
         best = None
@@ -48,20 +58,33 @@ def throughput(models, ops, groups, *, mode, max_new, budget=63, top_k=8, graphs
         for b in range(B):
             mine = [row[b] for row in best.accept_lens if row[b] >= 0]
             per_request.append(sum(a + 1 for a in mine) / len(mine) if mine else 1.0)
-    tokens = len(groups) * B * max_new
-    return {"mode": mode, "batch": B, "groups": len(groups), "budget": budget if mode == "spec" else None,
+    tokens = len(groups) * B * e.max_new
+    budget = ("auto" if e.auto else e.budget) if e.mode == "spec" else None
+    return {"mode": e.mode, "batch": B, "groups": len(groups), "budget": budget,
             "tokens_per_s": tokens / seconds, "seconds": seconds, "steps": steps, "step_ms": 1e3 * seconds / steps,
             # mean over (request, step) pairs while the request was active: the acceptance figure
             "tokens_per_step": (sum(a + 1 for a in acc) / len(acc)) if acc else 1.0,
             # tokens per request per batch step: the batch waits for its slowest request (and up to 2
             # steps for the host to see it done), so tokens/s = B x this / step time exactly
-            "batch_tokens_per_step": len(groups) * max_new / steps,
+            "batch_tokens_per_step": len(groups) * e.max_new / steps,
             "request_tokens_per_step": per_request, "accept_lens": acc,
-            "cuda_graph": graphs and graph_error is None, "graph_error": graph_error,
+            "cuda_graph": e.graph is not None or e.graphs is not None, "graph_error": None,
             # budget "auto": the budget of every step, and the measured step cost (ms) by candidate budget
             "budgets_used": used,
-            "costs_ms": ({b: round(1e3 * t, 4) for b, t in e.costs.row(B).items()} if getattr(e, "costs", None) else None),
+            "costs_ms": ({b: round(1e3 * t, 4) for b, t in e.costs.row(B).items()} if e.auto else None),
             "engine": e}
+
+
+def alternate(engines, groups, *, reps, repeats=2):
+    """tokens/s of each engine ({name: engine}, built and warmed) over `groups`, `reps` times, the engines taken
+    in turn and in reverse order every other repetition (so a drift of the machine's speed favours none).
+    Returns {name: [tokens/s of each repetition]}."""
+    names = list(engines)
+    out = {n: [] for n in names}
+    for r in range(reps):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            out[n].append(measure(engines[n], groups, repeats=repeats)["tokens_per_s"])
+    return out
 
 
 def op_breakdown(engine: Engine, prompts, steps=24):

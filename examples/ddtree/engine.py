@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from kdtree.integrations import load_ops, rounds
+from kdtree.integrations.budget import RoundLog
 
 from .paged_cache import PagedKVCache
 
@@ -324,32 +325,14 @@ class Engine:
         self._run_round(b)
 
     @torch.no_grad()
-    def calibrate(self, repeats=7):
-        """auto: measures one round at this batch for every candidate budget (CUDA events around the round's
-        graph on a GPU; state restored after each); the accepted path of the largest budget's round gives
-        every budget's first counts. generate() calls it once per batch size, before its timer starts."""
+    def calibrate(self, rounds=6, lag=2):
+        """auto: measures every candidate budget's round at this batch (AutoBudget.calibrate: a burst of rounds
+        back to back per budget, as generate() runs them, timed by events between them; state restored after
+        each); the largest budget's rounds give every budget's first counts. generate() calls it once per batch
+        size, before its timer starts; the table then follows the rounds generate() runs."""
         snap = self._snapshot()
-        cuda = self.device.type == "cuda"
-
-        def run(b):
-            if cuda:
-                ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-                ev[0].record()
-                self._run_round(b)
-                ev[1].record()
-                ev[1].synchronize()
-                secs = ev[0].elapsed_time(ev[1]) / 1e3
-            else:
-                t = time.perf_counter()
-                self._run_round(b)
-                secs = time.perf_counter() - t
-            self._restore(snap)
-            return secs
-
-        self.costs.measure(self.B, self.budgets, run, repeats=repeats)
-        self._run_round(self.budgets[-1])
-        self.autob.initialise(self.autob.stats.cpu(), self.budgets[-1])
-        self._restore(snap)
+        self.autob.calibrate(self._run_round, lambda: self._restore(snap), rounds=rounds,
+                             lag=lag if self.device.type == "cuda" else 0)
 
     # ------------------------------------------------------------------ CUDA graphs
 
@@ -432,10 +415,11 @@ class Engine:
     @torch.no_grad()
     def generate(self, prompts, stream_ids=None, lag=2):
         """Decodes every request to max_new tokens. The host never reads inside a step: after each
-        step a one-byte "all done" flag (auto: with the step's numbers for the budget policy) is copied
-        to pinned memory, and the host waits for the copy of the step `lag` steps back, so the device
-        always has the next steps queued and at most `lag` steps run past the end. (A CPU run checks
-        after every step.) auto: the first call at a batch size measures the step costs first, untimed."""
+        step a one-byte "all done" flag (auto: the step's numbers for the budget policy) is copied
+        to pinned memory with an event (budget.RoundLog), and the host waits for the copy of the step
+        `lag` steps back, so the device always has the next steps queued and at most `lag` steps run past
+        the end. (A CPU run checks after every step.) auto: the first call at a batch size measures the
+        step costs first, untimed; each step's time, read with its numbers, then joins the cost table."""
         self.admit(prompts, stream_ids)
         if self.auto and not self.costs.has(self.B, self.budgets):
             self.calibrate()
@@ -448,35 +432,20 @@ class Engine:
             for _ in range(self.max_new):
                 self.step()
             steps = self.max_new
-        elif not sync:
-            while steps < self.max_steps:
-                self.step()
-                steps += 1
-                if self.auto:
-                    self.autob.observe(self.autob.stats.cpu(), self.budget_log[-1])
-                if int(self.gen.min()) >= self.max_new:
-                    break
         else:
-            if self.auto:
-                rows = torch.zeros(lag + 1, *self.autob.stats.shape, dtype=torch.int32, pin_memory=True)
-            else:
-                flags = torch.zeros(lag + 1, dtype=torch.bool, pin_memory=True)
-            events = [torch.cuda.Event() for _ in range(lag + 1)]
-            pending = []
+            # auto: the step's numbers (and its time, which the cost table follows); else the "all done" flag
+            like = self.autob.stats if self.auto else torch.zeros(1, dtype=torch.bool, device=self.device)
+            log = RoundLog(like, lag if sync else 0)
             while steps < self.max_steps:
                 self.step()
-                i = steps % (lag + 1)
-                if self.auto:
-                    rows[i].copy_(self.autob.stats, non_blocking=True)
-                else:
-                    flags[i:i + 1].copy_((self.gen >= self.max_new).all().view(1), non_blocking=True)
-                events[i].record()
-                pending.append((i, steps))
                 steps += 1
-                if len(pending) > lag:
-                    j, step_j = pending.pop(0)
-                    events[j].synchronize()
-                    if self.autob.observe(rows[j].numpy(), self.budget_log[step_j]) if self.auto else bool(flags[j]):
+                if self.auto:
+                    log.push(self.autob.stats, self.budget_log[-1])
+                else:
+                    log.push((self.gen >= self.max_new).all().view(1))
+                if log.ready():
+                    row, used, secs = log.pop()
+                    if self.autob.observe(row, used, seconds=secs) if self.auto else bool(row[0]):
                         break
         if sync:
             torch.cuda.synchronize()

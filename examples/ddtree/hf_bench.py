@@ -8,12 +8,16 @@ tokens/s = batch x new tokens / wall time including prefill (best of --repeats a
 
   python -m examples.ddtree.hf_bench --presets deepseek-small,qwen3-small --batches 1,8        # H200
   python -m examples.ddtree.hf_bench --presets qwen3-tiny --device cpu --backend torch --batches 1,2 --max-new 16
+
+--auto-check instead: budget auto against every fixed budget it chooses among (one run each), then against the
+two best of them again, --reps times in alternation, compared by medians (one run of each is within the noise).
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import json
+import statistics
 import sys
 import time
 
@@ -39,6 +43,57 @@ def timed(fn, repeats, sync):
     return best, out
 
 
+def once(fn, sync):
+    sync()
+    t = time.perf_counter()
+    out = fn()
+    sync()
+    return time.perf_counter() - t, out
+
+
+def auto_check(a, preset, model, drafter, dcfg, dev, dtype, sync, report):
+    """budget auto against the fixed budgets it chooses among (DEFAULT_BUDGETS within the drafter's tree):
+    each decoder warmed once (auto: its calibration), every fixed budget timed once, then the two best fixed
+    budgets and auto timed --reps times in turn (reversed every other repetition); medians compared."""
+    from kdtree.integrations.budget import DEFAULT_BUDGETS
+    most = min(sum(a.top_k ** d for d in range(1, dcfg.draft_depth + 1)), 127)
+    fixed = [b for b in DEFAULT_BUDGETS if b <= most]
+    log(f"\n== {preset}: budget auto vs fixed {fixed}, {type(model).__name__}, {dtype}, backend {a.backend}, "
+        f"{a.max_new} new tokens, prompts of {a.prompt_len} tokens, {a.reps} alternating repetitions")
+    for B in (int(x) for x in a.batches.split(",")):
+        ps = hf.prompts(preset, [a.prompt_len] * B, seed=21 + B)
+        kw = dict(backend=a.backend, top_k=a.top_k, cache_dtype=torch.bfloat16 if dev.type == "cuda" else dtype)
+        decs = {f"budget {b}": hf.decoder(model, drafter, dcfg, budget=b, **kw) for b in fixed}
+        decs["auto"] = hf.decoder(model, drafter, dcfg, budget="auto", **kw)
+        tps = B * a.max_new
+        sweep = {}
+        for name, dec in decs.items():
+            dec.generate(ps, a.max_new)  # warm (auto: calibrates at this batch)
+            if name != "auto":
+                sweep[name] = tps / once(lambda: dec.generate(ps, a.max_new), sync)[0]
+        top = sorted(sweep, key=sweep.get, reverse=True)[:2] + ["auto"]
+        runs, used = {n: [] for n in top}, []
+        for r in range(a.reps):
+            for n in (top if r % 2 == 0 else top[::-1]):
+                t, out = once(lambda: decs[n].generate(ps, a.max_new), sync)
+                runs[n].append(tps / t)
+                if n == "auto":
+                    used += out.budgets
+        med = {n: statistics.median(v) for n, v in runs.items()}
+        best = max(top[:-1], key=med.get)
+        ratio = med["auto"] / med[best]
+        costs = {b: round(1e3 * s, 3) for b, s in decs["auto"].costs.row(B).items()}
+        hist = {b: used.count(b) for b in sorted(set(used))}
+        log(f"  batch {B}: one run each, tok/s: " + ", ".join(f"{n.split()[-1]} {v:.0f}" for n, v in sweep.items()))
+        log(f"  batch {B}: alternating, tok/s (median [runs]): " + "; ".join(
+            f"{n} {med[n]:.0f} [{' '.join(f'{x:.0f}' for x in v)}]" for n, v in runs.items()))
+        log(f"  batch {B}: auto / best fixed ({best}), medians: {ratio:.3f}x {'>=' if ratio >= 1 else '<'} 1; "
+            f"auto's budgets {hist}; its cost table, ms/round by budget {costs}")
+        report["results"].append({"preset": preset, "batch": B, "method": "auto check", "sweep_tokens_per_s": sweep,
+                                  "reps_tokens_per_s": runs, "medians": med, "best_fixed": best,
+                                  "auto_vs_best_fixed_median": ratio, "auto_budgets": hist, "auto_costs_ms": costs})
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--presets", default="deepseek-small,qwen3-small")
@@ -50,6 +105,9 @@ def main(argv=None):
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--prompt-len", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--auto-check", action="store_true",
+                    help="only budget auto against the fixed budgets it chooses among, alternated --reps times")
+    ap.add_argument("--reps", type=int, default=3, help="--auto-check: alternating repetitions")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     dev = torch.device(a.device)
@@ -61,6 +119,9 @@ def main(argv=None):
     for preset in a.presets.split(","):
         model, drafter, dcfg, info = hf.get_models(preset, dev, log=log)
         model, drafter = copy.deepcopy(model).to(dtype), copy.deepcopy(drafter).to(dtype)
+        if a.auto_check:
+            auto_check(a, preset, model, drafter, dcfg, dev, dtype, sync, report)
+            continue
         log(f"\n== {preset}: {type(model).__name__}, {dtype}, backend {a.backend}, {a.max_new} new tokens, "
             f"prompts of {a.prompt_len} tokens, DDTree budget {a.budget} (top-{a.top_k}, depth {dcfg.draft_depth})")
         log(f"  {'batch':>5} {'method':>14} {'tok/s':>9} {'vs generate':>11} {'ms/round':>9} {'tok/round':>9}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 
@@ -104,6 +105,9 @@ def main(argv=None):
     ap.add_argument("--budget", choices=["auto"], default=None,
                     help="auto: also decode with a per-round budget chosen from the measured step cost at the batch "
                          "and the drafter's confidence (kdtree.integrations.budget), compared with the best fixed one")
+    ap.add_argument("--auto-reps", type=int, default=1,
+                    help="with --budget auto: then measure auto and the two best fixed budgets of the sweep again, this "
+                         "many times in alternation, and compare their medians (one run of each is within the noise)")
     ap.add_argument("--max-new", type=int, default=256)
     ap.add_argument("--prompt-lens", default="32,224",
                     help="min,max prompt length (bytes); with --max-new within the training length 512")
@@ -243,9 +247,12 @@ def main(argv=None):
                    else "")
             log(f"  batch {B:3d}  AR: {ar['tokens_per_s']:9.0f} tok/s  ({ar['step_ms']:.3f} ms/step{how})"
                 + eager_note(ar))
+            engines = {}  # --auto-reps: the fixed budgets' engines, measured again beside auto's
             for bud in budgets_for(B):
                 sp = bench.throughput(models, ops, groups, mode="spec", max_new=a.max_new, budget=bud, top_k=a.top_k,
                                       graphs=not a.no_graphs, **kw)
+                if a.budget == "auto" and a.auto_reps > 1:
+                    engines[bud] = sp["engine"]
                 hist = torch.bincount(torch.tensor(sp["accept_lens"], dtype=torch.int64),
                                       minlength=cfg.draft_depth + 1).tolist()
                 entry = {k: v for k, v in sp.items() if k not in ("engine", "accept_lens")}
@@ -277,6 +284,24 @@ def main(argv=None):
                     f"{row['auto']['vs_best_fixed']:.3f}x the best fixed budget ({best['budget']}) "
                     f"{'>=' if row['auto']['vs_best_fixed'] >= 1 else '<'} 1; budgets chosen {hist}; "
                     f"measured step ms by budget {sp['costs_ms']}" + eager_note(sp))
+                if a.auto_reps > 1:
+                    top = sorted(row["spec"], key=lambda e: -e["tokens_per_s"])[:2]
+                    contenders = {f"budget {e['budget']}": engines[e["budget"]] for e in top}
+                    contenders["auto"] = sp["engine"]
+                    runs = bench.alternate(contenders, groups, reps=a.auto_reps)
+                    med = {n: statistics.median(v) for n, v in runs.items()}
+                    best_n = max((n for n in med if n != "auto"), key=med.get)
+                    ratio = med["auto"] / med[best_n]
+                    per_rep = [x / max(runs[n][i] for n in runs if n != "auto") for i, x in enumerate(runs["auto"])]
+                    row["auto"].update(reps=a.auto_reps, reps_tokens_per_s=runs, reps_median=med,
+                                       vs_best_fixed_median=ratio, best_fixed_median=best_n,
+                                       vs_best_fixed_per_rep=per_rep)
+                    log(f"             {a.auto_reps} alternating repetitions, tok/s (median): " + "; ".join(
+                        f"{n} {med[n]:.0f} [{' '.join(f'{x:.0f}' for x in v)}]" for n, v in runs.items()))
+                    log(f"             auto / best fixed ({best_n}), medians: {ratio:.3f}x "
+                        f"{'>=' if ratio >= 1 else '<'} 1; by repetition (auto / best fixed of that repetition): "
+                        f"{' '.join(f'{x:.3f}' for x in per_rep)}")
+                engines.clear()
             rows.append(row)
         report["throughput"] = rows
 
@@ -308,7 +333,9 @@ def main(argv=None):
                 au = row["auto"]
                 log(f"  {row['batch']:>5} {row['prompts']:>7} {row['ar']['tokens_per_s']:>10.0f} {au['tokens_per_s']:>13.0f} "
                     f"{'auto':>6} {au['speedup']:>7.2f}x {au['tokens_per_step']:>9.2f} {row['ar']['step_ms']:>11.3f} "
-                    f"{au['step_ms']:>15.3f}   ({au['vs_best_fixed']:.3f}x best fixed)")
+                    f"{au['step_ms']:>15.3f}   ({au['vs_best_fixed']:.3f}x best fixed"
+                    + (f"; medians of {au['reps']} alternating repetitions: {au['vs_best_fixed_median']:.3f}x "
+                       f"{au['best_fixed_median']}" if "reps" in au else "") + ")")
 
     run_section('speedup', sec_speedup, failed)
 

@@ -274,18 +274,184 @@ def test_policy_minimises_the_batchs_finishing_time():
 
 def test_cost_table_is_made_non_decreasing():
     t = kb.CostTable()
-    times = {4: [1.0], 8: [0.9], 16: [1.2], 32: [1.1], 64: [2.0]}
-    t.measure(1, list(times), lambda b: times[b][0], repeats=3)
-    assert [t.get(1, b) for b in (4, 8, 16, 32, 64)] == [1.0, 1.0, 1.2, 1.2, 2.0]
+    times = {4: [1.0, 1.1, 0.7], 8: [0.9], 16: [1.2], 32: [1.1], 64: [2.0]}
+    t.measure(1, list(times), lambda b: times[b])
+    assert [t.get(1, b) for b in (4, 8, 16, 32, 64)] == [1.0, 1.0, 1.2, 1.2, 2.0]  # 4: the median of its three
+    with pytest.raises(ValueError, match="budget 8"):
+        t.measure(2, [4, 8], lambda b: [] if b == 8 else [1.0])
 
 
-def test_cost_table_observe_folds_steady_times_and_stays_non_decreasing():
-    t = _cost_table(1, (4, 8, 16), (1.0, 1.2, 1.4))
-    t.observe(1, 8, 2.2, weight=0.5)  # 8 turns out dearer than measured
-    assert abs(t.get(1, 8) - 1.7) < 1e-12
-    assert t.get(1, 16) == t.get(1, 8)  # a larger tree never costs less
-    assert t.get(1, 4) == 1.0
+def test_cost_table_follows_the_latest_samples_and_reads_non_decreasing():
+    t = kb.CostTable(window=4)
+    t.measure(1, (4, 8, 16), lambda b: {4: [1.0] * 3, 8: [1.2] * 3, 16: [1.4] * 3}[b])
+    t.observe(1, 8, 2.2)  # one slow round among four samples: the median moves half way
+    assert abs(t.get(1, 8) - 1.2) < 1e-12
+    t.observe(1, 8, 2.2)
+    assert abs(t.get(1, 8) - 1.7) < 1e-12 and t.get(1, 16) == t.get(1, 8)  # a larger tree never costs less
+    for _ in range(2):
+        t.observe(1, 8, 2.2)  # the calibration's samples have left the window
+    assert t.get(1, 8) == 2.2 and t.get(1, 4) == 1.0
+    assert t.row(1) == {4: 1.0, 8: 2.2, 16: 2.2}
+    for _ in range(4):  # the samples are kept as measured, the envelope only on reading: 16 comes back
+        t.observe(1, 8, 1.0)
+    assert t.row(1) == {4: 1.0, 8: 1.0, 16: 1.4}
     t.observe(1, 32, 9.0)  # a budget the table lacks is ignored
     assert 32 not in t.row(1)
     t.observe(2, 4, 9.0)  # as is another batch size
     assert t.row(2) == {}
+    with pytest.raises(KeyError, match="budget 32 at batch 1"):
+        t.get(1, 32)
+
+
+class _Pipe:
+    """A host issuing rounds to a device on one stream, on a deterministic clock (seconds). A round at budget b
+    takes the host host_s[b] to issue (eager: Python and launches) and the device dev_s[b] to run; the device
+    starts as the host issues and ends `tail` after the last launch at the earliest (the last kernels run after
+    it). So a round timed alone and synchronised costs host_s + tail where the host is the bottleneck, while
+    rounds back to back cost max(host_s, dev_s) each. `event()` makes events on this clock (the device's time
+    when the work before them is done); synchronising one moves the host's clock to it."""
+
+    def __init__(self, host_s, dev_s, tail):
+        self.host_s, self.dev_s, self.tail = host_s, dev_s, tail
+        self.host = self.dev = 0.0
+
+    def round(self, b):
+        start = max(self.dev, self.host)
+        self.host += self.host_s[b]
+        self.dev = max(start + self.dev_s[b], self.host + self.tail)
+
+    def work(self, seconds):
+        self.host += seconds
+
+    def sync(self):
+        self.host = max(self.host, self.dev)
+
+    def event(self):
+        pipe = self
+
+        class Event:
+            t = None
+
+            def record(self):
+                self.t = pipe.dev
+
+            def synchronize(self):
+                pipe.host = max(pipe.host, self.t)
+
+            def elapsed_time(self, end):
+                return 1e3 * (end.t - self.t)
+
+        return Event()
+
+
+def test_round_log_reads_lag_rounds_late_with_each_rounds_time():
+    pipe = _Pipe({4: 0.002, 64: 0.001}, {4: 0.001, 64: 0.005}, tail=0.0005)
+    stats = torch.zeros(2, 3, dtype=torch.int32)
+    log = kb.RoundLog(stats, 2, event=pipe.event)
+    got = []
+    for r, b in enumerate((4, 4, 64, 64, 64, 4)):
+        pipe.round(b)
+        stats.fill_(r)
+        log.push(stats, b)
+        assert log.pending() <= 3
+        if log.ready():
+            got.append(log.pop())
+    while log.pending():
+        got.append(log.pop())
+    assert [g[0][0, 0] for g in got] == list(range(6)) and [g[1] for g in got] == [4, 4, 64, 64, 64, 4]
+    secs = [g[2] for g in got]
+    # round 0: no previous round; 4 host-bound (2 ms), 64 device-bound (5 ms): each round's own time
+    assert secs[0] is None and secs[1] == pytest.approx(0.002)
+    assert secs[2:5] == pytest.approx([0.005] * 3)
+    assert secs[5] == pytest.approx(0.001)  # the device ran round 5 as soon as round 4 ended: its device time
+    with pytest.raises(RuntimeError, match="no round"):
+        log.pop()
+    for _ in range(3):
+        log.push(stats)
+    with pytest.raises(RuntimeError, match="pop before pushing"):  # a fourth would overwrite an unread row
+        log.push(stats)
+
+
+def test_steady_round_seconds_times_rounds_as_the_loop_runs_them():
+    """Eager rounds on a host-bound budget: synchronised alone one costs host + tail; back to back, with the
+    loop's lagged reads and host work, each costs what the loop's rounds do."""
+    pipe = _Pipe({31: 0.006, 127: 0.006}, {31: 0.002, 127: 0.010}, tail=0.004)
+    t0 = pipe.host
+    pipe.round(31)
+    pipe.sync()
+    assert pipe.host - t0 == pytest.approx(0.010)  # what a synchronised calibration measured
+    stats = torch.zeros(1, 4, dtype=torch.int32)
+    seen = []
+    secs, rows = kb.steady_round_seconds(lambda: pipe.round(31), stats, 5, lag=2,
+                                         host_work=lambda row: (seen.append(row), pipe.work(0.0005)), event=pipe.event)
+    assert len(secs) == 5 and len(rows) == 8 == len(seen)  # 2 + 1 rounds fill the pipeline
+    assert secs == pytest.approx([0.0065] * 5)  # the host's issue time and its work on a row
+    secs, _ = kb.steady_round_seconds(lambda: pipe.round(127), stats, 3, lag=2, event=pipe.event)
+    assert secs == pytest.approx([0.010] * 3)  # device-bound
+    with pytest.raises(ValueError, match="rounds"):
+        kb.steady_round_seconds(lambda: None, stats, 0)
+
+
+def test_auto_calibration_measures_steady_rounds_and_gives_first_counts():
+    """AutoBudget.calibrate on the pipe: every budget's row is its steady round time (max of host and device),
+    not a synchronised round's (which made budget 31 look as dear as 127 on the H200's eager transformers
+    path); the state is restored after every burst, and the largest budget's rounds give every budget's counts."""
+    budgets = (4, 31, 127)
+    pipe = _Pipe({4: 0.006, 31: 0.006, 127: 0.006}, {4: 0.001, 31: 0.003, 127: 0.012}, tail=0.005)
+    costs = kb.CostTable()
+    auto = kb.AutoBudget(budgets, costs, "cpu", depth=3)
+    auto.reset(2, max_new=64)
+    restores = []
+    runs = []
+
+    def run_round(b):
+        pipe.round(b)
+        runs.append(b)
+        # request 0 accepts nodes 2, 9, 40 (3 tokens at 127, 2 at 31, 1 at 4); request 1 node 1 only
+        auto.record(torch.tensor([{4: 1, 31: 2, 127: 3}[b], 1], dtype=torch.int32),
+                    torch.tensor([[0, 2, 9, 40], [0, 1, -1, -1]], dtype=torch.int32))
+
+    auto.calibrate(run_round, lambda: restores.append(len(runs)), rounds=4, lag=2, event=pipe.event)
+    # a warm round per budget, one round at 127, then 4 + 2 + 1 rounds per budget (2 + 1 fill the pipeline);
+    # restored after each
+    assert runs == [4, 31, 127, 127] + [4] * 7 + [31] * 7 + [127] * 7 and restores == [1, 2, 3, 4, 11, 18, 25]
+    assert costs.row(2) == pytest.approx({4: 0.006, 31: 0.006, 127: 0.012})
+    pol = auto.policy
+    # counts: the first round and the 127 burst's 6 later rounds, 2 requests each, every budget observed;
+    # request 0 accepts 1, 2, 3 tokens at 4, 31, 127 (nodes 2, 9, 40), request 1 one (node 1)
+    w = sum(0.98 ** k for k in range(7))
+    assert pol.C == pytest.approx([2 * w] * 3) and pol.S == pytest.approx([2 * w, 3 * w, 4 * w])
+    assert pol.rC[:, 0].tolist() == [7, 7] and pol.rS[0].tolist() == [7, 14, 21]
+    assert auto.gen.tolist() == [0, 0]  # statistics only
+
+
+def test_auto_cost_table_follows_the_decoding_loops_rounds():
+    """A decoding loop as the engine's (plan, round, push, lagged read with the round's time): the table
+    follows the real rounds: here budget 16's steady round costs twice what its calibration said (the KV grew),
+    and auto leaves it for 8."""
+    budgets = (8, 16)
+    pipe = _Pipe({8: 0.001, 16: 0.001}, {8: 0.004, 16: 0.005}, tail=0.0)
+    costs = kb.CostTable(window=8)
+    auto = kb.AutoBudget(budgets, costs, "cpu", depth=2)
+    auto.reset(1, max_new=10 ** 6)
+
+    def run_round(b):
+        pipe.round(b)
+        acc = 2 if b == 16 else 1  # 16 accepts one token more than 8: 3 / 5 ms against 2 / 4 ms
+        auto.record(torch.tensor([acc], dtype=torch.int32), torch.tensor([[0, 5, 12]], dtype=torch.int32))
+
+    auto.calibrate(run_round, lambda: None, rounds=3, lag=2, event=pipe.event)
+    assert costs.row(1) == pytest.approx({8: 0.004, 16: 0.005})
+    pipe.dev_s[16] = 0.010  # now 3 / 10 ms: 8 is better
+    log = kb.RoundLog(auto.stats, 2, event=pipe.event)
+    used = []
+    for _ in range(40):
+        b = auto.plan()
+        used.append(b)
+        run_round(b)
+        log.push(auto.stats, b)
+        if log.ready():
+            row, ran, secs = log.pop()
+            auto.observe(row, ran, seconds=secs)
+    assert used[0] == 16 and 8 in used and used[-20:] == [8] * 20
+    assert costs.get(1, 16) > 0.0075 and costs.get(1, 8) == pytest.approx(0.004)

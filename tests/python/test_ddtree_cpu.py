@@ -416,3 +416,30 @@ def test_auto_warm_up_rounds_stay_within_the_requests_pages_and_columns(models):
     assert len(e._rounds()) == len(e.budgets)
     r = e.generate(ps)
     assert len(r.budgets) == r.steps and set(r.budgets) <= set(e.budgets)
+
+
+def test_alternate_takes_the_engines_in_turn_then_in_reverse(monkeypatch):
+    """bench.alternate (run.py --auto-reps): each repetition measures every engine once, every other one in
+    reverse order, so a machine that speeds up or slows down during the comparison favours none."""
+    calls = []
+
+    def fake_measure(e, groups, repeats):
+        calls.append(e)
+        return {"tokens_per_s": float(len(calls))}
+
+    monkeypatch.setattr(bench, "measure", fake_measure)
+    out = bench.alternate({"budget 16": "A", "budget 32": "B", "auto": "C"}, [["p"]], reps=3)
+    assert "".join(calls) == "ABCCBAABC"
+    assert out == {"budget 16": [1.0, 6.0, 7.0], "budget 32": [2.0, 5.0, 8.0], "auto": [3.0, 4.0, 9.0]}
+
+
+def test_measure_runs_a_built_engine_again(models, prompts):
+    """bench.measure re-measures an engine throughput built (auto: its cost table, calibrated once, kept)."""
+    groups = [prompts[:2]]
+    kw = dict(max_new=12, top_k=4, device="cpu", dtype=torch.float32)
+    r = bench.throughput(models, torch_ops, groups, mode="spec", budget="auto", graphs=False, repeats=1, **kw)
+    e = r["engine"]
+    assert r["budget"] == "auto" and set(r["costs_ms"]) == set(e.budgets)
+    again = bench.measure(e, groups, repeats=1)
+    assert again["engine"] is e and again["budget"] == "auto" and set(again["budgets_used"]) <= set(e.budgets)
+    assert again["tokens_per_s"] == pytest.approx(2 * 12 / again["seconds"])

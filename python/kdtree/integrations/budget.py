@@ -2,7 +2,13 @@
 integration and the DDTree example (examples/ddtree/engine.py).
 
 The budget maximises the decoding rate: tokens per request and round, 1 + a(n), over the round's measured
-time cost(B, n) at this batch size (`CostTable`, measured once per batch size, so nobody has to say the batch).
+time cost(B, n) at this batch size (`CostTable`, so nobody has to say the batch). A round's cost is its steady
+time in the running loop, which is what a round timed alone misses: with the host ahead, rounds overlap the
+host's issue of the next round with the device's work, so an eager round (transformers) costs the larger of
+the two, not their sum. So the table is calibrated once per batch size with bursts of rounds run back to back
+as the loop runs them (`steady_round_seconds`), each timed by the device's clock between consecutive rounds'
+events, and then follows the loop's own rounds, timed the same way and read with the round's numbers
+(`RoundLog`), as the median of each budget's latest samples.
 a(n), the accepted draft tokens at budget n, is measured, not predicted: tree_build pops nodes in one
 deterministic order whatever the budget (the budget only stops the loop), so the budget-m tree is the first
 m + 1 nodes of any larger one (`prefix_tree`), and tree_accept walks the same target tokens in both. A round
@@ -19,13 +25,15 @@ request's a_b shrunk towards the batch's (`BudgetPolicy`). With one request, or 
 
 `AutoBudget` runs it without a host synchronisation in a round: the round writes its accepted counts and paths
 into one small device buffer at a fixed address (so a round can be a CUDA graph); the host copies it with the
-round and reads it `lag` rounds late (it also tells the host when every request is done: the host follows
-each request's generated count). The tree is built at the round's own budget: no probe rounds.
+round, with an event for the round's time, and reads both `lag` rounds late (the buffer also tells the host
+when every request is done: the host follows each request's generated count). The tree is built at the
+round's own budget: no probe rounds.
 """
 from __future__ import annotations
 
 import statistics
 import time
+from collections import deque
 
 import numpy as np
 import torch
@@ -66,57 +74,162 @@ def prefix_tree(tree, budget: int, max_tree_nodes: int):
 
 
 class CostTable:
-    """Measured seconds of one decoding step by (batch size, budget)."""
+    """Seconds of one decoding round by (batch size, budget), each the median of its latest `window` samples:
+    a calibration burst's rounds first, then the rounds the decoding loop runs at that budget, so the table
+    follows the steady cost (the KV growing, the loop's own work). Read as a row made non-decreasing in the
+    budget (a larger tree never costs less; this keeps the timer's noise from favouring a larger tree)."""
 
-    def __init__(self):
-        self._t = {}
+    def __init__(self, window: int = 16):
+        if window < 1:
+            raise ValueError(f"CostTable: window must be >= 1, got {window}")
+        self.window = int(window)
+        self._samples = {}  # (batch, budget) -> deque of seconds, newest last
+        self._median = {}   # (batch, budget) -> median of those
 
     def has(self, batch: int, budgets) -> bool:
-        return all((batch, b) in self._t for b in budgets)
+        return all((batch, b) in self._median for b in budgets)
 
     def set(self, batch: int, budget: int, seconds: float):
-        self._t[(batch, budget)] = float(seconds)
+        """One sample that replaces the budget's others."""
+        self._samples[(batch, budget)] = deque(maxlen=self.window)
+        self.add(batch, budget, seconds)
+
+    def add(self, batch: int, budget: int, seconds: float):
+        q = self._samples.setdefault((batch, budget), deque(maxlen=self.window))
+        q.append(float(seconds))
+        self._median[(batch, budget)] = statistics.median(q)
 
     def get(self, batch: int, budget: int) -> float:
-        return self._t[(batch, budget)]
+        if (batch, budget) not in self._median:
+            raise KeyError(f"CostTable: no time for budget {budget} at batch {batch}")
+        return max(s for (B, b), s in self._median.items() if B == batch and b <= budget)
+
+    def row_of(self, batch: int, budgets):
+        """[get(batch, b) for b in budgets], with one pass over the table."""
+        own = [(b, s) for (B, b), s in self._median.items() if B == batch]
+        out = []
+        for want in budgets:
+            if (batch, want) not in self._median:
+                raise KeyError(f"CostTable: no time for budget {want} at batch {batch}")
+            out.append(max(s for b, s in own if b <= want))
+        return out
 
     def row(self, batch: int):
-        return {b: s for (B, b), s in sorted(self._t.items()) if B == batch}
+        return {b: self.get(batch, b) for b in sorted(b for B, b in self._median if B == batch)}
 
-    def measure(self, batch: int, budgets, run_step, *, repeats=5, sync=None):
-        """run_step(budget) runs one step (state restored by the caller) and returns its seconds, or None to
-        be timed here by the wall clock (with `sync` after it). The median of `repeats` after a warm-up is
-        stored for each budget; then the row is made non-decreasing in the budget (a larger tree never costs
-        less; this keeps the timer's noise from favouring a larger tree)."""
-        budgets = sorted(budgets)
-        for b in budgets:
-            run_step(b)
-            if sync:
-                sync()
-            times = []
-            for _ in range(repeats):
-                t = time.perf_counter()
-                got = run_step(b)
-                if sync:
-                    sync()
-                times.append(got if got is not None else time.perf_counter() - t)
-            self.set(batch, b, statistics.median(times))
-        self._monotone(batch)
+    def measure(self, batch: int, budgets, burst):
+        """burst(budget) -> the seconds of rounds at that budget (steady_round_seconds: back to back, as the
+        decoding loop runs them; the caller restores the state after them): they become the budget's samples."""
+        for b in sorted(budgets):
+            secs = [float(x) for x in burst(b)]
+            if not secs:
+                raise ValueError(f"CostTable.measure: the burst at budget {b} timed no round")
+            self._samples[(batch, b)] = deque(maxlen=self.window)
+            for x in secs:
+                self.add(batch, b, x)
 
-    def observe(self, batch: int, budget: int, seconds: float, *, weight: float = 0.2):
-        """Folds a step's time seen while decoding into the row (an exponential average), then keeps the row
-        non-decreasing: a one-off measurement can misjudge the steady cost (eager steps, whose launches overlap
-        the device's work only in a running loop)."""
-        if (batch, budget) not in self._t:
-            return
-        self.set(batch, budget, (1 - weight) * self.get(batch, budget) + weight * float(seconds))
-        self._monotone(batch)
+    def observe(self, batch: int, budget: int, seconds: float):
+        """A round's time as the decoding loop ran it joins the budget's samples (a budget the table lacks is
+        ignored: every row starts from a calibration, so no budget is judged on one round)."""
+        if (batch, budget) in self._median:
+            self.add(batch, budget, seconds)
 
-    def _monotone(self, batch: int):
-        top = 0.0
-        for b, s in self.row(batch).items():
-            top = max(top, s)
-            self.set(batch, b, top)
+
+class _WallEvent:
+    """torch.cuda.Event's part RoundLog uses, for a CPU device: the host's clock when recorded (a CPU op is
+    done when it returns)."""
+
+    def __init__(self):
+        self.t = None
+
+    def record(self):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end) -> float:
+        return 1e3 * (end.t - self.t)
+
+
+class RoundLog:
+    """What the host learns of each decoding round, `lag` rounds late, with no host synchronisation inside a
+    round: after a round, `push` queues a copy of a small device tensor (AutoBudget.stats, or an "all done"
+    flag) into pinned memory and records an event; `pop` waits for the oldest unread round's event and returns
+    its row, the tag it was pushed with (the round's budget) and its time: the device clock from the previous
+    round's event to its own, None for the first round pushed. With the host `lag` rounds ahead that interval is
+    the round's steady cost: its device time when the device is the bottleneck, the host's time to issue it (and
+    run the loop) when the host is (eager steps), which a round timed alone, synchronised, misses. On a CPU
+    device the events are the host's clock. `event`: an event factory (tests)."""
+
+    def __init__(self, like: torch.Tensor, lag: int, *, event=None):
+        if lag < 0:
+            raise ValueError(f"RoundLog: lag must be >= 0, got {lag}")
+        cuda = like.device.type == "cuda"
+        self.lag = int(lag)
+        n = self.lag + 2  # the previous round's event must outlive the read of a round
+        self.rows = torch.zeros((n,) + tuple(like.shape), dtype=like.dtype, pin_memory=cuda)
+        if event is None:
+            event = (lambda: torch.cuda.Event(enable_timing=True)) if cuda else _WallEvent
+        self.events = [event() for _ in range(n)]
+        self.tags = [None] * n
+        self.pushed = self.read = 0
+
+    def pending(self) -> int:
+        return self.pushed - self.read
+
+    def ready(self) -> bool:
+        """Whether the oldest unread round is `lag` rounds old (the loop reads it now)."""
+        return self.pending() > self.lag
+
+    def push(self, src: torch.Tensor, tag=None):
+        if self.pending() > self.lag:
+            raise RuntimeError(f"RoundLog: {self.pending()} rounds unread with lag {self.lag}; pop before pushing "
+                               f"(the ring would overwrite an unread row)")
+        i = self.pushed % len(self.events)
+        self.rows[i].copy_(src, non_blocking=True)
+        self.events[i].record()
+        self.tags[i] = tag
+        self.pushed += 1
+
+    def pop(self):
+        """(row as a numpy array, tag, seconds since the previous round or None) of the oldest unread round."""
+        if not self.pending():
+            raise RuntimeError("RoundLog: no round to read")
+        n, j = len(self.events), self.read
+        self.events[j % n].synchronize()
+        secs = None if j == 0 else self.events[(j - 1) % n].elapsed_time(self.events[j % n]) / 1e3
+        self.read += 1
+        return self.rows[j % n].numpy().copy(), self.tags[j % n], secs
+
+
+def steady_round_seconds(run_round, stats: torch.Tensor, rounds: int, *, lag: int = 2, host_work=None, event=None):
+    """Runs rounds back to back as the decoding loop does (each round's `stats` pushed to a RoundLog and read
+    `lag` rounds late, `host_work(row)` standing in for the loop's own work on a row; no host synchronisation
+    between rounds) and returns (`rounds` steady round times, the rows of every round run, in order). The first
+    lag + 1 rounds fill the pipeline (their rounds had no read behind them yet), so rounds + lag + 1 run. The
+    caller restores the state the rounds advanced."""
+    if rounds < 1:
+        raise ValueError(f"steady_round_seconds: rounds must be >= 1, got {rounds}")
+    log = RoundLog(stats, lag, event=event)
+    secs, rows = [], []
+
+    def read():
+        row, _, s = log.pop()
+        rows.append(row)
+        if s is not None:
+            secs.append(s)
+        if host_work is not None:
+            host_work(row)
+
+    for _ in range(rounds + lag + 1):
+        run_round()
+        log.push(stats)
+        if log.ready():
+            read()
+    while log.pending():
+        read()
+    return secs[lag:], rows
 
 
 def counterfactual_accepts(accepted, paths, budgets) -> np.ndarray:
@@ -178,24 +291,25 @@ class BudgetPolicy:
         self.rP += lower * obs
         self.rC += obs
 
-    def _chain(self, S, P, C, prior_base=None, prior_inc=None, w=0.0):
-        """a(budgets[k]) for every k, from sums S, P, C ([..., K]); prior_inc (the batch's increments) with weight
-        w, else the optimistic bound with weight self.prior."""
-        K = len(self.budgets)
-        if prior_base is None:
-            base = S[..., 0] / np.maximum(C[..., 0], 1e-9)
-        else:
-            base = (S[..., 0] + w * prior_base) / (C[..., 0] + w)
-        a = [base]
-        for k in range(1, K):
-            if prior_inc is None:
-                bound = a[0] if k == 1 else a[k - 1] - a[k - 2]
-                wk = self.prior
-            else:
-                bound, wk = prior_inc[k - 1], w
-            inc = (S[..., k] - P[..., k] + wk * bound) / (C[..., k] + wk)
-            a.append(a[k - 1] + np.maximum(inc, 0.0))
-        return np.stack(a, -1)
+    def _chain(self, S, P, C):
+        """The batch's a(budgets[k]) for every k ([K]) from its sums S, P, C ([K]), each increment pulled towards the
+        optimistic bound (the previous increment; the first: a(budgets[0])) with weight self.prior. Python floats:
+        the loop runs every round, on the host's time between rounds."""
+        S, P, C = S.tolist(), P.tolist(), C.tolist()
+        a = [S[0] / max(C[0], 1e-9)]
+        bound = a[0]
+        for k in range(1, len(S)):
+            bound = max((S[k] - P[k] + self.prior * bound) / (C[k] + self.prior), 0.0)
+            a.append(a[-1] + bound)
+        return np.asarray(a)
+
+    def _chain_requests(self, S, P, C, base, inc):
+        """Each request's a(budgets[k]) ([R, K]) from its sums ([R, K]), shrunk towards the batch's a(budgets[0])
+        `base` and increments `inc` ([K - 1]) with self.shrink pseudo-observations."""
+        w = self.shrink
+        a0 = (S[:, :1] + w * base) / (C[:, :1] + w)
+        steps = np.maximum((S[:, 1:] - P[:, 1:] + w * inc) / (C[:, 1:] + w), 0.0)
+        return np.concatenate([a0, a0 + np.cumsum(steps, 1)], 1)
 
     def estimates(self):
         """The batch's accepted draft tokens per round by budget ([K]), or None before any observation."""
@@ -203,22 +317,23 @@ class BudgetPolicy:
             return None
         return self._chain(self.S, self.P, self.C)
 
-    def times(self, batch: int, remaining=None):
+    def times(self, batch: int, remaining=None, cost=None):
         """Predicted time to finish the batch at each budget ([K], relative), or None before any observation:
         cost(batch, n) x max over the requests still decoding of remaining_b / (1 + a_b(n)). remaining [B]
-        tokens left per request (None or all <= 0: one request's rate)."""
+        tokens left per request (None or all <= 0: one request's rate). cost: the row to use instead of the table's."""
         a = self.estimates()
         if a is None:
             return None
-        cost = np.asarray([self.costs.get(batch, b) for b in self.budgets])
+        if cost is None:
+            cost = self.costs.row_of(batch, self.budgets)
+        cost = np.asarray(cost, dtype=np.float64)
         if remaining is None or self.rC.shape[0] != len(remaining):
             return cost / (1.0 + a)
         rem = np.asarray(remaining, dtype=np.float64)
         live = rem > 0
         if not live.any():
             return cost / (1.0 + a)
-        inc = np.diff(a)
-        ab = self._chain(self.rS[live], self.rP[live], self.rC[live], prior_base=a[0], prior_inc=inc, w=self.shrink)
+        ab = self._chain_requests(self.rS[live], self.rP[live], self.rC[live], a[0], np.diff(a))
         return cost * (rem[live, None] / (1.0 + ab)).max(0)
 
     def best(self, batch: int, remaining=None):
@@ -281,14 +396,17 @@ class AutoBudget:
         self.stats[:, 0].copy_(accepted)
         self.stats[:, 1:1 + L].copy_(path[:, 1:1 + L])
 
-    def observe(self, row, used: int, advance: bool = True) -> bool:
+    def observe(self, row, used: int, advance: bool = True, seconds: float | None = None) -> bool:
         """A round's stats as read on the host ([B, 1 + depth], a tensor or array), `used` the budget it ran
-        with. Returns whether every request was done after it. advance=False: a calibration round (its state was
-        restored): statistics only."""
+        with, `seconds` its steady time if known (RoundLog.pop: it joins the cost table's samples). Returns whether
+        every request was done after it. advance=False: a calibration round (its state was restored): statistics
+        only."""
         row = np.asarray(row).reshape(self.batch, -1)
         acc = row[:, 0].astype(np.int64)
         active = acc >= 0
         self.policy.add(counterfactual_accepts(acc, row[:, 1:], self.budgets), active, used)
+        if seconds is not None:
+            self.costs.observe(self.batch, used, seconds)
         if advance:
             self.gen[active] += acc[active] + 1
         return bool((self.gen >= self.max_new).all())
@@ -296,3 +414,40 @@ class AutoBudget:
     def initialise(self, row, used: int):
         """A calibration round (state restored after), best at the largest budget: every budget's counts."""
         self.observe(row, used, advance=False)
+
+    def rehearse(self, row):
+        """The host's work on a round (the plan's estimate, a row's counts) without its effects: calibration
+        bursts run it, so that their rounds cost what the decoding loop's do where the host is the bottleneck."""
+        self.policy.times(self.batch, self.max_new - self.gen, cost=np.ones(len(self.budgets)))  # no row yet
+        row = np.asarray(row).reshape(self.batch, -1)
+        counterfactual_accepts(row[:, 0], row[:, 1:], self.budgets)
+
+    def calibrate(self, run_round, restore, *, rounds: int = 5, lag: int = 2, event=None):
+        """Measures every candidate budget's round at this batch into the cost table, as the decoding loop runs
+        rounds: a burst at each budget through steady_round_seconds (no host synchronisation
+        between them, the loop's host work rehearsed), `rounds` samples each. run_round(budget) runs one round and
+        records it into self.stats; restore() puts the request state back (after every burst). First one
+        untimed round per budget (an eager round's first run at a shape pays for allocations and library
+        heuristics, which would stay in the table of a budget the loop never runs); then a round at the largest
+        budget gives every budget's first counts, before the bursts (so they rehearse a plan with estimates); the
+        rest of that budget's burst adds its later rounds' counts (statistics only)."""
+        top = self.budgets[-1]
+        for b in self.budgets:
+            run_round(b)
+            restore()
+        run_round(top)
+        self.initialise(self.stats.cpu().numpy(), top)
+        restore()
+        later = []
+
+        def burst(b):
+            secs, rows = steady_round_seconds(lambda: run_round(b), self.stats, rounds, lag=lag,
+                                              host_work=self.rehearse, event=event)
+            restore()
+            if b == top:
+                later.extend(rows[1:])  # rows[0] is the first round again
+            return secs
+
+        self.costs.measure(self.batch, self.budgets, burst)
+        for row in later:
+            self.initialise(row, top)

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from . import load_ops, rounds  # load_ops: the backend switch (kdtree or torch), also importable from here
-from .budget import DEFAULT_BUDGETS, AutoBudget, CostTable
+from .budget import DEFAULT_BUDGETS, AutoBudget, CostTable, RoundLog
 
 SUPPORTED_VERSIONS = ">=5.17,<6"
 SUPPORTED_MODELS = {"DeepseekV3ForCausalLM": "mla", "Qwen3ForCausalLM": "gqa", "LlamaForCausalLM": "gqa"}
@@ -571,22 +571,25 @@ class DDTreeDecoder:
         for t, v in zip((self.kv_lens, self.root, self.gen, self.h_last, self.out, self.out_margin), snap):
             t.copy_(v)
 
-    def calibrate(self, repeats=3):
-        """Measures one round's time at this batch for every candidate budget (state restored after), into
-        self.costs; the accepted path of the largest budget's round gives every budget's first counts. Runs on the
-        first auto round of a batch size the table lacks."""
+    def calibrate(self, rounds=4, lag=2):
+        """Measures every candidate budget's round at this batch into self.costs as generate() runs rounds
+        (AutoBudget.calibrate: a burst of rounds back to back per budget, no synchronisation between them, timed
+        by events between rounds; state restored after each burst). Eager rounds are the host's issue time
+        where the host is the bottleneck and the device's where it is; a round synchronised on its own would
+        cost both. The largest budget's rounds give every budget's first counts. Runs on the first auto round of
+        a batch size the table lacks."""
         snap = self._snapshot()
         logs = (list(self.acc_log), list(self.budget_log))
 
         def run(b):
             for _, f in self._stages(budget=b):
                 f()
-            self._restore(snap)
 
-        self.costs.measure(self.B, self.budgets, run, repeats=repeats, sync=self._sync)
-        run(self.budgets[-1])
-        self.autob.initialise(self.autob.stats.cpu(), self.budgets[-1])
-        self.acc_log, self.budget_log = logs
+        def restore():
+            self._restore(snap)
+            self.acc_log, self.budget_log = list(logs[0]), list(logs[1])
+
+        self.autob.calibrate(run, restore, rounds=rounds, lag=lag if self.device.type == "cuda" else 0)
 
     @torch.no_grad()
     def generate(self, prompts, max_new_tokens, *, mode="spec", stream_ids=None, record_margins=False,
@@ -615,14 +618,12 @@ class DDTreeDecoder:
         stage_ms = {} if profile else None
         max_steps = max_new_tokens + 1
         steps = 0
-        cuda = self.device.type == "cuda"
-        flags, events, pending = None, None, []
-        t_round, recent = time.perf_counter(), []  # auto: steady rounds' wall time corrects the cost table
-        if cuda:
-            # per round: the "all done" flag (auto: the round's accepted paths, AutoBudget.stats), read lag rounds late
-            flags = torch.zeros(lag + 1, *(self.autob.stats.shape if auto else (1,)),
-                                dtype=torch.int32 if auto else torch.float32, pin_memory=True)
-            events = [torch.cuda.Event() for _ in range(lag + 1)]
+        log = None
+        if mode == "spec":
+            # per round: the "all done" flag (auto: the round's accepted paths, AutoBudget.stats, and its time,
+            # which the cost table follows), read lag rounds late (a CPU device: at once)
+            like = self.autob.stats if auto else torch.zeros(1, dtype=torch.bool, device=self.device)
+            log = RoundLog(like, lag if self.device.type == "cuda" else 0)
         while steps < max_steps:
             budget = self.autob.plan() if auto else None
             for name, f in self._stages(budget=budget):
@@ -639,28 +640,11 @@ class DDTreeDecoder:
                 if steps == max_new_tokens:
                     break
                 continue
-            if not cuda:
-                if auto:
-                    self.autob.observe(self.autob.stats.cpu(), budget)
-                if int(self.gen.min()) >= max_new_tokens:
-                    break
-                continue
-            i = steps % (lag + 1)
-            flags[i].copy_(self.autob.stats if auto else (self.gen >= max_new_tokens).all().float().view(1),
-                          non_blocking=True)
-            events[i].record()
-            pending.append((i, budget))
-            if auto:
-                now = time.perf_counter()
-                recent = (recent + [budget])[-(lag + 2):]
-                # With the host lag rounds ahead, a round's wall time in a run of one budget is its steady cost.
-                if len(recent) == lag + 2 and len(set(recent)) == 1:
-                    self.costs.observe(self.B, budget, now - t_round)
-                t_round = now
-            if len(pending) > lag:
-                j, used = pending.pop(0)
-                events[j].synchronize()
-                if self.autob.observe(flags[j].numpy(), used) if auto else bool(flags[j, 0]):
+            log.push(self.autob.stats if auto else (self.gen >= max_new_tokens).all().view(1), budget)
+            if log.ready():
+                row, used, secs = log.pop()
+                secs = None if profile else secs  # a round synchronised per stage is not a steady round
+                if self.autob.observe(row, used, seconds=secs) if auto else bool(row[0]):
                     break
         self._sync()
         t_end = time.perf_counter()
