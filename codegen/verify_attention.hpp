@@ -95,7 +95,7 @@ struct FlashSmemLayout {
 // floats) | the segment walk (KDTREE_SEGMENT_WALK_BYTES), which starts past Q's
 // 16-bit tile: Q is staged from offset 0 while the walk is live.
 struct QsplitSmemLayout {
-  int k = 0, part_s = 0, p = 0, stats = 0, walk = 0;
+  int k = 0, part_s = 0, p = 0, stats = 0, q_scale = 0, walk = 0;
   int bytes = 0;
   std::string str() const;
 };
