@@ -382,10 +382,15 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   // step 32 tokens. Its e4m3 Q tile fits MLA's flash kernel in sm_120's 99 KB.
   if (spec.kv_fp8() && prefers_e4m3_mma(arch)) {
     std::vector<VerifyTiles> e4m3;
-    // MLA: 16-row warps (4 x 2, 256 V columns each): on sm_120 the 64 x 32 tile
-    // beats the 32-row warps' 2 x 4 by 1.15-1.3x in tools/perf_model (a warp's
-    // 16 S columns take a B fragment pair per Q fragment instead of one tile).
-    if (spec.mla()) e4m3 = {{flash, 64, 64, 8, 2, 16, true}, {flash, 64, 32, 8, 2, 16, true}};
+    // MLA: Q in registers (qsplit) first: no Q fragment reloads per KV tile, 32-token
+    // tiles with four stages of packed rows (99 KB); tools/perf_model on sm_120a:
+    // 1.27-1.45x the flash e4m3 kernel below on bench_verify's MLA shapes. Then the
+    // flash kernel with 16-row warps (4 x 2, 256 V columns each), whose 64 x 32 tile
+    // beats the 32-row warps' 2 x 4 by 1.15-1.3x in tools/perf_model (a warp's 16 S
+    // columns take a B fragment pair per Q fragment instead of one tile).
+    if (spec.mla()) {
+      e4m3 = {{qsplit, 64, 32, 8, 4, 32, true}, {flash, 64, 64, 8, 2, 16, true}, {flash, 64, 32, 8, 2, 16, true}};
+    }
     for (VerifyTiles c : candidates) {
       if (c.kernel != flash || c.block_n % 32) continue;
       c.mma_e4m3 = true;

@@ -397,6 +397,7 @@ struct TileLanes8 {
   int p_store_step;   // +16 or -16: chunk 1's offset from chunk 0 (P's swizzle)
   float* salpha;
   int red_row, red_node;  // the reduced row (CTA row) and its tree node (-1 past the rows)
+  kd_u64 words[MASK_WORDS];  // the reduced row's mask words: read once a segment, not on every edge tile
   float score_log2;       // the reduced row's score scale: scale_log2 x Q's row scale
   kd_u32 v_lane;          // B of O: this lane's token row at the warp's first V chunk
   kd_u32 v_xor;           //   XOR of its chunks' swizzle (bytes)
@@ -406,11 +407,14 @@ struct TileLanes8 {
 
   __device__ __forceinline__ TileLanes8(int wm_, int wn_, int lane_, kd_u32 sk, float* spart, unsigned char* sp,
                                         float* salpha_, int row0, int rows_total, const Request& req, int group,
-                                        float q_row_scale, float scale_log2)
+                                        float q_row_scale, float scale_log2, const kd_u64* mask)
       : wm(wm_), wn(wn_), lane(lane_), sk_addr(sk), salpha(salpha_) {
     const int g = lane / 4, t = lane % 4;
     red_row = wm * WARP_ROWS + 8 * wn + g;
     red_node = row0 + red_row < rows_total ? req.node_base + (row0 + red_row) / group : -1;
+#pragma unroll
+    for (int w = 0; w < MASK_WORDS; ++w)
+      words[w] = red_node >= 0 ? __ldg(mask + (long long)red_node * MASK_WORDS + w) : 0ull;
     // A zero Q row has scale 0 and codes 0: its scores are 0 with any scale, and 1
     // keeps a masked score's -inf from becoming NaN.
     score_log2 = scale_log2 * (q_row_scale > 0.f ? q_row_scale : 1.f);
@@ -603,12 +607,8 @@ static __device__ __forceinline__ void tile_loop8(const kdtree_verify_params& p,
         }
       }
       if (is_edge_tile(t0, req, t_end)) {
-        kd_u64 words[MASK_WORDS];
-#pragma unroll
-        for (int w = 0; w < MASK_WORDS; ++w)
-          words[w] = L.red_node >= 0 ? __ldg(p.tree_mask + (long long)L.red_node * MASK_WORDS + w) : 0ull;
         // The lane's columns 8 j + 2 t + c are bits 8 j + c from t0 + 2 t.
-        const kd_u32 bits = visible_bits32(t0 + (L.lane % 4) * 2, t_end, req, words);
+        const kd_u32 bits = visible_bits32(t0 + (L.lane % 4) * 2, t_end, req, L.words);
 #pragma unroll
         for (int c = 0; c < 2 * S_TILES; ++c) v[c] = (bits >> ((c / 2) * 8 + c % 2)) & 1u ? v[c] : -KD_INF;
       }
@@ -696,7 +696,7 @@ static __device__ __forceinline__ void segment8(const kdtree_verify_params& p, c
   zero_frags(o);
   RowStats st = {-KD_INF, 0.f};  // of the row this lane reduces
   const TileLanes8 lanes(wm, wn, lane, sk_addr, spart, sp, salpha, row0, rows_total, req, p.group, q_row_scale,
-                         p.scale_log2);
+                         p.scale_log2, p.tree_mask);
   if (wm == 0) {
     tile_loop8<0>(p, req, lanes, kv_src, t_begin, t_end, n_tiles, qa, qr, o, st, bad_page);
   } else {
