@@ -367,7 +367,8 @@ static __device__ __forceinline__ void tile_loop(const kdtree_verify_params& p, 
 // A warp writes its other three quarters for the warps that reduce them (local
 // quarter d = 2 f + h goes to warp wn ^ d), 3 x 8 floats a lane, and the reducing
 // lane (g, t) reads its row's columns from the three others in the same layout:
-// no lane exchange, 128-bit accesses of consecutive lanes, no bank conflicts.
+// no lane exchange; 64-bit accesses of consecutive lanes, one per n8 tile (an
+// accumulator's row-half pair, so no register moves), no bank conflicts.
 // The row's four lanes (a quad) then run the online softmax, and each packs its
 // eight P values as the A fragment takes them (kd_e4m3x4_pack: k slots 4t .. 4t+3
 // of a 16-token half are its own columns 2t, 2t+1 of two n8 tiles), so P's rows
@@ -375,7 +376,7 @@ static __device__ __forceinline__ void tile_loop(const kdtree_verify_params& p, 
 constexpr int QK8_LATENT_W = HEAD_DIM_V / 32 / WARPS_N;   // latent k32 steps of a column warp
 constexpr int QK8_ROPE_STEPS = (HEAD_DIM - HEAD_DIM_V) / 32;
 constexpr int QUARTERS = MF * 2;                            // 8-row quarters of a warp's rows
-constexpr int PART8_FLOATS = 32 * (BLOCK_N / 4);            // one quarter of a warp's S: 8 floats a lane
+constexpr int PART8_FLOATS = 32 * (BLOCK_N / 4);            // one quarter of a warp's S: 8 floats a lane, [j][lane][2]
 constexpr int PART8_WARP_FLOATS = (QUARTERS - 1) * PART8_FLOATS;  // the three a warp hands on
 static_assert(!MMA_E4M3 || (BLOCK_N == 32 && MF == 2 && WARPS_N == QUARTERS && QK8_ROPE_STEPS * MF == WARPS_N &&
                             HEAD_DIM_V % (32 * WARPS_N) == 0 && HEAD_DIM_V + QK8_ROPE_STEPS * 32 == HEAD_DIM),
@@ -572,12 +573,9 @@ static __device__ __forceinline__ void tile_loop8(const kdtree_verify_params& p,
 #pragma unroll
     for (int d = 1; d < QUARTERS; ++d) {
       const int f = d / 2, h = d % 2;
-      float* dst = L.part_mine + (d - 1) * PART8_FLOATS + L.lane * 4;
+      float* dst = L.part_mine + (d - 1) * PART8_FLOATS + L.lane * 2;
 #pragma unroll
-      for (int half = 0; half < S_TILES / 2; ++half) {
-        *(float4*)(dst + half * 32 * 4) = make_float4(s[f][2 * half][2 * h], s[f][2 * half][2 * h + 1],
-                                                      s[f][2 * half + 1][2 * h], s[f][2 * half + 1][2 * h + 1]);
-      }
+      for (int j = 0; j < S_TILES; ++j) *(float2*)(dst + j * 32 * 2) = make_float2(s[f][j][2 * h], s[f][j][2 * h + 1]);
     }
     if (ROLE == 0) issue_copies();
     if (ROLE == 1 && it + 1 < n_tiles) {
@@ -598,12 +596,10 @@ static __device__ __forceinline__ void tile_loop8(const kdtree_verify_params& p,
 #pragma unroll
       for (int d = 1; d < QUARTERS; ++d) {
 #pragma unroll
-        for (int half = 0; half < S_TILES / 2; ++half) {
-          const float4 x = *(const float4*)(L.part_in[d - 1] + half * 32 * 4 + L.lane * 4);
-          v[4 * half] += x.x;
-          v[4 * half + 1] += x.y;
-          v[4 * half + 2] += x.z;
-          v[4 * half + 3] += x.w;
+        for (int j = 0; j < S_TILES; ++j) {
+          const float2 x = *(const float2*)(L.part_in[d - 1] + j * 32 * 2 + L.lane * 2);
+          v[2 * j] += x.x;
+          v[2 * j + 1] += x.y;
         }
       }
       if (is_edge_tile(t0, req, t_end)) {
@@ -612,9 +608,11 @@ static __device__ __forceinline__ void tile_loop8(const kdtree_verify_params& p,
 #pragma unroll
         for (int c = 0; c < 2 * S_TILES; ++c) v[c] = (bits >> ((c / 2) * 8 + c % 2)) & 1u ? v[c] : -KD_INF;
       }
-      float mx = v[0];
+      // The row max as a tree (3 dependent steps, not 7): it is on the path to P.
+      float m4[4];
 #pragma unroll
-      for (int c = 1; c < 2 * S_TILES; ++c) mx = fmaxf(mx, v[c]);
+      for (int c = 0; c < 4; ++c) m4[c] = fmaxf(v[c], v[c + 4]);
+      float mx = fmaxf(fmaxf(m4[0], m4[2]), fmaxf(m4[1], m4[3]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       float alpha;
