@@ -174,8 +174,10 @@ static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& 
     bad_page |= in_range && !ok;
     const unsigned long long slot = ok ? (unsigned long long)(page * PAGE_SIZE + t % PAGE_SIZE) : 0ull;
     const int bytes = ok ? 16 : 0;
-    // (kv_chunk: a swizzle within groups of at most 8 chunks, so chunk0 + k * ROW_LANES is lane_chunk + k * ROW_LANES's)
-    const int chunk0 = kv_chunk<KV_K_ROW_CHUNKS>(row, lane_chunk);
+    // Packed rows swizzle within 4-chunk groups, so chunk0 + k * ROW_LANES is chunk lane_chunk + k * ROW_LANES's too.
+    const int chunk0 = KV_ROWS_PACKED          ? kv_chunk<KV_K_ROW_CHUNKS>(row, lane_chunk)
+                       : KV_K_ROW_CHUNKS >= 8 ? ((lane_chunk ^ row) & 7) | (lane_chunk & ~7)
+                                              : lane_chunk;
     const char* krow = src.k_base + slot * src.k_slot_bytes + lane_chunk * 16;
     const kd_u32 kdst = sk + (row * KV_K_ROW_CHUNKS + chunk0) * 16;
 #pragma unroll

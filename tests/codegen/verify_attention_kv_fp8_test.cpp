@@ -13,6 +13,7 @@
 #include "codegen/arch.hpp"
 #include "codegen/render.hpp"
 #include "codegen/verify_attention.hpp"
+#include "verify_attention_layout.h"
 #include "runtime/runtime.hpp"
 
 using namespace kdtree::codegen;
