@@ -384,7 +384,8 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
     std::vector<VerifyTiles> e4m3;
     // MLA: Q in registers (qsplit) first: no Q fragment reloads per KV tile, 32-token
     // tiles with four stages of packed rows (99 KB); tools/perf_model on sm_120a:
-    // 1.27-1.45x the flash e4m3 kernel below on bench_verify's MLA shapes. Then the
+    // 1.26-1.47x the flash e4m3 kernel below on bench_verify's compute-bound MLA
+    // shapes, 1.06x on the bytes-bound one, 0.98x on the smallest (fill/drain). Then the
     // flash kernel with 16-row warps (4 x 2, 256 V columns each), whose 64 x 32 tile
     // beats the 32-row warps' 2 x 4 by 1.15-1.3x in tools/perf_model (a warp's 16 S
     // columns take a B fragment pair per Q fragment instead of one tile).

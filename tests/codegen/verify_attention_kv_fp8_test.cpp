@@ -168,8 +168,8 @@ TEST_CASE("verify_attention[kv=e4m3]: sm_120/sm_121 choose the e4m3 MMA path, th
     // 16-bit caches never take it.
     CHECK_FALSE(choose_verify_tiles(spec_of(h, KDTREE_KV_DTYPE_AS_Q), arch_from_sm(120)).mma_e4m3);
   }
-  // MLA on sm_120: the qsplit kernel's e4m3 MMA path (tools/perf_model: faster than
-  // the flash one on every bench shape).
+  // MLA on sm_120: the qsplit kernel's e4m3 MMA path (tools/perf_model: 1.26-1.47x
+  // the flash one on the compute-bound bench shapes).
   const VerifyTiles mla120 =
       choose_verify_tiles(spec_of(supported_heads()[0], KDTREE_KV_DTYPE_E4M3), arch_from_sm(120));
   CHECK(mla120.str() == "kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,mma=e4m3");
