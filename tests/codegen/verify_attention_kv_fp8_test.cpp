@@ -206,7 +206,9 @@ TEST_CASE("KDTREE_VERIFY_TILES mma=: e4m3 or 16bit, and mma=e4m3 only where it r
   CHECK_FALSE(parse_verify_tiles("mma=16bit,kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32", fp8,
                                  arch_from_sm(120))
                   .mma_e4m3);
-  refused("mma=16bit", fp8, 120, "do not fit sm_120");
+  // sm_120's MLA e4m3 tiles are qsplit's 32-token ones, which its 16-bit path does not take.
+  refused("mma=16bit", fp8, 120, "block_n 16");
+  refused("mma=16bit,kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16", fp8, 120, "do not fit sm_120");
   CHECK(parse_verify_tiles("mma=e4m3", fp8, arch_from_sm(90)).str().find(",mma=e4m3") != std::string::npos);
   refused("mma=fp8", fp8, 90, "mma 'fp8' must be 16bit or e4m3");
   refused("mma=e4m3", bf16, 90, "kv_dtype is not e4m3");
