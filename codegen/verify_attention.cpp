@@ -134,24 +134,29 @@ std::string WgmmaSmemLayout::str() const {
 }
 
 std::string QsplitSmemLayout::str() const {
-  return fmt::format("k={},part_s={},p={},stats={},walk={},bytes={}", k, part_s, p, stats, walk, bytes);
+  return fmt::format("k={},part_s={},p={},stats={},q_scale={},walk={},bytes={}", k, part_s, p, stats, q_scale, walk,
+                     bytes);
 }
 
 namespace {
 
+// The qsplit kernel's e4m3 MMA path keeps MLA's 36-chunk e4m3 rows unpadded (its
+// fourth KV stage needs those 64 bytes a row; templates' KV_ROWS_PACKED).
+bool kv_rows_packed(const VerifyTiles& t) { return t.kernel == VerifyKernel::qsplit && t.mma_e4m3; }
+
 // A cached row in shared memory, in 16-byte chunks: a row longer than one 8-chunk
 // swizzle group is padded to whole groups (MLA e4m3: 36 -> 40; templates'
-// kv_row_stride).
-int kv_row_chunks(const VerifySpec& spec, int head_dim) {
+// kv_row_stride), unless packed.
+int kv_row_chunks(const VerifySpec& spec, const VerifyTiles& t, int head_dim) {
   const int chunks = head_dim * spec.kv_bytes() / 16;
-  return chunks > 8 ? (chunks + 7) / 8 * 8 : chunks;
+  return chunks > 8 && !kv_rows_packed(t) ? (chunks + 7) / 8 * 8 : chunks;
 }
 int k_tile_bytes(const VerifySpec& spec, const VerifyTiles& t) {
-  return t.block_n * kv_row_chunks(spec, spec.head_dim_qk) * 16;
+  return t.block_n * kv_row_chunks(spec, t, spec.head_dim_qk) * 16;
 }
 // MLA: V is the K row's first head_dim_v dims, no stages of its own.
 int v_tile_bytes(const VerifySpec& spec, const VerifyTiles& t) {
-  return spec.mla() ? 0 : t.block_n * kv_row_chunks(spec, spec.head_dim_v) * 16;
+  return spec.mla() ? 0 : t.block_n * kv_row_chunks(spec, t, spec.head_dim_v) * 16;
 }
 
 }  // namespace
@@ -160,7 +165,7 @@ FlashSmemLayout flash_smem_layout(const VerifySpec& spec, const VerifyTiles& t) 
   FlashSmemLayout l;
   l.q = 0;
   // The e4m3 MMA path stages Q as e4m3 codes in rows like the cache's, with a scale per row.
-  const int q_row_bytes = t.mma_e4m3 ? kv_row_chunks(spec, spec.head_dim_qk) * 16 : spec.head_dim_qk * 2;
+  const int q_row_bytes = t.mma_e4m3 ? kv_row_chunks(spec, t, spec.head_dim_qk) * 16 : spec.head_dim_qk * 2;
   l.q_scale = t.block_m * q_row_bytes;
   l.k = l.q_scale + (t.mma_e4m3 ? t.block_m * 4 : 0);
   l.v = l.k + t.stages * k_tile_bytes(spec, t);
@@ -175,12 +180,19 @@ QsplitSmemLayout qsplit_smem_layout(const VerifySpec& spec, const VerifyTiles& t
   QsplitSmemLayout l;
   l.k = 0;
   l.part_s = l.k + t.stages * (k_tile_bytes(spec, t) + v_tile_bytes(spec, t));
-  l.p = l.part_s + t.warps * t.warp_rows * t.block_n * 4;
-  l.stats = l.p + t.block_m * t.block_n * 2;
+  // Partial S: a warp's whole tile (16-bit MMA), or on the e4m3 MMA path the three of
+  // its four 8-row quarters that other warps reduce (block_n / 4 floats a lane each).
+  const int part_warp_bytes =
+      t.mma_e4m3 ? (t.warps_n() - 1) * 32 * t.block_n : t.warp_rows * t.block_n * 4;
+  l.p = l.part_s + t.warps * part_warp_bytes;
+  l.stats = l.p + t.block_m * t.block_n * (t.mma_e4m3 ? 1 : 2);  // P: e4m3 codes on the e4m3 MMA path
   // Q is staged from offset 0 before each segment's loop, over the K stages and (e4m3 caches: smaller
-  // stages) the exchanges and stats, which hold nothing then; the segment walk is live across it, so
-  // it starts past both.
-  const int q_bytes = t.block_m * spec.head_dim_qk * 2;
+  // stages) the exchanges and stats, which hold nothing then: 16-bit rows, or on the e4m3 MMA path
+  // e4m3 rows as the cache's and a scale per row after them (q_scale). The segment walk is live
+  // across it, so it starts past both.
+  const int q_row_bytes = t.mma_e4m3 ? kv_row_chunks(spec, t, spec.head_dim_qk) * 16 : spec.head_dim_qk * 2;
+  l.q_scale = t.block_m * q_row_bytes;
+  const int q_bytes = l.q_scale + (t.mma_e4m3 ? t.block_m * 4 : 0);
   l.walk = std::max(l.stats + KDTREE_QSPLIT_STATS * t.block_m * 4, q_bytes);
   l.bytes = l.walk + KDTREE_SEGMENT_WALK_BYTES;
   return l;
@@ -260,7 +272,6 @@ void check_tiles(const VerifyTiles& t, const VerifySpec& spec, const Arch& arch,
   }
   if (t.mma_e4m3) {
     if (!spec.kv_fp8()) bad("mma=e4m3 reads e4m3 caches: kv_dtype is not e4m3 (16-bit caches take mma=16bit)");
-    if (t.kernel != VerifyKernel::flash) bad("mma=e4m3 is a flash kernel path (kernel=flash)");
     if (t.block_n % 32) bad("mma=e4m3 steps 32 tokens: block_n must be a multiple of 32");
     if (arch.sm < 89) bad(fmt::format("mma=e4m3 needs e4m3 tensor cores (sm_89 and newer), not {}", arch.name()));
   }
@@ -271,8 +282,18 @@ void check_tiles(const VerifyTiles& t, const VerifySpec& spec, const Arch& arch,
       }
       break;
     case VerifyKernel::qsplit:  // every warp has all columns; the row reduction takes 8 rows of 16-token tiles
-      if (!spec.mla() || t.block_n != 16 || t.warp_rows != 8 * warps_n || warps_n < 2 ||
-          spec.head_dim_qk % (16 * warps_n)) {
+      if (t.mma_e4m3) {
+        // A 32-token tile of 2 warp rows (SKEW) x 4 column warps of 32 rows: each column warp reduces one
+        // 8-row quarter of its warp row and takes 4 latent k32 steps and one of the 4 (rope step, m16
+        // fragment) pairs; the copies run stages - 2 tiles ahead.
+        if (!spec.mla() || t.block_n != 32 || t.warp_rows != 32 || t.warps_m() != 2 || warps_n != 4 ||
+            t.stages < 3) {
+          bad("the qsplit kernel's mma=e4m3 path is for MLA with block_n 32, warp_rows 32, 2 warp rows of 4 "
+              "column warps and stages >= 3 (kernel=qsplit,block_m=64,block_n=32,warps=8,stages=3,warp_rows=32,"
+              "mma=e4m3)");
+        }
+      } else if (!spec.mla() || t.block_n != 16 || t.warp_rows != 8 * warps_n || warps_n < 2 ||
+                 spec.head_dim_qk % (16 * warps_n)) {
         bad("the qsplit kernel is for MLA with block_n 16 and warp_rows = 8 x the column warps "
             "(e.g. kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32)");
       }
@@ -389,10 +410,16 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   // step 32 tokens. Its e4m3 Q tile fits MLA's flash kernel in sm_120's 99 KB.
   if (spec.kv_fp8() && prefers_e4m3_mma(arch)) {
     std::vector<VerifyTiles> e4m3;
-    // MLA: 16-row warps (4 x 2, 256 V columns each): on sm_120 the 64 x 32 tile
-    // beats the 32-row warps' 2 x 4 by 1.15-1.3x in tools/perf_model (a warp's
-    // 16 S columns take a B fragment pair per Q fragment instead of one tile).
-    if (spec.mla()) e4m3 = {{flash, 64, 64, 8, 2, 16, true}, {flash, 64, 32, 8, 2, 16, true}};
+    // MLA: Q in registers (qsplit) first: no Q fragment reloads per KV tile, 32-token
+    // tiles with four stages of packed rows (99 KB); tools/perf_model on sm_120a:
+    // 1.26-1.47x the flash e4m3 kernel below on bench_verify's compute-bound MLA
+    // shapes, 1.06x on the bytes-bound one, 0.98x on the smallest (fill/drain). Then the
+    // flash kernel with 16-row warps (4 x 2, 256 V columns each), whose 64 x 32 tile
+    // beats the 32-row warps' 2 x 4 by 1.15-1.3x in tools/perf_model (a warp's 16 S
+    // columns take a B fragment pair per Q fragment instead of one tile).
+    if (spec.mla()) {
+      e4m3 = {{qsplit, 64, 32, 8, 4, 32, true}, {flash, 64, 64, 8, 2, 16, true}, {flash, 64, 32, 8, 2, 16, true}};
+    }
     for (VerifyTiles c : candidates) {
       if (c.kernel != flash || c.block_n % 32) continue;
       c.mma_e4m3 = true;
@@ -430,7 +457,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
   // The e4m3 MMA path: the block-scaled (double-rate) form where the arch has it,
   // compiled for the arch-specific target; the one difference in the source.
   const bool block_scaled = tiles.mma_e4m3 && has_block_scaled_e4m3_mma(arch);
-  if (tiles.mma_e4m3 && (!spec.kv_fp8() || tiles.kernel != VerifyKernel::flash)) {
+  if (tiles.mma_e4m3 && !spec.kv_fp8()) {
     fail(KDTREE_ERROR_INTERNAL,
          fmt::format("{}: mma=e4m3 tiles for a spec or family without it ({})", spec.label(), tiles.str()));
   }
@@ -448,6 +475,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       {"KV_FP8", spec.kv_fp8() ? "true" : "false"},
       {"MMA_E4M3", tiles.mma_e4m3 ? "true" : "false"},
       {"MMA_BLOCK_SCALED", block_scaled ? "true" : "false"},
+      {"KV_ROWS_PACKED", kv_rows_packed(tiles) ? "true" : "false"},
       {"BLOCK_M", std::to_string(tiles.block_m)},
       {"BLOCK_N", std::to_string(tiles.block_n)},
       {"WARPS_M", std::to_string(tiles.warps_m())},
@@ -500,6 +528,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       params["SMEM_PART_S"] = std::to_string(smem.part_s);
       params["SMEM_P"] = std::to_string(smem.p);
       params["SMEM_STATS"] = std::to_string(smem.stats);
+      params["SMEM_Q_SCALE"] = std::to_string(smem.q_scale);
       params["SMEM_WALK"] = std::to_string(smem.walk);
       src.launch.dynamic_smem = smem.bytes;
       // Its segment walk runs stream-K plans, merged by their own combine.

@@ -51,7 +51,9 @@ enum class VerifyKernel {
   flash,
   // templates/verify_attention_qsplit.cu: MLA with Q in registers, column warps
   // split its head dim; shared memory holds KV stages and exchanges only, for
-  // 99 KB parts (sm_86/89, sm_120). Runs stream-K plans.
+  // 99 KB parts (sm_86/89, sm_120). Runs stream-K plans. With mma=e4m3 (sm_120's
+  // MLA kernel for e4m3 caches) Q is held as e4m3 codes, tiles are 32 tokens and
+  // each column warp reduces an 8-row quarter of its warp row's scores.
   qsplit,
   // templates/verify_attention_wgmma.cu: MLA on Hopper's warpgroup MMA (sm_90a
   // only): Q, K stages and P in 128-byte swizzled shared memory read by wgmma
@@ -70,9 +72,9 @@ struct VerifyTiles {
   int warps = 4;       // warps per CTA: warps_m() warp rows x warps_n() column warps
   int stages = 2;      // cp.async pipeline depth
   int warp_rows = 16;  // rows per warp (16 or 32): 32 halves the B-operand loads per mma
-  // e4m3 caches, flash: QK and PV on e4m3 MMAs with Q and P quantised to e4m3
-  // ("mma=e4m3"; sm_89 and newer), instead of dequantising K and V to q's type
-  // ("mma=16bit", the only form for 16-bit caches).
+  // e4m3 caches, flash or qsplit: QK and PV on e4m3 MMAs with Q and P quantised
+  // to e4m3 ("mma=e4m3"; sm_89 and newer), instead of dequantising K and V to q's
+  // type ("mma=16bit", the only form for 16-bit caches).
   bool mma_e4m3 = false;
 
   int warps_m() const { return block_m / warp_rows; }  // warp rows
@@ -95,11 +97,15 @@ struct FlashSmemLayout {
   std::string str() const;
 };
 // qsplit: K stages (Q is staged at 0 before the loop) | partial S
-// ([warps][warp_rows][block_n] floats) | P | stats ([KDTREE_QSPLIT_STATS][block_m]
-// floats) | the segment walk (KDTREE_SEGMENT_WALK_BYTES), which starts past Q's
-// 16-bit tile: Q is staged from offset 0 while the walk is live.
+// ([warps][warp_rows][block_n] floats; mma=e4m3: [warps][3][block_n / 8][32 lanes]
+// [2] floats, the three 8-row quarters a warp hands on) | P (16-bit; mma=e4m3:
+// e4m3 codes) | stats ([KDTREE_QSPLIT_STATS][block_m] floats) | the segment walk
+// (KDTREE_SEGMENT_WALK_BYTES), which starts past Q's staged tile: Q is staged from
+// offset 0 while the walk is live (16-bit rows; mma=e4m3: e4m3 rows as the K
+// stages' and its [block_m] float row scales at q_scale). mma=e4m3 keeps MLA's
+// 576-byte e4m3 rows unpadded (36 chunks, not 40), so four 32-token stages fit.
 struct QsplitSmemLayout {
-  int k = 0, part_s = 0, p = 0, stats = 0, walk = 0;
+  int k = 0, part_s = 0, p = 0, stats = 0, q_scale = 0, walk = 0;
   int bytes = 0;
   std::string str() const;
 };
@@ -132,9 +138,10 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch);
 // of warp_rows; block_n 16..256, a multiple of 16 (flash: and of 8 x the column
 // warps); warps 1..32, a multiple of block_m / warp_rows; stages 2..8; warp_rows 16
 // or 32; head_dim_v a multiple of 64 x the column warps; qsplit is MLA only, with
-// block_n 16 and warp_rows = 8 x the column warps; wgmma is MLA over 16-bit caches
-// on sm_90 only, with exactly block_m=64,block_n=64,warps=8,stages=2,warp_rows=16; mma 16bit or e4m3 (e4m3 caches,
-// flash, block_n a multiple of 32, sm_89 and newer). The tiles must fit the arch's
+// block_n 16 and warp_rows = 8 x the column warps (mma=e4m3: block_n 32, warp_rows
+// 32, 2 warp rows of 4 column warps, stages >= 3); wgmma is MLA over 16-bit caches on
+// sm_90 only, with exactly block_m=64,block_n=64,warps=8,stages=2,warp_rows=16; mma
+// 16bit or e4m3 (e4m3 caches, block_n a multiple of 32, sm_89 and newer). The tiles must fit the arch's
 // shared memory. Throws KDTREE_ERROR_INVALID_ARGUMENT naming KDTREE_VERIFY_TILES
 // and the key otherwise; the old positional form ("64,16,8,4,32,qsplit") is refused
 // with its key=value spelling.

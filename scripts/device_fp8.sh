@@ -3,8 +3,8 @@
 # .carry/ (scripts/pack_device_carry.sh); about 8 minutes (each step has a time limit):
 #   1. the GPU parity cases of the e4m3 MMA path (every head with mma=e4m3; sm_120's MLA tiles) and the whole
 #      GPU suite,
-#   2. bench_verify: bf16, e4m3 with the default tiles (sm_90: dequantising), e4m3 on the e4m3 MMA path, and
-#      sm_120's MLA e4m3 kernel,
+#   2. bench_verify: bf16, e4m3 with the default tiles (sm_90: dequantising), e4m3 on the e4m3 MMA path,
+#      sm_120's MLA e4m3 kernel (qsplit) and the flash MLA e4m3 kernel,
 #   3. compute-sanitizer racecheck and memcheck on e4m3 MMA cases,
 #   4. the DDTree example over an e4m3 cache (greedy equality, sampling TV, throughput), dequantising and on
 #      the e4m3 MMA path (needs torch and this checkout's Python: scripts/kdtree_wheel.sh).
@@ -17,7 +17,8 @@ out=${OUT:-/tmp/kdtree-fp8-out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-cache}
-sm120_mla=kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16,mma=e4m3
+sm120_mla=kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,mma=e4m3
+flash_mla=kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16,mma=e4m3  # sm_120's before qsplit had the path
 t0=$SECONDS
 status=0
 
@@ -36,6 +37,7 @@ bench bf16 as_q ""
 bench e4m3_default e4m3 ""
 bench e4m3_mma e4m3 mma=e4m3
 bench e4m3_sm120_mla e4m3 "$sm120_mla" "--shape mla"
+bench e4m3_flash_mla e4m3 "$flash_mla" "--shape mla"
 
 for tool in racecheck memcheck; do
   KDTREE_VERIFY_TILES=$sm120_mla timeout 90 compute-sanitizer --tool $tool "$carry/bin/kdtree_gpu_tests" \

@@ -41,7 +41,14 @@ constexpr bool MMA_BLOCK_SCALED = KD_MMA_BLOCK_SCALED;
 static_assert(KV_FP8 || !MMA_E4M3, "the e4m3 MMA path reads e4m3 caches");
 constexpr int KV_K_CHUNKS = HEAD_DIM * KV_ELEM_BYTES / 16;  // copied per K row
 constexpr int KV_V_CHUNKS = HEAD_DIM_V * KV_ELEM_BYTES / 16;
-__host__ __device__ constexpr int kv_row_stride(int chunks) { return chunks > 8 ? (chunks + 7) / 8 * 8 : chunks; }
+// Packed rows (the qsplit kernel's e4m3 MMA path, whose fourth stage needs the 64
+// bytes a row that padding takes): MLA's 36 chunks unpadded, swizzled within
+// aligned groups of 4 chunks (kv_chunk).
+constexpr bool KV_ROWS_PACKED = KD_KV_ROWS_PACKED;
+static_assert(!KV_ROWS_PACKED || (KV_FP8 && IS_MLA && KV_K_CHUNKS % 8 == 4), "packed rows: MLA's 36-chunk e4m3 rows");
+__host__ __device__ constexpr int kv_row_stride(int chunks) {
+  return chunks > 8 && !KV_ROWS_PACKED ? (chunks + 7) / 8 * 8 : chunks;
+}
 constexpr int KV_K_ROW_CHUNKS = kv_row_stride(KV_K_CHUNKS);
 constexpr int KV_V_ROW_CHUNKS = kv_row_stride(KV_V_CHUNKS);
 constexpr kd_u32 KV_K_TILE_BYTES = BLOCK_N * KV_K_ROW_CHUNKS * 16;
@@ -51,8 +58,13 @@ static_assert(IS_MLA || HEAD_DIM_V == HEAD_DIM, "GQA: V rows as wide as K rows")
 static_assert(QK_CHUNKS % 8 == 0 && (IS_MLA || V_CHUNKS % 8 == 0), "rows swizzle in groups of 8 chunks");
 static_assert(KV_FP8 || (KV_K_ROW_CHUNKS == QK_CHUNKS && KV_K_TILE_BYTES == BLOCK_N * HEAD_DIM * 2), "16-bit rows unpadded");
 // A K/V row of whole swizzle groups, or one row of at most 8 chunks (unswizzled).
+// A packed row of 36 chunks (a multiple of 4, not of 8): a row starts half a
+// 128-byte line after the one before it every other row, so XOR-ing the low two
+// chunk bits with row / 2 puts 8 consecutive rows' same chunk in 8 distinct
+// 16-byte bank groups, and keeps every chunk inside its row.
 template <int CHUNKS>
 static __device__ __forceinline__ int kv_chunk(int row, int chunk) {
+  if constexpr (CHUNKS > 8 && CHUNKS % 8 == 4) return chunk ^ ((row >> 1) & 3);
   return CHUNKS >= 8 ? ((chunk ^ row) & 7) | (chunk & ~7) : chunk;
 }
 
@@ -162,7 +174,10 @@ static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& 
     bad_page |= in_range && !ok;
     const unsigned long long slot = ok ? (unsigned long long)(page * PAGE_SIZE + t % PAGE_SIZE) : 0ull;
     const int bytes = ok ? 16 : 0;
-    const int chunk0 = KV_K_ROW_CHUNKS >= 8 ? ((lane_chunk ^ row) & 7) | (lane_chunk & ~7) : lane_chunk;
+    // Packed rows swizzle within 4-chunk groups, so chunk0 + k * ROW_LANES is chunk lane_chunk + k * ROW_LANES's too.
+    const int chunk0 = KV_ROWS_PACKED          ? kv_chunk<KV_K_ROW_CHUNKS>(row, lane_chunk)
+                       : KV_K_ROW_CHUNKS >= 8 ? ((lane_chunk ^ row) & 7) | (lane_chunk & ~7)
+                                              : lane_chunk;
     const char* krow = src.k_base + slot * src.k_slot_bytes + lane_chunk * 16;
     const kd_u32 kdst = sk + (row * KV_K_ROW_CHUNKS + chunk0) * 16;
 #pragma unroll

@@ -13,6 +13,7 @@
 #include "codegen/arch.hpp"
 #include "codegen/render.hpp"
 #include "codegen/verify_attention.hpp"
+#include "verify_attention_layout.h"
 #include "runtime/runtime.hpp"
 
 using namespace kdtree::codegen;
@@ -76,6 +77,20 @@ TEST_CASE("verify_attention[kv=e4m3]: K rows are one byte an element, padded to 
   t.warp_rows = 32;
   const QsplitSmemLayout l = qsplit_smem_layout(mla, t);
   CHECK(l.part_s == 4 * 16 * 640);  // 576 bytes a token at a stride of 40 chunks
+  // qsplit's e4m3 MMA path packs them (36 chunks): four 32-token stages, the three
+  // quarters each warp hands on, e4m3 P, Q's e4m3 rows and scales staged at 0.
+  t.block_n = 32;
+  t.mma_e4m3 = true;
+  const QsplitSmemLayout p = qsplit_smem_layout(mla, t);
+  CHECK(p.part_s == 4 * 32 * 576);
+  CHECK(p.p == p.part_s + 8 * 3 * 8 * 32 * 4);
+  CHECK(p.stats == p.p + 64 * 32);
+  CHECK(p.q_scale == 64 * 576);
+  CHECK(p.walk == p.stats + KDTREE_QSPLIT_STATS * 64 * 4);
+  CHECK(p.walk >= p.q_scale + 64 * 4);
+  CHECK(p.bytes <= arch_from_sm(120).max_smem_per_block);
+  CHECK(generate_verify_attention(mla, arch_from_sm(120), t).source.find("#define KD_KV_ROWS_PACKED true") !=
+        std::string::npos);
   VerifySpec gqa64 = mla;
   gqa64.head_dim_qk = gqa64.head_dim_v = 64;
   VerifyTiles g;
@@ -147,16 +162,24 @@ TEST_CASE("verify_attention[kv=e4m3]: sm_120/sm_121 choose the e4m3 MMA path, th
       const VerifyTiles t = choose_verify_tiles(s, arch_from_sm(sm));
       INFO(s.label() << " sm_" << sm << ": " << t.str());
       CHECK(t.mma_e4m3 == (sm == 120 || sm == 121));
-      if (t.mma_e4m3) CHECK(t.kernel == VerifyKernel::flash);
+      // MLA: Q in registers (qsplit); GQA: flash.
+      if (t.mma_e4m3) CHECK(t.kernel == (h.mla ? VerifyKernel::qsplit : VerifyKernel::flash));
     }
     // 16-bit caches never take it.
     CHECK_FALSE(choose_verify_tiles(spec_of(h, KDTREE_KV_DTYPE_AS_Q), arch_from_sm(120)).mma_e4m3);
   }
-  // MLA on sm_120: the e4m3 Q tile (64 x 640 bytes) lets the flash kernel fit 99 KB.
+  // MLA on sm_120: the qsplit kernel's e4m3 MMA path (tools/perf_model: 1.26-1.47x
+  // the flash one on the compute-bound bench shapes).
   const VerifyTiles mla120 =
       choose_verify_tiles(spec_of(supported_heads()[0], KDTREE_KV_DTYPE_E4M3), arch_from_sm(120));
-  CHECK(mla120.str() == "kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16,mma=e4m3");
-  const FlashSmemLayout l = flash_smem_layout(spec_of(supported_heads()[0], KDTREE_KV_DTYPE_E4M3), mla120);
+  CHECK(mla120.str() == "kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,mma=e4m3");
+  CHECK(verify_smem_bytes(spec_of(supported_heads()[0], KDTREE_KV_DTYPE_E4M3), mla120) <=
+        arch_from_sm(120).max_smem_per_block);
+  // The flash e4m3 MLA kernel: its e4m3 Q tile (64 x 640 bytes) fits 99 KB too.
+  const VerifyTiles flash120 = parse_verify_tiles(
+      "kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16,mma=e4m3",
+      spec_of(supported_heads()[0], KDTREE_KV_DTYPE_E4M3), arch_from_sm(120));
+  const FlashSmemLayout l = flash_smem_layout(spec_of(supported_heads()[0], KDTREE_KV_DTYPE_E4M3), flash120);
   CHECK(l.q_scale == 64 * 640);
   CHECK(l.k == l.q_scale + 64 * 4);
   CHECK(l.red == l.p + 64 * 32);  // P as e4m3 codes
@@ -183,11 +206,26 @@ TEST_CASE("KDTREE_VERIFY_TILES mma=: e4m3 or 16bit, and mma=e4m3 only where it r
   CHECK_FALSE(parse_verify_tiles("mma=16bit,kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32", fp8,
                                  arch_from_sm(120))
                   .mma_e4m3);
-  refused("mma=16bit", fp8, 120, "do not fit sm_120");
+  // sm_120's MLA e4m3 tiles are qsplit's 32-token ones, which its 16-bit path does not take.
+  refused("mma=16bit", fp8, 120, "block_n 16");
+  refused("mma=16bit,kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16", fp8, 120, "do not fit sm_120");
   CHECK(parse_verify_tiles("mma=e4m3", fp8, arch_from_sm(90)).str().find(",mma=e4m3") != std::string::npos);
   refused("mma=fp8", fp8, 90, "mma 'fp8' must be 16bit or e4m3");
   refused("mma=e4m3", bf16, 90, "kv_dtype is not e4m3");
   refused("mma=e4m3", fp8, 80, "sm_89 and newer");
   refused("mma=e4m3,block_n=16,kernel=flash", fp8, 90, "multiple of 32");
-  refused("mma=e4m3,kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32", fp8, 120, "kernel=flash");
+  // qsplit's e4m3 MMA path: 32-token tiles of 2 x 4 warps of 32 rows, three stages or more.
+  const char* q8 = "kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,mma=e4m3";
+  CHECK(parse_verify_tiles(q8, fp8, arch_from_sm(120)).str() == q8);
+  CHECK(parse_verify_tiles(q8, fp8, arch_from_sm(90)).str() == q8);  // how the H200 tests it
+  CHECK(parse_verify_tiles("kernel=qsplit,block_m=64,block_n=32,warps=8,stages=3,warp_rows=32,mma=e4m3", fp8,
+                           arch_from_sm(120))
+            .mma_e4m3);
+  refused("mma=e4m3,kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32", fp8, 120, "multiple of 32");
+  refused("mma=e4m3,kernel=qsplit,block_m=64,block_n=64,warps=8,stages=3,warp_rows=32", fp8, 90, "block_n 32");
+  refused("mma=e4m3,kernel=qsplit,block_m=64,block_n=32,warps=8,stages=2,warp_rows=32", fp8, 120, "stages >= 3");
+  refused("mma=e4m3,kernel=qsplit,block_m=32,block_n=32,warps=4,stages=4,warp_rows=16", fp8, 120, "warp_rows 32");
+  refused("mma=e4m3,kernel=qsplit,block_m=64,block_n=32,warps=8,stages=5,warp_rows=32", fp8, 120, "do not fit sm_120");
+  refused(q8, bf16, 120, "kv_dtype is not e4m3");
+  refused(q8, fp8, 80, "sm_89 and newer");
 }

@@ -481,9 +481,19 @@ TEST_CASE("verify_attention GPU parity: e4m3 MMA path (tiles mma=e4m3), every he
 }
 
 // sm_120's MLA and gqa256 e4m3 kernels themselves (their tiles; gqa64's and gqa128's
-// are sm_90's too).
+// are sm_90's too): MLA's is the qsplit kernel's e4m3 MMA path (Q as e4m3 codes in
+// registers, 32-token tiles, packed rows, stream-K plans).
 TEST_CASE(
     "verify_attention GPU parity: mla576/512 e4m3 MMA path with sm_120's tiles "
+    "(kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,mma=e4m3)") {
+  E4m3MmaSession e("kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,mma=e4m3");
+  if (!e.runs()) return;
+  run_head_grid(576, 512, 8, e.session);
+}
+
+// The flash kernel's MLA e4m3 MMA tiles that fit sm_120 (its choice before qsplit had the path).
+TEST_CASE(
+    "verify_attention GPU parity: mla576/512 e4m3 MMA path, flash tiles that fit sm_120 "
     "(kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16,mma=e4m3)") {
   E4m3MmaSession e("kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16,mma=e4m3");
   if (!e.runs()) return;
