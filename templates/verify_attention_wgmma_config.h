@@ -28,6 +28,9 @@
 #ifndef KD_MMA_E4M3
 #define KD_MMA_E4M3 false  // e4m3 caches: QK and PV on e4m3 MMAs, Q and P quantised (kv_fp8.cuh)
 #endif
+#ifndef KD_KV_ROWS_PACKED
+#define KD_KV_ROWS_PACKED false  // e4m3 MLA rows of 36 chunks unpadded (the qsplit kernel's e4m3 MMA path)
+#endif
 #ifndef KD_MMA_BLOCK_SCALED
 #define KD_MMA_BLOCK_SCALED false  // the e4m3 MMA in its block-scaled sm_120a form
 #endif
