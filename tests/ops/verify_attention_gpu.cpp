@@ -736,13 +736,13 @@ TEST_CASE(
     "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16)") {
   WgmmaSession w;
   if (!w.runs()) return;
-  run_head_grid(576, 512, 8, w.session);
+  run_head_grid(576, 512, 11, w.session);
 }
 
 TEST_CASE("verify_attention GPU parity: mla576/512 wgmma stream-K (KDTREE_VERIFY_SCHEDULE=stream)") {
   WgmmaSession w("stream");
   if (!w.runs()) return;
-  run_head_grid(576, 512, 9, w.session);
+  run_head_grid(576, 512, 12, w.session);
 }
 
 TEST_CASE("verify_attention GPU parity: wgmma stream-K with one and with a few CTAs") {
@@ -769,5 +769,5 @@ TEST_CASE(
     "kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32)") {
   WgmmaSession w("", "kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32");
   if (!w.runs()) return;
-  run_head_grid(576, 512, 10, w.session);
+  run_head_grid(576, 512, 13, w.session);
 }
