@@ -182,8 +182,7 @@ QsplitSmemLayout qsplit_smem_layout(const VerifySpec& spec, const VerifyTiles& t
   l.part_s = l.k + t.stages * (k_tile_bytes(spec, t) + v_tile_bytes(spec, t));
   // Partial S: a warp's whole tile (16-bit MMA), or on the e4m3 MMA path the three of
   // its four 8-row quarters that other warps reduce (block_n / 4 floats a lane each).
-  const int part_warp_bytes =
-      t.mma_e4m3 ? (t.warps_n() - 1) * 32 * t.block_n : t.warp_rows * t.block_n * 4;
+  const int part_warp_bytes = t.mma_e4m3 ? (t.warps_n() - 1) * 32 * t.block_n : t.warp_rows * t.block_n * 4;
   l.p = l.part_s + t.warps * part_warp_bytes;
   l.stats = l.p + t.block_m * t.block_n * (t.mma_e4m3 ? 1 : 2);  // P: e4m3 codes on the e4m3 MMA path
   // Q is staged from offset 0 before each segment's loop, over the K stages and (e4m3 caches: smaller
@@ -286,8 +285,7 @@ void check_tiles(const VerifyTiles& t, const VerifySpec& spec, const Arch& arch,
         // A 32-token tile of 2 warp rows (SKEW) x 4 column warps of 32 rows: each column warp reduces one
         // 8-row quarter of its warp row and takes 4 latent k32 steps and one of the 4 (rope step, m16
         // fragment) pairs; the copies run stages - 2 tiles ahead.
-        if (!spec.mla() || t.block_n != 32 || t.warp_rows != 32 || t.warps_m() != 2 || warps_n != 4 ||
-            t.stages < 3) {
+        if (!spec.mla() || t.block_n != 32 || t.warp_rows != 32 || t.warps_m() != 2 || warps_n != 4 || t.stages < 3) {
           bad("the qsplit kernel's mma=e4m3 path is for MLA with block_n 32, warp_rows 32, 2 warp rows of 4 "
               "column warps and stages >= 3 (kernel=qsplit,block_m=64,block_n=32,warps=8,stages=3,warp_rows=32,"
               "mma=e4m3)");
@@ -326,7 +324,10 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
                     "warps, stages, warp_rows, mma)",
                     positional_to_keys(fields)));
   }
-  VerifyTiles t = choose_verify_tiles(spec, arch);  // keys left out keep the generator's choice
+  // Keys left out keep the generator's choice, or with kernel=wgmma that family's one tiling.
+  VerifyTiles t = choose_verify_tiles(spec, arch);
+  if (std::find(fields.begin(), fields.end(), "kernel=wgmma") != fields.end())
+    t = {VerifyKernel::wgmma, 64, 64, 8, 2, 16};
   std::vector<std::string> seen;
   for (const std::string& field : fields) {
     const std::size_t eq = field.find('=');
@@ -365,12 +366,16 @@ VerifyTiles verify_tiles(const VerifySpec& spec, const Arch& arch) {
 
 bool prefers_e4m3_mma(const Arch& arch) { return has_block_scaled_e4m3_mma(arch); }
 
+// The wgmma family becomes sm_90's MLA default once its GPU parity grid has passed
+// on Hopper; until then it runs only where KDTREE_VERIFY_TILES asks for kernel=wgmma.
+constexpr bool kWgmmaIsDefault = false;
+
 VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   // Candidates in order of preference; the first that fits the arch's shared memory wins.
   std::vector<VerifyTiles> candidates;
   constexpr VerifyKernel flash = VerifyKernel::flash, qsplit = VerifyKernel::qsplit;
   // Fields: kernel, block_m, block_n, warps, stages, warp_rows.
-  if (spec.mla() && !spec.kv_fp8() && arch.sm == 90) {
+  if (spec.mla() && !spec.kv_fp8() && arch.sm == 90 && kWgmmaIsDefault) {
     // Hopper: warpgroup MMAs read Q, K and P from shared memory by descriptor; mma.sync
     // is capped there by ldmatrix's shared-memory traffic (docs/PERFORMANCE.md).
     candidates = {{VerifyKernel::wgmma, 64, 64, 8, 2, 16}, {flash, 64, 64, 8, 2, 32}};

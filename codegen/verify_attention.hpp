@@ -134,17 +134,15 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch);
 // The tuning override KDTREE_VERIFY_TILES="key=value,..." with the keys of
 // VerifyTiles::str() (kernel, block_m, block_n, warps, stages, warp_rows, mma), each at
 // most once; a key left out keeps the generator's choice for the spec and arch
-// (choose_verify_tiles). Ranges: kernel flash, qsplit or wgmma; block_m 16..256, a multiple
-// of warp_rows; block_n 16..256, a multiple of 16 (flash: and of 8 x the column
-// warps); warps 1..32, a multiple of block_m / warp_rows; stages 2..8; warp_rows 16
-// or 32; head_dim_v a multiple of 64 x the column warps; qsplit is MLA only, with
-// block_n 16 and warp_rows = 8 x the column warps (mma=e4m3: block_n 32, warp_rows
-// 32, 2 warp rows of 4 column warps, stages >= 3); wgmma is MLA over 16-bit caches on
-// sm_90 only, with exactly block_m=64,block_n=64,warps=8,stages=2,warp_rows=16; mma
-// 16bit or e4m3 (e4m3 caches, block_n a multiple of 32, sm_89 and newer). The tiles must fit the arch's
-// shared memory. Throws KDTREE_ERROR_INVALID_ARGUMENT naming KDTREE_VERIFY_TILES
-// and the key otherwise; the old positional form ("64,16,8,4,32,qsplit") is refused
-// with its key=value spelling.
+// (choose_verify_tiles; with kernel=wgmma, that family's one tiling). Ranges: kernel flash, qsplit or wgmma;
+// block_m 16..256, a multiple of warp_rows; block_n 16..256, a multiple of 16 (flash: and of 8 x the column warps);
+// warps 1..32, a multiple of block_m / warp_rows; stages 2..8; warp_rows 16 or 32; head_dim_v a multiple of 64 x the
+// column warps; qsplit is MLA only, with block_n 16 and warp_rows = 8 x the column warps (mma=e4m3: block_n 32,
+// warp_rows 32, 2 warp rows of 4 column warps, stages >= 3); wgmma is MLA over 16-bit caches on sm_90 only, with
+// exactly block_m=64,block_n=64,warps=8,stages=2,warp_rows=16; mma 16bit or e4m3 (e4m3 caches, block_n a multiple of
+// 32, sm_89 and newer). The tiles must fit the arch's shared memory. Throws KDTREE_ERROR_INVALID_ARGUMENT naming
+// KDTREE_VERIFY_TILES and the key otherwise; the old positional form ("64,16,8,4,32,qsplit") is refused with its
+// key=value spelling.
 VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, const Arch& arch);
 
 // The tiles kernels are generated with: parse_verify_tiles of KDTREE_VERIFY_TILES

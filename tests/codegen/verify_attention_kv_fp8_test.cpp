@@ -13,8 +13,8 @@
 #include "codegen/arch.hpp"
 #include "codegen/render.hpp"
 #include "codegen/verify_attention.hpp"
-#include "verify_attention_layout.h"
 #include "runtime/runtime.hpp"
+#include "verify_attention_layout.h"
 
 using namespace kdtree::codegen;
 namespace fs = std::filesystem;
@@ -176,9 +176,9 @@ TEST_CASE("verify_attention[kv=e4m3]: sm_120/sm_121 choose the e4m3 MMA path, th
   CHECK(verify_smem_bytes(spec_of(supported_heads()[0], KDTREE_KV_DTYPE_E4M3), mla120) <=
         arch_from_sm(120).max_smem_per_block);
   // The flash e4m3 MLA kernel: its e4m3 Q tile (64 x 640 bytes) fits 99 KB too.
-  const VerifyTiles flash120 = parse_verify_tiles(
-      "kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16,mma=e4m3",
-      spec_of(supported_heads()[0], KDTREE_KV_DTYPE_E4M3), arch_from_sm(120));
+  const VerifyTiles flash120 =
+      parse_verify_tiles("kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16,mma=e4m3",
+                         spec_of(supported_heads()[0], KDTREE_KV_DTYPE_E4M3), arch_from_sm(120));
   const FlashSmemLayout l = flash_smem_layout(spec_of(supported_heads()[0], KDTREE_KV_DTYPE_E4M3), flash120);
   CHECK(l.q_scale == 64 * 640);
   CHECK(l.k == l.q_scale + 64 * 4);

@@ -711,16 +711,15 @@ TEST_CASE("verify_attention GPU: bad e4m3 scales and scales on 16-bit caches nev
   }
 }
 
-// sm_90's MLA kernel (templates/verify_attention_wgmma.cu: warpgroup MMAs, sm_90a
-// only) with its tiles forced, so the tests keep running it whatever the
-// generator prefers; not run on other GPUs. `schedule` as QsplitSession's.
+// The wgmma family (templates/verify_attention_wgmma.cu: warpgroup MMAs, sm_90a
+// only) with its tiles forced, whatever the generator prefers; not run on other GPUs. `schedule` as QsplitSession's.
 struct WgmmaSession {
   static constexpr const char* kTiles = "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16";
   kdtree::test::EnvVar tiles;
   kdtree::test::EnvVar schedule;
   Session session;
-  explicit WgmmaSession(const char* schedule_value = "", const char* tiles_value = kTiles)
-      : tiles("KDTREE_VERIFY_TILES", tiles_value), schedule("KDTREE_VERIFY_SCHEDULE", schedule_value) {
+  explicit WgmmaSession(const char* schedule_value = "")
+      : tiles("KDTREE_VERIFY_TILES", kTiles), schedule("KDTREE_VERIFY_SCHEDULE", schedule_value) {
     session.kv16_only = true;
   }
   bool runs() {
@@ -760,14 +759,4 @@ TEST_CASE("verify_attention GPU: wgmma kernel flags and NaNs bad pages and node 
     check_page_index_errors(w.session, mla);
     check_node_count_errors(w.session, mla);
   }
-}
-
-// The portable flash kernel, which the wgmma family replaced as sm_90's MLA default,
-// still checked there (elsewhere it is a default and the main grid runs it).
-TEST_CASE(
-    "verify_attention GPU parity: mla576/512 flash on sm_90 (tiles "
-    "kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32)") {
-  WgmmaSession w("", "kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32");
-  if (!w.runs()) return;
-  run_head_grid(576, 512, 13, w.session);
 }

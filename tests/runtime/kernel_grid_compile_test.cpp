@@ -14,6 +14,8 @@
 
 #include "codegen/grid.hpp"
 #include "codegen/render.hpp"
+#include "codegen/shapes.hpp"
+#include "codegen/verify_attention.hpp"
 #include "runtime/runtime.hpp"
 
 namespace fs = std::filesystem;
@@ -78,3 +80,34 @@ void compile_grid(int sm) {
 TEST_CASE("default grid compiles for sm_120 within 99 KB shared memory and without spills") { compile_grid(120); }
 
 TEST_CASE("default grid compiles for sm_90 without spills") { compile_grid(90); }
+
+// sm_90's wgmma family (sm_90a), over every MLA 16-bit point of the grid: it compiles,
+// without spills, within the shared memory a Hopper block may take.
+TEST_CASE("the wgmma family compiles for sm_90a at every MLA 16-bit grid point without spills") {
+  fs::path dir = fs::temp_directory_path() / ("kdtree-wgmma-test-" + std::to_string(::getpid()));
+  auto rt = Engine::offline(90, dir.string());
+  const codegen::Arch arch = rt->arch();
+  int compiled = 0;
+  for (int W : codegen::supported_widths()) {
+    for (int page : codegen::supported_page_sizes()) {
+      for (kdtree_dtype dtype : {KDTREE_DTYPE_BF16, KDTREE_DTYPE_F16}) {
+        const codegen::VerifySpec spec = codegen::validate_verify_spec({576, 512, 16, 1, page, W, dtype});
+        const codegen::VerifyTiles tiles = codegen::parse_verify_tiles("kernel=wgmma", spec, arch);
+        const codegen::KernelSource src = codegen::generate_verify_attention(spec, arch, tiles);
+        INFO(src.label << " " << tiles.str());
+        CHECK(src.arch_specific);
+        const auto m = rt->compile(src);
+        REQUIRE(m);
+        for (const auto& [entry, use] : m->usage) {
+          INFO(entry << ": " << use.registers << " registers");
+          CHECK(use.spill_stores == 0);
+          CHECK(use.spill_loads == 0);
+          CHECK(use.static_smem + src.launch.dynamic_smem <= arch.max_smem_per_block);
+        }
+        ++compiled;
+      }
+    }
+  }
+  CHECK(compiled == 2 * int(codegen::supported_widths().size() * codegen::supported_page_sizes().size()));
+  fs::remove_all(dir);
+}

@@ -67,11 +67,11 @@ TEST_CASE("verify_plan: KDTREE_VERIFY_SCHEDULE forces stream-K or uniform splits
     CHECK(tiny.workspace_bytes == 0);
     CHECK(tiny.combine_ctas == 0);
     CHECK(plan(120, mla(16, 32), 8, 32, 4096, 2).num_splits == 2);  // a forced count still wins
-    CHECK(plan(90, mla(16, 32), 8, 32, 4096).stream_ctas == 132);   // sm_90's wgmma kernel runs it too
-    kdtree_verify_spec gqa = mla(16, 32);
-    gqa.head_dim_qk = gqa.head_dim_v = 128;
-    gqa.num_kv_heads = 2;
-    CHECK(plan(90, gqa, 8, 32, 4096).stream_ctas == 0);  // the flash kernel has no stream-K
+    CHECK(plan(90, mla(16, 32), 8, 32, 4096).stream_ctas == 0);     // sm_90's flash kernel has no stream-K
+    {
+      const test::EnvVar tiles("KDTREE_VERIFY_TILES", "kernel=wgmma");  // the wgmma kernel runs it
+      CHECK(plan(90, mla(16, 32), 8, 32, 4096).stream_ctas == 132);
+    }
   }
   {
     ScopedSchedule s("splits");
