@@ -366,18 +366,15 @@ VerifyTiles verify_tiles(const VerifySpec& spec, const Arch& arch) {
 
 bool prefers_e4m3_mma(const Arch& arch) { return has_block_scaled_e4m3_mma(arch); }
 
-// The wgmma family becomes sm_90's MLA default once its GPU parity grid has passed
-// on Hopper; until then it runs only where KDTREE_VERIFY_TILES asks for kernel=wgmma.
-constexpr bool kWgmmaIsDefault = false;
-
 VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   // Candidates in order of preference; the first that fits the arch's shared memory wins.
   std::vector<VerifyTiles> candidates;
   constexpr VerifyKernel flash = VerifyKernel::flash, qsplit = VerifyKernel::qsplit;
   // Fields: kernel, block_m, block_n, warps, stages, warp_rows.
-  if (spec.mla() && !spec.kv_fp8() && arch.sm == 90 && kWgmmaIsDefault) {
+  if (spec.mla() && !spec.kv_fp8() && arch.sm == 90) {
     // Hopper: warpgroup MMAs read Q, K and P from shared memory by descriptor; mma.sync
-    // is capped there by ldmatrix's shared-memory traffic (docs/PERFORMANCE.md).
+    // is capped there by ldmatrix's shared-memory traffic. H200: 1.2-1.8x the flash
+    // kernel on bench_verify's MLA shapes (docs/PERFORMANCE.md).
     candidates = {{VerifyKernel::wgmma, 64, 64, 8, 2, 16}, {flash, 64, 64, 8, 2, 32}};
   } else if (spec.mla()) {
     // MLA's 576-wide rows make Q and K tiles large: V columns are split over

@@ -18,7 +18,6 @@
 #include "codegen/render.hpp"
 #include "codegen/template_store.hpp"
 #include "codegen/verify_attention.hpp"
-#include "tests/support/env_var.hpp"
 
 using namespace kdtree::codegen;
 
@@ -89,17 +88,12 @@ TEST_CASE("templates: the config defaults are a shape the generator produces") {
   // Each config header's defaults are one generated point's prelude: verify_attention
   // (flash) is sm_80's MLA 576/512, W=64, page 64, bf16; verify_attention_qsplit
   // sm_120's; verify_attention_wgmma sm_90's; the tree ops' any arch's default point.
-  // (sm_90's MLA default until the wgmma family becomes it: the pass with
-  // KDTREE_VERIFY_TILES=kernel=wgmma, verify_attention only.)
   std::set<std::string> checked;
-  for (int sm : {120, 90, 80, 0}) {
-    const kdtree::test::EnvVar tiles("KDTREE_VERIFY_TILES",
-                                     sm == 0 ? std::optional<std::string>("kernel=wgmma") : std::nullopt);
+  for (int sm : {120, 90, 80}) {
     for (const OpInfo& op : operations()) {
-      if (sm == 0 && std::string(op.name) != "verify_attention") continue;
       OpPoint point;
       if (std::string(op.name) == "sample_tokens") point.dtype = KDTREE_DTYPE_BF16;
-      const KernelSource ks = op.generate(point, arch_from_sm(sm == 0 ? 90 : sm));
+      const KernelSource ks = op.generate(point, arch_from_sm(sm));
       const auto config = std::find_if(ks.headers.begin(), ks.headers.end(), [](const auto& h) {
         return h.first.size() > 9 && h.first.compare(h.first.size() - 9, 9, "_config.h") == 0;
       });

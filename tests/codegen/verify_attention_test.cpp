@@ -125,16 +125,16 @@ TEST_CASE("tiles fit each arch's shared memory") {
     CHECK(m.warps == 8);
     CHECK(generate_verify_attention(mla, arch_from_sm(sm)).source.find("Q lives in registers") != std::string::npos);
   }
-  // Hopper: the portable flash kernel until the wgmma family has passed its GPU parity grid
-  // (KDTREE_VERIFY_TILES=kernel=wgmma runs it); e4m3 caches keep the dequantising flash kernel.
-  CHECK(choose_verify_tiles(mla, arch_from_sm(90)).kernel == VerifyKernel::flash);
+  // Hopper: the wgmma family for 16-bit caches; e4m3 caches keep the dequantising flash kernel.
+  CHECK(choose_verify_tiles(mla, arch_from_sm(90)).kernel == VerifyKernel::wgmma);
   VerifySpec mla_e4m3 = mla;
   mla_e4m3.kv_dtype = KDTREE_KV_DTYPE_E4M3;
   CHECK(choose_verify_tiles(mla_e4m3, arch_from_sm(90)).kernel == VerifyKernel::flash);
   for (int sm : {80, 86, 89, 100, 120}) CHECK(choose_verify_tiles(mla, arch_from_sm(sm)).kernel != VerifyKernel::wgmma);
   CHECK(choose_verify_tiles(mla, arch_from_sm(80)).kernel == VerifyKernel::flash);
   // The wgmma layout: Q, two K stages, P on 1024-byte swizzle atoms, the row exchange, the walk.
-  const VerifyTiles w90 = parse_verify_tiles("kernel=wgmma", mla, arch_from_sm(90));
+  const VerifyTiles w90 = choose_verify_tiles(mla, arch_from_sm(90));
+  CHECK(parse_verify_tiles("kernel=wgmma", mla, arch_from_sm(90)).str() == w90.str());
   CHECK(w90.str() == "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16");
   const WgmmaSmemLayout wl = wgmma_smem_layout(mla, w90);
   CHECK(wl.k == 64 * 576 * 2);

@@ -711,21 +711,23 @@ TEST_CASE("verify_attention GPU: bad e4m3 scales and scales on 16-bit caches nev
   }
 }
 
-// The wgmma family (templates/verify_attention_wgmma.cu: warpgroup MMAs, sm_90a
-// only) with its tiles forced, whatever the generator prefers; not run on other GPUs. `schedule` as QsplitSession's.
-struct WgmmaSession {
+// Tiles forced on sm_90 GPUs only (not run on others): by default the wgmma family
+// (templates/verify_attention_wgmma.cu: warpgroup MMAs, sm_90a only; sm_90's MLA
+// default for 16-bit caches, the grid's 16-bit points), so these cases keep running
+// it whatever the generator prefers. `schedule` as QsplitSession's.
+struct Sm90TilesSession {
   static constexpr const char* kTiles = "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16";
   kdtree::test::EnvVar tiles;
   kdtree::test::EnvVar schedule;
   Session session;
-  explicit WgmmaSession(const char* schedule_value = "")
-      : tiles("KDTREE_VERIFY_TILES", kTiles), schedule("KDTREE_VERIFY_SCHEDULE", schedule_value) {
-    session.kv16_only = true;
+  explicit Sm90TilesSession(const char* schedule_value = "", const char* tiles_value = kTiles, bool kv16_only = true)
+      : tiles("KDTREE_VERIFY_TILES", tiles_value), schedule("KDTREE_VERIFY_SCHEDULE", schedule_value) {
+    session.kv16_only = kv16_only;
   }
   bool runs() {
     int sm = 0;
     REQUIRE(kdtree_runtime_arch(session.rt, &sm) == KDTREE_OK);
-    if (sm != 90) MESSAGE("not run: the wgmma kernel is sm_90a only, this GPU is sm_" << sm);
+    if (sm != 90) MESSAGE("not run: these tiles are sm_90's (wgmma: sm_90a only), this GPU is sm_" << sm);
     return sm == 90;
   }
 };
@@ -733,19 +735,19 @@ struct WgmmaSession {
 TEST_CASE(
     "verify_attention GPU parity: mla576/512 wgmma (sm_90's kernel, tiles "
     "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16)") {
-  WgmmaSession w;
+  Sm90TilesSession w;
   if (!w.runs()) return;
   run_head_grid(576, 512, 11, w.session);
 }
 
 TEST_CASE("verify_attention GPU parity: mla576/512 wgmma stream-K (KDTREE_VERIFY_SCHEDULE=stream)") {
-  WgmmaSession w("stream");
+  Sm90TilesSession w("stream");
   if (!w.runs()) return;
   run_head_grid(576, 512, 12, w.session);
 }
 
 TEST_CASE("verify_attention GPU parity: wgmma stream-K with one and with a few CTAs") {
-  WgmmaSession w("stream");
+  Sm90TilesSession w("stream");
   if (!w.runs()) return;
   check_stream_few_ctas(w.session, base_seed() * 1000 + 980);
 }
@@ -754,9 +756,19 @@ TEST_CASE("verify_attention GPU: wgmma kernel flags and NaNs bad pages and node 
   const std::vector<kdtree_verify_spec> mla = {error_specs()[0]};
   for (const char* schedule : {"splits", "stream"}) {
     INFO("KDTREE_VERIFY_SCHEDULE=" << schedule);
-    WgmmaSession w(schedule);
+    Sm90TilesSession w(schedule);
     if (!w.runs()) return;
     check_page_index_errors(w.session, mla);
     check_node_count_errors(w.session, mla);
   }
+}
+
+// The portable flash kernel, which the wgmma family replaced as sm_90's MLA default
+// for 16-bit caches, still checked there (elsewhere the main grid runs it).
+TEST_CASE(
+    "verify_attention GPU parity: mla576/512 flash on sm_90 (tiles "
+    "kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32)") {
+  Sm90TilesSession w("", "kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32", false);
+  if (!w.runs()) return;
+  run_head_grid(576, 512, 13, w.session);
 }

@@ -67,10 +67,10 @@ TEST_CASE("verify_plan: KDTREE_VERIFY_SCHEDULE forces stream-K or uniform splits
     CHECK(tiny.workspace_bytes == 0);
     CHECK(tiny.combine_ctas == 0);
     CHECK(plan(120, mla(16, 32), 8, 32, 4096, 2).num_splits == 2);  // a forced count still wins
-    CHECK(plan(90, mla(16, 32), 8, 32, 4096).stream_ctas == 0);     // sm_90's flash kernel has no stream-K
+    CHECK(plan(90, mla(16, 32), 8, 32, 4096).stream_ctas == 132);   // sm_90's wgmma kernel runs it
     {
-      const test::EnvVar tiles("KDTREE_VERIFY_TILES", "kernel=wgmma");  // the wgmma kernel runs it
-      CHECK(plan(90, mla(16, 32), 8, 32, 4096).stream_ctas == 132);
+      const test::EnvVar tiles("KDTREE_VERIFY_TILES", "kernel=flash,warp_rows=32");  // the flash kernel does not
+      CHECK(plan(90, mla(16, 32), 8, 32, 4096).stream_ctas == 0);
     }
   }
   {
