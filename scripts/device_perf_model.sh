@@ -4,7 +4,7 @@
 # through KDTREE_VERIFY_TILES, the SM clock sampled while they run, and the
 # parity tests of the sm_120 tile sets. Runs on the GPU over .carry/
 # (scripts/pack_device_carry.sh). Back here:
-#   python3 tools/perf_model/perf_model.py validate --measured $OUT/bench_default.txt
+#   python3 tools/perf_model/perf_model.py validate --measured $OUT/bench_default.txt --tiles kernel=flash,warp_rows=32
 #   python3 tools/perf_model/perf_model.py --shape mla validate --measured $OUT/bench_sm120_mla.txt --tiles kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32
 #   python3 tools/perf_model/perf_model.py --shape gqa64 validate --measured $OUT/bench_sm120_gqa64.txt --tiles block_m=128,block_n=64,warps=4,stages=2,warp_rows=32
 #   python3 tools/perf_model/perf_model.py --shape gqa256 validate --measured $OUT/bench_sm120_gqa256.txt --tiles block_m=64,block_n=32,warps=4,stages=2,warp_rows=16
@@ -23,7 +23,7 @@ bench() {  # NAME TILES SHAPE
   echo "== bench_verify tiles=${2:-default} shape=${3:-all}"
   KDTREE_VERIFY_TILES=$2 "$carry/bin/bench_verify" --iters 20 ${3:+--shape $3} | tee "$out/bench_$1.txt" || status=1
 }
-bench default "" ""
+bench default kernel=flash,warp_rows=32 ""  # the portable kernel: sm_90's MLA default (wgmma) is not modelled
 bench sm120_mla kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32 mla
 bench sm120_gqa64 kernel=flash,block_m=128,block_n=64,warps=4,stages=2,warp_rows=32 gqa64
 bench sm120_gqa256 kernel=flash,block_m=64,block_n=32,warps=4,stages=2,warp_rows=16 gqa256

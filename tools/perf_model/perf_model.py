@@ -37,6 +37,16 @@ def kv_elem_bytes(plan: dict) -> int:
     return 1 if plan.get("kv_dtype") == "e4m3" else 2
 
 
+def unmodelled(plan: dict) -> None:
+    """Stops with a clear message on a family the simulation does not model: the wgmma
+    family's warpgroup MMAs (HGMMA, sm_90a) run asynchronously beside the warps, which
+    the per-warp issue model cannot represent; docs/PERFORMANCE.md has its ncu reading."""
+    if plan.get("family") == "wgmma":
+        raise SystemExit("perf_model: the wgmma family (sm_90's MLA default for 16-bit caches) is not modelled; "
+                         "model the portable kernel with --tiles kernel=flash,warp_rows=32, and see "
+                         "docs/PERFORMANCE.md (Hopper: the wgmma family) for what binds the wgmma kernel")
+
+
 def copies_per_thread(plan: dict) -> int:
     """16-byte cp.async copies per thread and KV tile (templates/verify_attention_common.cuh:
     ROW_LANES lanes per token row, 8, or 16 when a pass of 8-lane rows is taller than the
@@ -84,6 +94,7 @@ def load(arch: str, tiles: str | None, plan_tool: str, cache_dir: str | None, sh
         result = []
         for plan in plans:
             name = plan["kernel"]
+            unmodelled(plan)
             if name not in kernels:
                 with open(os.path.join(out, name + ".log")) as f:
                     log_text = f.read()
@@ -109,6 +120,7 @@ def grid_kernels(args, arch: str) -> list[tuple[dict, kernel_mod.Kernel]]:
             if not line.startswith("{"):
                 continue
             plan = json.loads(line)
+            unmodelled(plan)
             with open(os.path.join(out, plan["kernel"] + ".log")) as f:
                 log_text = f.read()
             result.append((plan, kernel_mod.analyse(os.path.join(out, plan["kernel"] + ".cubin"),
