@@ -497,6 +497,12 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
   std::string kernel_template;
   std::vector<std::string> headers = {"verify_attention_params.h", "verify_attention_layout.h", "kv_fp8.cuh",
                                       "verify_attention_common.cuh", "verify_attention_combine.cuh"};
+  // A family whose segment walk runs stream-K plans, merged by their own combine.
+  auto runs_stream_k = [&] {
+    src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine", "kdtree_verify_combine_stream"};
+    src.launch.stream_k = true;
+    headers.push_back("verify_attention_combine_stream.cuh");
+  };
   switch (tiles.kernel) {
     case VerifyKernel::flash: {
       const FlashSmemLayout smem = flash_smem_layout(spec, tiles);
@@ -518,9 +524,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       params["SMEM_RED"] = std::to_string(smem.red);
       params["SMEM_WALK"] = std::to_string(smem.walk);
       src.launch.dynamic_smem = smem.bytes;
-      src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine", "kdtree_verify_combine_stream"};
-      src.launch.stream_k = true;
-      headers.push_back("verify_attention_combine_stream.cuh");
+      runs_stream_k();
       headers.push_back("wgmma.cuh");
       break;
     }
@@ -533,10 +537,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       params["SMEM_Q_SCALE"] = std::to_string(smem.q_scale);
       params["SMEM_WALK"] = std::to_string(smem.walk);
       src.launch.dynamic_smem = smem.bytes;
-      // Its segment walk runs stream-K plans, merged by their own combine.
-      src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine", "kdtree_verify_combine_stream"};
-      src.launch.stream_k = true;
-      headers.push_back("verify_attention_combine_stream.cuh");
+      runs_stream_k();
       break;
     }
   }

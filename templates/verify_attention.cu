@@ -556,8 +556,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     cta_row_exchange<true>(l_run, sred, wm, wn, lane);
   }
   // A bad page or request poisons its rows with NaN (the flag says why).
-  const bool poisoned = __syncthreads_or(bad_page);
-  if (bad_page && p.error_flags) atomicOr(p.error_flags, KDTREE_DEVICE_ERROR_PAGE_INDEX);
+  const bool poisoned = bad_page_seen(p, bad_page);
 
   // ---- writing rows: O / l as 16-bit out and the natural-log LSE, or with split
   // KV the fp32 partials and the log2-domain LSE for kdtree_verify_combine.

@@ -591,6 +591,23 @@ static __device__ __forceinline__ void walk_begin(const kdtree_verify_params& p,
   }
 }
 
+// The segment's output target (split and stream-K slot), read again from the walk
+// after the tile loop: volatile, so it holds no registers through the loop.
+static __device__ __forceinline__ Segment segment_target(const SegmentWalk& walk) {
+  Segment target = {};
+  target.partial_split = ((volatile const Segment&)walk.seg).partial_split;
+  target.partial_slot = ((volatile const Segment&)walk.seg).partial_slot;
+  return target;
+}
+
+// After a segment's copies: whether any thread of the CTA met a page id outside the
+// cache (its rows are then poisoned with NaN), flagged as PAGE_INDEX.
+static __device__ __forceinline__ bool bad_page_seen(const kdtree_verify_params& p, bool bad_page) {
+  const bool seen = __syncthreads_or(bad_page);
+  if (bad_page && p.error_flags) atomicOr(p.error_flags, KDTREE_DEVICE_ERROR_PAGE_INDEX);
+  return seen;
+}
+
 // The partial row (index into partial_lse; times HEAD_DIM_V into partial_o) of
 // row r of a segment's row tile, output row orow.
 static __device__ __forceinline__ long long partial_row(const kdtree_verify_params& p, const Segment& sg, int r,

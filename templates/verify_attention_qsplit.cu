@@ -709,13 +709,10 @@ static __device__ __forceinline__ void segment8(const kdtree_verify_params& p, c
     srow_l[red_row] = st.l;
     srow_m[red_row] = st.m;
   }
-  const bool poisoned = __syncthreads_or(bad_page);
-  if (bad_page && p.error_flags) atomicOr(p.error_flags, KDTREE_DEVICE_ERROR_PAGE_INDEX);
+  const bool poisoned = bad_page_seen(p, bad_page);
 
   // ---- writing rows (the 16-bit path's), each local row to its CTA row.
-  Segment target;
-  target.partial_split = ((volatile Segment&)walk.seg).partial_split;
-  target.partial_slot = ((volatile Segment&)walk.seg).partial_slot;
+  const Segment target = segment_target(walk);
   const bool partial = target.partial_split >= 0 || target.partial_slot >= 0;
   const int out_head0 = ((volatile Segment&)walk.seg).kv_head * p.group;
 #pragma unroll
@@ -840,15 +837,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
       srow_m[lanes.red_row] = st.m;
     }
     // A bad page or request poisons its rows with NaN (the flag says why).
-    const bool poisoned = __syncthreads_or(bad_page);
-    if (bad_page && p.error_flags) atomicOr(p.error_flags, KDTREE_DEVICE_ERROR_PAGE_INDEX);
+    const bool poisoned = bad_page_seen(p, bad_page);
 
     // ---- writing rows: as verify_attention.cu (16-bit out and natural-log LSE, or
     // the fp32 partials and log2-domain LSE of a split or a stream-K slot).
     // The segment's target, read again: it holds no registers through the loop.
-    Segment target;
-    target.partial_split = ((volatile Segment&)walk.seg).partial_split;
-    target.partial_slot = ((volatile Segment&)walk.seg).partial_slot;
+    const Segment target = segment_target(walk);
     const bool partial = target.partial_split >= 0 || target.partial_slot >= 0;
     const int out_head0 = ((volatile Segment&)walk.seg).kv_head * p.group;  // the KV head's first query head
 #pragma unroll

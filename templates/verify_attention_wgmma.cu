@@ -297,14 +297,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
       l_row[h] += __shfl_xor_sync(0xffffffffu, l_row[h], 2);
       if (lane % 4 == 0) red[wg * BLOCK_M + r_lo + 8 * h] = l_row[h];
     }
-    const bool poisoned = __syncthreads_or(bad_page);
-    if (bad_page && p.error_flags) atomicOr(p.error_flags, KDTREE_DEVICE_ERROR_PAGE_INDEX);
+    const bool poisoned = bad_page_seen(p, bad_page);
 
     // ---- writing rows (16-bit out and natural-log LSE, or a split's / stream-K
     // slot's fp32 partials and log2-domain LSE), as the other families.
-    Segment target;
-    target.partial_split = ((volatile Segment&)walk.seg).partial_split;
-    target.partial_slot = ((volatile Segment&)walk.seg).partial_slot;
+    const Segment target = segment_target(walk);
     const bool partial = target.partial_split >= 0 || target.partial_slot >= 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
