@@ -130,7 +130,7 @@ std::string FlashSmemLayout::str() const {
 }
 
 std::string WgmmaSmemLayout::str() const {
-  return fmt::format("q={},k={},p={},red={},walk={},bytes={}", q, k, p, red, walk, bytes);
+  return fmt::format("q={},p1={},k={},p={},red={},bar={},walk={},bytes={}", q, p1, k, p, red, bar, walk, bytes);
 }
 
 std::string QsplitSmemLayout::str() const {
@@ -200,10 +200,12 @@ QsplitSmemLayout qsplit_smem_layout(const VerifySpec& spec, const VerifyTiles& t
 WgmmaSmemLayout wgmma_smem_layout(const VerifySpec& spec, const VerifyTiles& t) {
   WgmmaSmemLayout l;
   l.q = 0;
-  l.k = t.block_m * spec.head_dim_qk * 2;
+  l.p1 = t.block_m * spec.head_dim_v * 2;
+  l.k = l.p1 + t.block_m * t.block_n * 2;
   l.p = l.k + t.stages * k_tile_bytes(spec, t);
   l.red = l.p + t.block_m * t.block_n * 2;
-  l.walk = l.red + 2 * t.block_m * 4;
+  l.bar = l.red + 2 * t.block_m * 4;
+  l.walk = l.bar + t.stages * 3 * 8;
   l.bytes = l.walk + KDTREE_SEGMENT_WALK_BYTES;
   return l;
 }
@@ -522,6 +524,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       params["SMEM_K"] = std::to_string(smem.k);
       params["SMEM_P"] = std::to_string(smem.p);
       params["SMEM_RED"] = std::to_string(smem.red);
+      params["SMEM_BAR"] = std::to_string(smem.bar);
       params["SMEM_WALK"] = std::to_string(smem.walk);
       src.launch.dynamic_smem = smem.bytes;
       runs_stream_k();

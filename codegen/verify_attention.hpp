@@ -109,11 +109,13 @@ struct QsplitSmemLayout {
   int bytes = 0;
   std::string str() const;
 };
-// wgmma: Q (BLOCK_M x head_dim_qk 16-bit, 64-dim column blocks) | K stages | P
-// (BLOCK_M x block_n 16-bit) | the row exchange ([2][block_m] floats) | the
-// segment walk. Every operand buffer starts on a 1024-byte swizzle atom.
+// wgmma: Q's latent dims (BLOCK_M x head_dim_v 16-bit, 64-dim column blocks) |
+// slot 1's P (BLOCK_M x block_n 16-bit, where Q's rope block would lie: the rope
+// stays in registers) | K slots | slot 0's P | the row exchange ([2][block_m]
+// floats) | the copies' mbarriers ([stages][3] x 8 bytes) | the segment walk.
+// Every operand buffer starts on a 1024-byte swizzle atom.
 struct WgmmaSmemLayout {
-  int q = 0, k = 0, p = 0, red = 0, walk = 0;
+  int q = 0, p1 = 0, k = 0, p = 0, red = 0, bar = 0, walk = 0;
   int bytes = 0;
   std::string str() const;
 };

@@ -3,23 +3,34 @@
 // verify_attention.cu's and verify_attention_qsplit.cu's; what differs is where
 // the operands live. mma.sync on Hopper reads both operands through ldmatrix and
 // is capped by the shared-memory port at about 40% of the tensor rate; wgmma reads
-// them from shared memory by descriptor, so no warp loads a fragment.
+// them from shared memory by descriptor (or A from registers), so no warp loads a
+// B fragment.
 //
 // A CTA owns BLOCK_M = 64 rows (node x head) of one request and runs two
 // warpgroups over them (wgmma's m64: a warpgroup's four warps hold 16 rows each).
-// Shared memory holds the Q tile, two stages of 64 K rows (MLA: V is the first 512
-// dims of the same rows) and P, each in 64-dim column blocks of 128-byte swizzled
-// rows (wgmma.cuh). Per KV tile of BLOCK_N = 64 tokens:
-//   compute_qk       warpgroup g: S_g = Q K[32g .. 32g + 32)^T, m64n32k16 x 36
+// Shared memory holds Q's 512 latent dims, two slots of BLOCK_N = 64 K rows (MLA:
+// V is the first 512 dims of the same rows) and two P tiles, in 64-dim column
+// blocks of 128-byte swizzled rows (wgmma.cuh). Q's 64 rope dims stay in
+// registers, and slot 1's P takes their place. The KV tiles go in pairs: tile 2j
+// to slot 0, 2j + 1 to slot 1. Per pair, warpgroup g:
+//   compute_qk       S_g = Q K_g^T over its own slot's 64 tokens (m64n64k16 x 36,
+//                    the rope steps with A from registers), column range by
+//                    column range as each range's copies complete (mbarriers)
 //   logits_mask      edge tiles only (is_edge_tile)
-//   row max          exchanged between the warpgroups through shared memory; both
-//                    then run the same lazy online-softmax update, so they agree
-//                    on every row's reference max and O rescale factor
-//   P                exp2 of the scaled scores, to shared memory as 16-bit values
-//   compute_pv       warpgroup g: O_g = alpha O_g + P V[:, 256g .. 256g + 256),
-//                    m64n256k16 x 4, left running into the next tile's QK
-// The next tile's copies start once every warpgroup has waited for the previous
-// PV (the row-max barrier), into the stage that PV read.
+//   row max          exchanged through shared memory; both warpgroups run the
+//                    same lazy online-softmax update over both tiles' maxima, so
+//                    they agree on every reference max and rescale factor
+//   P                exp2 of the scaled scores: to registers (the A operand of its
+//                    own tile's PV) and to shared memory (the other warpgroup's)
+//   compute_pv       O_g = alpha O_g + P_0 V_0[:, 256g ..) + P_1 V_1[:, 256g ..)
+//                    (m64n256k16 x 4 per tile; slot 0's tile first)
+// Copies are cp.async whose completion arrives on an mbarrier per (slot, column
+// range): range 0 = V columns [0, 256), range 1 = [256, 512), range 2 = the rope.
+// A range is refilled by the warpgroup that reads it last, once its MMAs on it
+// have retired: the rope by the slot's QK warpgroup right after its QK, V column
+// half h by warpgroup h after its PV over that slot. So the next pair's copies
+// run under this pair's PV and the rope copies under the softmax; the CTA
+// synchronises twice a pair (row max, P) and never waits for a copy it did not need.
 
 #include "verify_attention_wgmma_config.h"
 #include "verify_attention_common.cuh"
@@ -27,46 +38,57 @@
 #include "wgmma.cuh"
 
 // Byte offsets in dynamic shared memory (codegen's WgmmaSmemLayout): Q at 0.
-constexpr int SMEM_K = KD_SMEM_K;
-constexpr int SMEM_P = KD_SMEM_P;
+constexpr int SMEM_K = KD_SMEM_K;      // the two K slots
+constexpr int SMEM_P = KD_SMEM_P;      // slot 0's P
 constexpr int SMEM_RED = KD_SMEM_RED;  // [WGS][BLOCK_M] floats
+constexpr int SMEM_BAR = KD_SMEM_BAR;  // [SLOTS][RANGES] mbarriers
 constexpr int SMEM_WALK = KD_SMEM_WALK;
 
 constexpr int WG_THREADS = 128;
 constexpr int WGS = THREADS / WG_THREADS;
+constexpr int SLOTS = STAGES;
+constexpr int RANGES = 3;
 constexpr int ROW_BYTES = 128;                      // a swizzled row: 64 16-bit values
-constexpr int DIM_BLOCKS = HEAD_DIM / 64;           // column blocks of a Q / K row
+constexpr int DIM_BLOCKS = HEAD_DIM / 64;           // column blocks of a K row
+constexpr int V_BLOCKS = HEAD_DIM_V / 64;           // of its V part
 constexpr int Q_BLOCK_BYTES = BLOCK_M * ROW_BYTES;  // one column block of the Q tile
-constexpr int K_BLOCK_BYTES = BLOCK_N * ROW_BYTES;  // of a K stage
-constexpr int K_STAGE_BYTES = DIM_BLOCKS * K_BLOCK_BYTES;
-constexpr int S_COLS = BLOCK_N / WGS;  // a warpgroup's tokens of the tile
-constexpr int S_TILES = S_COLS / 8;    // its n8 tiles of S
-constexpr int V_COLS = HEAD_DIM_V / WGS;
+constexpr int K_BLOCK_BYTES = BLOCK_N * ROW_BYTES;  // of a K slot
+constexpr int K_SLOT_BYTES = DIM_BLOCKS * K_BLOCK_BYTES;
+constexpr int SMEM_P1 = V_BLOCKS * Q_BLOCK_BYTES;  // slot 1's P, where Q's rope block would lie
+constexpr int S_TILES = BLOCK_N / 8;               // n8 tiles of S
+constexpr int V_COLS = HEAD_DIM_V / WGS;           // a warpgroup's O columns
 constexpr int O_TILES = V_COLS / 8;
-constexpr int QK_STEPS = HEAD_DIM / 16;
+constexpr int ROPE_STEPS = (DIM_BLOCKS - V_BLOCKS) * 4;  // with Q from registers
 constexpr int PV_STEPS = BLOCK_N / 16;
 static_assert(IS_MLA && !KV_FP8, "the wgmma family: MLA over 16-bit caches");
 static_assert(BLOCK_M == 64 && WARPS_M == 4 && WARP_ROWS == 16 && WGS == 2 && WARPS_N == WGS,
               "two warpgroups, each all 64 rows (wgmma m64)");
-static_assert(BLOCK_N == 64 && S_COLS == 32 && V_COLS == 256 && STAGES == 2, "the MMA shapes of wgmma.cuh");
-static_assert(HEAD_DIM % 64 == 0 && HEAD_DIM_V == 4 * 64 * WGS, "whole column blocks");
-static_assert(SMEM_K == DIM_BLOCKS * Q_BLOCK_BYTES && SMEM_P == SMEM_K + STAGES * K_STAGE_BYTES &&
-                  SMEM_RED >= SMEM_P + BLOCK_M * ROW_BYTES && SMEM_WALK >= SMEM_RED + WGS * BLOCK_M * 4,
+static_assert(BLOCK_N == 64 && SLOTS == 2 && V_COLS == 256, "the MMA shapes of wgmma.cuh, one slot per warpgroup");
+static_assert(HEAD_DIM == HEAD_DIM_V + 64 && HEAD_DIM_V == 2 * V_COLS, "MLA: 512 latent dims and 64 rope dims");
+static_assert(SMEM_K == SMEM_P1 + Q_BLOCK_BYTES && SMEM_P == SMEM_K + SLOTS * K_SLOT_BYTES &&
+                  SMEM_RED >= SMEM_P + BLOCK_M * ROW_BYTES && SMEM_BAR >= SMEM_RED + WGS * BLOCK_M * 4 &&
+                  SMEM_WALK >= SMEM_BAR + SLOTS * RANGES * 8,
               "the generator's layout");
-static_assert(SMEM_K % 1024 == 0 && K_STAGE_BYTES % 1024 == 0 && SMEM_P % 1024 == 0, "swizzle atoms are 1024-aligned");
+static_assert(SMEM_K % 1024 == 0 && K_SLOT_BYTES % 1024 == 0 && SMEM_P % 1024 == 0 && SMEM_P1 % 1024 == 0,
+              "swizzle atoms are 1024-aligned");
+static_assert(SMEM_BAR % 8 == 0, "mbarriers are 8-byte aligned");
 static_assert(sizeof(SegmentWalk) <= KDTREE_SEGMENT_WALK_BYTES && SMEM_WALK % 8 == 0, "the walk's bytes");
-static_assert((THREADS + 2) * 8 <= SMEM_K, "the stream-K scan runs in Q's space before Q is loaded");
+static_assert((THREADS + 2) * 8 <= SMEM_P1, "the stream-K scan runs in Q's space before Q is loaded");
 
 // Byte offset of 16-byte unit u of row r in a column block of swizzled rows.
 static __device__ __forceinline__ kd_u32 sw128(int r, int u) { return r * ROW_BYTES + ((u ^ (r & 7)) << 4); }
 
-// ---- Copies. A row is 8 threads, one 16-byte unit of each 128-byte column block
-// apiece, so a row costs one address computation and DIM_BLOCKS cp.async.
+// The column blocks of range r of a slot: V's two halves, then the rope.
+static __host__ __device__ constexpr int range_lo(int r) { return r == 0 ? 0 : r == 1 ? V_BLOCKS / 2 : V_BLOCKS; }
+static __host__ __device__ constexpr int range_hi(int r) { return r == 0 ? V_BLOCKS / 2 : r == 1 ? V_BLOCKS : DIM_BLOCKS; }
 
-// The Q tile: BLOCK_M rows from row0 of the request's rows; rows past rows_total
-// are zero-filled (their results are dropped).
-static __device__ __forceinline__ void load_q_tile_sw128(const kdtree_verify_params& p, const Request& req, int row0,
-                                                         int rows_total, kd_u32 sq) {
+// ---- Copies.
+
+// Q's latent dims into shared memory (BLOCK_M rows from row0; rows past rows_total
+// zero-filled, their results dropped): a row is 8 threads, one 16-byte unit of each
+// column block apiece. The caller commits and waits.
+static __device__ __forceinline__ void load_q_latent(const kdtree_verify_params& p, const Request& req, int row0,
+                                                     int rows_total, kd_u32 sq) {
   const int unit = threadIdx.x % 8;
   for (int r = threadIdx.x / 8; r < BLOCK_M; r += THREADS / 8) {
     const int gr = row0 + r;
@@ -74,61 +96,283 @@ static __device__ __forceinline__ void load_q_tile_sw128(const kdtree_verify_par
     const kd_u16* src = (const kd_u16*)p.q + (ok ? out_row(p, req.node_base, gr, 0) : 0) * HEAD_DIM + unit * 8;
     const kd_u32 dst = sq + sw128(r, unit);
 #pragma unroll
-    for (int c = 0; c < DIM_BLOCKS; ++c) kd_cp_async16(dst + c * Q_BLOCK_BYTES, src + c * 64, ok ? 16 : 0);
+    for (int c = 0; c < V_BLOCKS; ++c) kd_cp_async16(dst + c * Q_BLOCK_BYTES, src + c * 64, ok ? 16 : 0);
   }
 }
 
-// KV tokens t0 .. t0 + BLOCK_N into a stage; tokens at or past t_end are
-// zero-filled (their scores are masked; 0 x 0 stays 0 in PV). A page id outside
-// the cache sets bad_page and reads nothing.
-static __device__ __forceinline__ void load_kv_tile_sw128(const kdtree_verify_params& p, const KvSource& src, int t0,
-                                                          int t_end, kd_u32 sk, bool& bad_page) {
-  const int unit = threadIdx.x % 8;
-  for (int row = threadIdx.x / 8; row < BLOCK_N; row += THREADS / 8) {
+// Q's rope dims of this thread's two rows as the A fragments of the rope k16 steps
+// (kd_wgmma_m64n64k16_rs): qr[k][h] row r_lo + 8h, qr[k][2 + h] the same 8 dims on.
+static __device__ __forceinline__ void load_q_rope(const kdtree_verify_params& p, const Request& req, int row0,
+                                                   int rows_total, int r_lo, kd_u32 (&qr)[ROPE_STEPS][4]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int gr = row0 + r_lo + 8 * h;
+    const bool ok = gr < rows_total;
+    const kd_u32* src = (const kd_u32*)((const kd_u16*)p.q + (ok ? out_row(p, req.node_base, gr, 0) : 0) * HEAD_DIM +
+                                        HEAD_DIM_V + (lane % 4) * 2);
+#pragma unroll
+    for (int k = 0; k < ROPE_STEPS; ++k) {
+      qr[k][h] = ok ? __ldg(src + k * 8) : 0u;
+      qr[k][2 + h] = ok ? __ldg(src + k * 8 + 4) : 0u;
+    }
+  }
+}
+
+// Column range R of KV tile t0 .. t0 + BLOCK_N into a slot, by the 128 threads of
+// one warpgroup (wt: the thread's index in it), whose completion then arrives on
+// the range's mbarrier. Tokens at or past t_end are zero-filled (their scores are
+// masked; 0 x 0 stays 0 in PV). A page id outside the cache sets bad_page and
+// reads nothing.
+template <int R>
+static __device__ __forceinline__ void load_kv_range(const kdtree_verify_params& p, const KvSource& src, int t0,
+                                                     int t_end, kd_u32 slot, kd_u32 bar, int wt, bool& bad_page) {
+  const int unit = wt % 8;
+  for (int row = wt / 8; row < BLOCK_N; row += WG_THREADS / 8) {
     const unsigned t = unsigned(t0 + row);
     const bool in_range = t < unsigned(t_end);
     const unsigned page = in_range ? unsigned(__ldg(src.pages + t / PAGE_SIZE)) : 0u;
     const bool ok = in_range && page < unsigned(p.num_pages);
     bad_page |= in_range && !ok;
-    const unsigned long long slot = ok ? (unsigned long long)(page * PAGE_SIZE + t % PAGE_SIZE) : 0ull;
-    const char* krow = src.k_base + slot * src.k_slot_bytes + unit * 16;
-    const kd_u32 dst = sk + sw128(row, unit);
+    const unsigned long long kv_slot = ok ? (unsigned long long)(page * PAGE_SIZE + t % PAGE_SIZE) : 0ull;
+    const char* krow = src.k_base + kv_slot * src.k_slot_bytes + unit * 16;
+    const kd_u32 dst = slot + sw128(row, unit);
 #pragma unroll
-    for (int c = 0; c < DIM_BLOCKS; ++c) kd_cp_async16(dst + c * K_BLOCK_BYTES, krow + c * ROW_BYTES, ok ? 16 : 0);
+    for (int c = range_lo(R); c < range_hi(R); ++c)
+      kd_cp_async16(dst + c * K_BLOCK_BYTES, krow + c * ROW_BYTES, ok ? 16 : 0);
   }
+  kd_cp_async_mbar_arrive(bar);
 }
 
-// ---- compute_qk: S_g over all 576 dims. A is Q (K-major), B this warpgroup's 32
-// token rows of the stage (K-major); a k16 step is 32 bytes into a column block's rows.
-static __device__ __forceinline__ void compute_qk(float (&s)[S_TILES][4], kd_u32 sq, kd_u32 tk, int wg) {
+// Waits for a range's copies; the fence hands what the generic proxy (cp.async)
+// wrote to the async proxy wgmma reads through.
+static __device__ __forceinline__ void wait_range(kd_u32 bar, kd_u32 parity) {
+  kd_mbar_wait(bar, parity);
+  kd_fence_proxy_async();
+}
+
+// ---- compute_qk: S = Q K^T over all 576 dims of a slot, the latent steps from
+// shared memory (A: Q, K-major; B: the slot's 64 token rows, K-major; a k16 step
+// is 32 bytes into a column block's rows), the rope steps with A from registers.
+// Each column range is waited for just before its steps. Committed, not waited.
+static __device__ __forceinline__ void compute_qk(float (&s)[S_TILES][4], kd_u32 sq, kd_u32 slot, kd_u32 bars,
+                                                  kd_u32 parity, const kd_u32 (&qr)[ROPE_STEPS][4]) {
   const kd_u64 a0 = kd_wgmma_desc(sq, 16, 1024);
-  const kd_u64 b0 = kd_wgmma_desc(tk + wg * S_COLS * ROW_BYTES, 16, 1024);
-#pragma unroll
-  for (int j = 0; j < S_TILES; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+  const kd_u64 b0 = kd_wgmma_desc(slot, 16, 1024);
   kd_wgmma_pin(s);
-  kd_wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < QK_STEPS; ++ks) {
-    // Descriptor addresses are in 16-byte units: the offsets add to the low field.
-    const kd_u64 a = a0 + (kd_u64)(((ks / 4) * Q_BLOCK_BYTES + (ks % 4) * 32) >> 4);
-    const kd_u64 b = b0 + (kd_u64)(((ks / 4) * K_BLOCK_BYTES + (ks % 4) * 32) >> 4);
-    kd_wgmma_m64n32k16<IS_BF16>(s, a, b, ks > 0);
+  for (int r = 0; r < 2; ++r) {
+    wait_range(bars + r * 8, parity);
+    kd_wgmma_fence();
+#pragma unroll
+    for (int ks = range_lo(r) * 4; ks < range_hi(r) * 4; ++ks) {
+      // Descriptor addresses are in 16-byte units: the offsets add to the low field.
+      const kd_u64 a = a0 + (kd_u64)(((ks / 4) * Q_BLOCK_BYTES + (ks % 4) * 32) >> 4);
+      const kd_u64 b = b0 + (kd_u64)(((ks / 4) * K_BLOCK_BYTES + (ks % 4) * 32) >> 4);
+      kd_wgmma_m64n64k16<IS_BF16>(s, a, b, ks > 0);
+    }
+  }
+  wait_range(bars + 2 * 8, parity);
+#pragma unroll
+  for (int k = 0; k < ROPE_STEPS; ++k) {
+    const kd_u64 b = b0 + (kd_u64)((V_BLOCKS * K_BLOCK_BYTES + k * 32) >> 4);
+    kd_wgmma_m64n64k16_rs<IS_BF16>(s, qr[k], b, true);
   }
   kd_wgmma_commit();
 }
 
-// ---- compute_pv: O_g += P V[:, this warpgroup's 256 columns]. A is P (K-major:
-// 64 rows of 64 tokens, one column block); B is V as it lies (MN-major): 16 token
-// rows per step, 64-column blocks K_BLOCK_BYTES apart. Left in flight.
-static __device__ __forceinline__ void compute_pv(float (&o)[O_TILES][4], kd_u32 sp, kd_u32 tk, int wg) {
-  const kd_u64 a0 = kd_wgmma_desc(sp, 16, 1024);
-  const kd_u64 b0 = kd_wgmma_desc(tk + wg * (V_COLS / 64) * K_BLOCK_BYTES, K_BLOCK_BYTES, 1024);
+// ---- compute_pv: O_g += P V[:, this warpgroup's 256 columns] over one slot. B is
+// V as it lies (MN-major): 16 token rows per step, 64-column blocks K_BLOCK_BYTES
+// apart. A is this warpgroup's own P in registers, or the other's in shared memory
+// (K-major: 64 rows of 64 tokens, one column block). Committed, not waited.
+static __device__ __forceinline__ void compute_pv_rs(float (&o)[O_TILES][4], const kd_u32 (&pf)[PV_STEPS][4],
+                                                     kd_u32 slot, int wg) {
+  const kd_u64 b0 = kd_wgmma_desc(slot + wg * (V_COLS / 64) * K_BLOCK_BYTES, K_BLOCK_BYTES, 1024);
   kd_wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < PV_STEPS; ++kk) {
-    kd_wgmma_m64n256k16_bt<IS_BF16>(o, a0 + (kd_u64)((kk * 32) >> 4), b0 + (kd_u64)((kk * 16 * ROW_BYTES) >> 4), true);
-  }
+  for (int kk = 0; kk < PV_STEPS; ++kk)
+    kd_wgmma_m64n256k16_bt_rs<IS_BF16>(o, pf[kk], b0 + (kd_u64)((kk * 16 * ROW_BYTES) >> 4), true);
   kd_wgmma_commit();
+}
+static __device__ __forceinline__ void compute_pv_ss(float (&o)[O_TILES][4], kd_u32 sp, kd_u32 slot, int wg) {
+  const kd_u64 a0 = kd_wgmma_desc(sp, 16, 1024);
+  const kd_u64 b0 = kd_wgmma_desc(slot + wg * (V_COLS / 64) * K_BLOCK_BYTES, K_BLOCK_BYTES, 1024);
+  kd_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < PV_STEPS; ++kk)
+    kd_wgmma_m64n256k16_bt<IS_BF16>(o, a0 + (kd_u64)((kk * 32) >> 4), b0 + (kd_u64)((kk * 16 * ROW_BYTES) >> 4), true);
+  kd_wgmma_commit();
+}
+
+// ---- A segment's tile pairs and its rows, as warpgroup WG (a template parameter,
+// so that ptxas sees no thread-dependent branch around a wgmma: it would serialise them).
+template <int WG>
+static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p, const SegmentWalk& walk,
+                                                   const Request& req, const KvSource& kv_src, int row0,
+                                                   int rows_total, int t_begin, int t_end, int (&fills)[SLOTS],
+                                                   const kd_u32 (&qr)[ROPE_STEPS][4],
+                                                   const kd_u64 (&words)[2][MASK_WORDS], bool bad_page, kd_u32 sq,
+                                                   float* red) {
+  const int wt = threadIdx.x % WG_THREADS;
+  const int lane = threadIdx.x % 32;
+  const int r_lo = ((threadIdx.x / 32) % 4) * 16 + lane / 4;  // this thread's rows: r_lo and r_lo + 8
+  const kd_u32 sk = sq + SMEM_K;
+  const kd_u32 bar0 = sq + SMEM_BAR;  // slot s, range r at bar0 + (s * RANGES + r) * 8
+  const kd_u32 my_slot = sk + WG * K_SLOT_BYTES;
+  const kd_u32 my_bars = bar0 + WG * RANGES * 8;
+  const kd_u32 my_p = sq + (WG == 0 ? SMEM_P : SMEM_P1);  // this warpgroup's P tile
+  const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
+  const int n_pairs = (n_tiles + 1) / 2;
+
+  float o[O_TILES][4];
+#pragma unroll
+  for (int j = 0; j < O_TILES; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m_run[2] = {-KD_INF, -KD_INF}, l_run[2] = {0.f, 0.f};  // l: this thread's columns' share
+
+#pragma unroll 1
+  for (int j = 0; j < n_pairs; ++j) {
+    const int my_tile = 2 * j + WG;
+    const bool mine = my_tile < n_tiles;
+    const bool has_1 = 2 * j + 1 < n_tiles;  // slot 1's tile of this pair
+    const kd_u32 parity0 = kd_u32(fills[0] + j) & 1u, parity1 = kd_u32(fills[1] + j) & 1u;
+    const int t0 = t_begin + my_tile * BLOCK_N;
+
+    float s[S_TILES][4];
+    float mx[2] = {-KD_INF, -KD_INF};
+    if (mine) {
+      compute_qk(s, sq, my_slot, my_bars, WG == 0 ? parity0 : parity1, qr);
+      kd_wgmma_wait<0>();
+      kd_wgmma_pin(s);
+      // The rope range is read by this QK only: the slot's next tile's rope starts now.
+      if (my_tile + SLOTS < n_tiles)
+        load_kv_range<2>(p, kv_src, t0 + SLOTS * BLOCK_N, t_end, my_slot, my_bars + 16, wt, bad_page);
+
+      // ---- logits_mask: prefix tokens visible; tree tokens by the mask bits; none past t_end.
+      if (is_edge_tile(t0, req, t_end)) {
+#pragma unroll
+        for (int jt = 0; jt < S_TILES; ++jt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int t = t0 + jt * 8 + (lane % 4) * 2 + (e & 1);
+            if (!token_visible(t, t_end, req, words[e >> 1])) s[jt][e] = -KD_INF;
+          }
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int jt = 0; jt < S_TILES; ++jt) mx[h] = fmaxf(mx[h], fmaxf(s[jt][2 * h], s[jt][2 * h + 1]));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      }
+    }
+
+    // ---- row max over both tiles of the pair (shared memory).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (lane % 4 == 0) red[WG * BLOCK_M + r_lo + 8 * h] = mx[h];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], red[(1 - WG) * BLOCK_M + r_lo + 8 * h]);
+
+    // ---- P: the lazy online softmax of both rows (log2 domain), to registers
+    // (pf: the A fragments of this tile's PV) and to shared memory.
+    float alpha[2];
+    kd_u32 pf[PV_STEPS][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m_use = lazy_max_update(mx[h], p.scale_log2, m_run[h], l_run[h], alpha[h]);
+      if (mine) {
+        const int r = r_lo + 8 * h;
+#pragma unroll
+        for (int jt = 0; jt < S_TILES; ++jt) {
+          const float p0 = lazy_exp(s[jt][2 * h], p.scale_log2, m_use);
+          const float p1 = lazy_exp(s[jt][2 * h + 1], p.scale_log2, m_use);
+          l_run[h] += p0 + p1;
+          const kd_u32 packed = kd_pack2<IS_BF16>(p0, p1);
+          pf[jt / 2][(jt % 2) * 2 + h] = packed;
+          const int col = jt * 8 + (lane % 4) * 2;
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(my_p + sw128(r, col / 8) + (col % 8) * 2),
+                       "r"(packed)
+                       : "memory");
+        }
+      }
+    }
+    kd_fence_proxy_async();
+
+    // ---- compute_pv (after the O rescale, which most pairs of a long prefix skip).
+    if (alpha[0] != 1.f || alpha[1] != 1.f) {
+#pragma unroll
+      for (int jt = 0; jt < O_TILES; ++jt) {
+        o[jt][0] *= alpha[0];
+        o[jt][1] *= alpha[0];
+        o[jt][2] *= alpha[1];
+        o[jt][3] *= alpha[1];
+      }
+    }
+    kd_wgmma_pin(o);
+    if (WG == 0) compute_pv_rs(o, pf, sk, 0);  // slot 0 with its own P: no wait for the other warpgroup
+    __syncthreads();                            // both P tiles are in shared memory
+    if (WG == 0) {
+      if (has_1) {
+        wait_range(bar0 + RANGES * 8, parity1);  // slot 1's V columns this warpgroup reads
+        compute_pv_ss(o, sq + SMEM_P1, sk + K_SLOT_BYTES, 0);
+      }
+    } else {
+      wait_range(bar0 + 1 * 8, parity0);
+      compute_pv_ss(o, sq + SMEM_P, sk, 1);
+      if (has_1) compute_pv_rs(o, pf, sk + K_SLOT_BYTES, 1);
+    }
+
+    // ---- refills: V column half wg of each slot, once this warpgroup's PV over it retired.
+    if (has_1) {
+      kd_wgmma_wait<1>();
+    } else {
+      kd_wgmma_wait<0>();
+    }
+    if (2 * j + 2 < n_tiles) {
+      const int tn = t_begin + (2 * j + 2) * BLOCK_N;
+      if (WG == 0) load_kv_range<0>(p, kv_src, tn, t_end, sk, bar0, wt, bad_page);
+      if (WG == 1) load_kv_range<1>(p, kv_src, tn, t_end, sk, bar0 + 8, wt, bad_page);
+    }
+    kd_wgmma_wait<0>();
+    kd_wgmma_pin(o);
+    if (2 * j + 3 < n_tiles) {
+      const int tn = t_begin + (2 * j + 3) * BLOCK_N;
+      const kd_u32 slot = sk + K_SLOT_BYTES, bars = bar0 + RANGES * 8;
+      if (WG == 0) load_kv_range<0>(p, kv_src, tn, t_end, slot, bars, wt, bad_page);
+      if (WG == 1) load_kv_range<1>(p, kv_src, tn, t_end, slot, bars + 8, wt, bad_page);
+    }
+  }
+  fills[0] += n_pairs;
+  fills[1] += n_tiles / 2;
+
+  // ---- row sums over the row's 4 lanes and both warpgroups.
+  float l_row[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_row[h] = l_run[h];
+    l_row[h] += __shfl_xor_sync(0xffffffffu, l_row[h], 1);
+    l_row[h] += __shfl_xor_sync(0xffffffffu, l_row[h], 2);
+    if (lane % 4 == 0) red[WG * BLOCK_M + r_lo + 8 * h] = l_row[h];
+  }
+  const bool poisoned = bad_page_seen(p, bad_page);
+
+  // ---- writing rows (16-bit out and natural-log LSE, or a split's / stream-K
+  // slot's fp32 partials and log2-domain LSE), as the other families.
+  const Segment target = segment_target(walk);
+  const bool partial = target.partial_split >= 0 || target.partial_slot >= 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r_lo + 8 * h;
+    const int gr = row0 + r;
+    if (gr >= rows_total) continue;
+    const float l = l_row[h] + red[(1 - WG) * BLOCK_M + r];
+    const long long orow = out_row(p, req.node_base, gr, 0);
+    const long long prow = partial ? partial_row(p, target, r, orow) : -1;
+    write_row(p, o, h, orow, prow, l, m_run[h], poisoned, WG * V_COLS + (lane % 4) * 2, WG == 0 && lane % 4 == 0);
+  }
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p) {
@@ -136,18 +380,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   float* red = (float*)(smem_raw + SMEM_RED);  // [WGS][BLOCK_M]: row maxima, then row sums
   const kd_u32 sq = kd_smem_addr(smem_raw);
   const kd_u32 sk = sq + SMEM_K;
-  const kd_u32 sp_addr = sq + SMEM_P;
-  kd_u16* sp = (kd_u16*)(smem_raw + SMEM_P);
+  const kd_u32 bar0 = sq + SMEM_BAR;  // slot s, range r at bar0 + (s * RANGES + r) * 8
 
-  const int wg = threadIdx.x / WG_THREADS;
+  // Warp-uniform to ptxas by the shuffle: a wgmma under a branch it must treat as
+  // divergent is serialised.
+  const int wg = __shfl_sync(0xffffffffu, threadIdx.x / WG_THREADS, 0);
+  const int wt = threadIdx.x % WG_THREADS;
   const int lane = threadIdx.x % 32;
   const int r_lo = ((threadIdx.x / 32) % 4) * 16 + lane / 4;  // this thread's rows: r_lo and r_lo + 8
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < SLOTS * RANGES; ++i) kd_mbar_init(bar0 + i * 8, WG_THREADS);
+  }
+  // Fills of each slot before the current segment: phase parities of its mbarriers.
+  int fills[SLOTS] = {0, 0};
 
   SegmentWalk& walk = *(SegmentWalk*)(smem_raw + SMEM_WALK);
   walk_begin(p, walk, (long long*)smem_raw);
 #pragma unroll 1
   for (bool first = true;; first = false) {
-    __syncthreads();  // the last segment's reads of walk.seg and of shared memory are done
+    __syncthreads();  // the last segment's reads of walk.seg and of shared memory are done (and the mbarriers initialised)
     if (threadIdx.x == 0) walk_next(p, walk, first);
     __syncthreads();
     if (walk.done) {
@@ -172,7 +424,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     if (t_begin >= t_end) continue;  // the combine skips splits past kv_len
     const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
 
-    // Q, then the first two tiles (the stages start free).
+    // Q, then the first pair's tiles (the slots start free), each range by its filler.
     bool bad_page = false;
     KvSource kv_src;
     kv_src.k_base = (const char*)p.k_cache;
@@ -180,11 +432,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     kv_src.k_slot_bytes = (unsigned long long)HEAD_DIM * 2;
     kv_src.v_slot_bytes = kv_src.k_slot_bytes;
     kv_src.pages = p.page_table + (long long)sg.b * p.max_pages_per_req;
-    load_q_tile_sw128(p, req, row0, rows_total, sq);
-    load_kv_tile_sw128(p, kv_src, t_begin, t_end, sk, bad_page);
+    load_q_latent(p, req, row0, rows_total, sq);
     kd_cp_async_commit();
-    if (n_tiles > 1) load_kv_tile_sw128(p, kv_src, t_begin + BLOCK_N, t_end, sk + K_STAGE_BYTES, bad_page);
-    kd_cp_async_commit();
+    kd_u32 qr[ROPE_STEPS][4];
+    load_q_rope(p, req, row0, rows_total, r_lo, qr);
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+      if (s < n_tiles) {
+        const kd_u32 slot = sk + s * K_SLOT_BYTES, bars = bar0 + s * RANGES * 8;
+        const int t0 = t_begin + s * BLOCK_N;
+        if (wg == 0) load_kv_range<0>(p, kv_src, t0, t_end, slot, bars, wt, bad_page);
+        if (wg == 1) load_kv_range<1>(p, kv_src, t0, t_end, slot, bars + 8, wt, bad_page);
+        if (wg == s) load_kv_range<2>(p, kv_src, t0, t_end, slot, bars + 16, wt, bad_page);
+      }
+    }
+    kd_cp_async_wait<0>();  // Q's group (the K copies complete on their mbarriers)
+    kd_fence_proxy_async();
+    __syncthreads();
 
     // This thread's two rows: tree node (-1 past the rows) and mask words.
     kd_u64 words[2][MASK_WORDS];
@@ -196,122 +460,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
       for (int w = 0; w < MASK_WORDS; ++w) words[h][w] = node >= 0 ? __ldg(p.tree_mask + node * MASK_WORDS + w) : 0ull;
     }
 
-    float o[O_TILES][4];
-#pragma unroll
-    for (int j = 0; j < O_TILES; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-    float m_run[2] = {-KD_INF, -KD_INF}, l_run[2] = {0.f, 0.f};  // l: this thread's columns' share
-
-#pragma unroll 1
-    for (int it = 0; it < n_tiles; ++it) {
-      const kd_u32 tk = sk + (it % STAGES) * K_STAGE_BYTES;
-      const int t0 = t_begin + it * BLOCK_N;
-      // Tile it (and Q) landed: the first tile's group leaves the second's pending;
-      // later there is one group in flight, this tile's.
-      if (it == 0) {
-        kd_cp_async_wait<1>();
-      } else {
-        kd_cp_async_wait<0>();
-      }
-      kd_fence_proxy_async();
-      __syncthreads();
-
-      float s[S_TILES][4];
-      compute_qk(s, sq, tk, wg);
-      kd_wgmma_wait<0>();  // S, and the previous tile's PV, are in registers
-      kd_wgmma_pin(s);
-      kd_wgmma_pin(o);
-
-      // ---- logits_mask: prefix tokens visible; tree tokens by the mask bits; none past t_end.
-      if (is_edge_tile(t0, req, t_end)) {
-#pragma unroll
-        for (int j = 0; j < S_TILES; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int t = t0 + wg * S_COLS + j * 8 + (lane % 4) * 2 + (e & 1);
-            if (!token_visible(t, t_end, req, words[e >> 1])) s[j][e] = -KD_INF;
-          }
-        }
-      }
-
-      // ---- row max over both warpgroups' columns (4 lanes a row, then shared memory).
-      float mx[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = -KD_INF;
-#pragma unroll
-        for (int j = 0; j < S_TILES; ++j) mx[h] = fmaxf(mx[h], fmaxf(s[j][2 * h], s[j][2 * h + 1]));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        if (lane % 4 == 0) red[wg * BLOCK_M + r_lo + 8 * h] = mx[h];
-      }
-      __syncthreads();  // also: every warpgroup's PV of tile it - 1 is complete
-#pragma unroll
-      for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], red[(1 - wg) * BLOCK_M + r_lo + 8 * h]);
-
-      // The stage tile it - 1 used is free: tile it + 1 goes there (tile 1 went in first).
-      if (it >= 1 && it + 1 < n_tiles) {
-        load_kv_tile_sw128(p, kv_src, t0 + BLOCK_N, t_end, sk + ((it + 1) % STAGES) * K_STAGE_BYTES, bad_page);
-      }
-      kd_cp_async_commit();
-
-      // ---- P: the lazy online softmax of both rows (log2 domain), to shared memory.
-      float alpha[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float m_use = lazy_max_update(mx[h], p.scale_log2, m_run[h], l_run[h], alpha[h]);
-        const int r = r_lo + 8 * h;
-#pragma unroll
-        for (int j = 0; j < S_TILES; ++j) {
-          const float p0 = lazy_exp(s[j][2 * h], p.scale_log2, m_use);
-          const float p1 = lazy_exp(s[j][2 * h + 1], p.scale_log2, m_use);
-          l_run[h] += p0 + p1;
-          const int col = wg * S_COLS + j * 8 + (lane % 4) * 2;
-          *(kd_u32*)((unsigned char*)sp + sw128(r, col / 8) + (col % 8) * 2) = kd_pack2<IS_BF16>(p0, p1);
-        }
-      }
-      kd_fence_proxy_async();
-      __syncthreads();  // both warpgroups' P columns are in
-
-      // ---- compute_pv (after the O rescale, which most tiles of a long prefix skip).
-      if (alpha[0] != 1.f || alpha[1] != 1.f) {
-#pragma unroll
-        for (int j = 0; j < O_TILES; ++j) {
-          o[j][0] *= alpha[0];
-          o[j][1] *= alpha[0];
-          o[j][2] *= alpha[1];
-          o[j][3] *= alpha[1];
-        }
-      }
-      kd_wgmma_pin(o);
-      compute_pv(o, sp_addr, tk, wg);
-    }
-    kd_wgmma_wait<0>();
-    kd_wgmma_pin(o);
-
-    // ---- row sums over the row's 4 lanes and both warpgroups.
-    float l_row[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      l_row[h] = l_run[h];
-      l_row[h] += __shfl_xor_sync(0xffffffffu, l_row[h], 1);
-      l_row[h] += __shfl_xor_sync(0xffffffffu, l_row[h], 2);
-      if (lane % 4 == 0) red[wg * BLOCK_M + r_lo + 8 * h] = l_row[h];
-    }
-    const bool poisoned = bad_page_seen(p, bad_page);
-
-    // ---- writing rows (16-bit out and natural-log LSE, or a split's / stream-K
-    // slot's fp32 partials and log2-domain LSE), as the other families.
-    const Segment target = segment_target(walk);
-    const bool partial = target.partial_split >= 0 || target.partial_slot >= 0;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r_lo + 8 * h;
-      const int gr = row0 + r;
-      if (gr >= rows_total) continue;
-      const float l = l_row[h] + red[(1 - wg) * BLOCK_M + r];
-      const long long orow = out_row(p, req.node_base, gr, 0);
-      const long long prow = partial ? partial_row(p, target, r, orow) : -1;
-      write_row(p, o, h, orow, prow, l, m_run[h], poisoned, wg * V_COLS + (lane % 4) * 2, wg == 0 && lane % 4 == 0);
+    if (wg == 0) {
+      run_segment<0>(p, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red);
+    } else {
+      run_segment<1>(p, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red);
     }
   }  // segments
 }

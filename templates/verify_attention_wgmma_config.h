@@ -44,25 +44,28 @@
 #define KD_WARPS_M 4  // warps of a warpgroup, 16 rows each
 #endif
 #ifndef KD_WARPS_N
-#define KD_WARPS_N 2  // warpgroups: each the tile's rows over half the S and V columns
+#define KD_WARPS_N 2  // warpgroups: each the QK of one slot's tile, the PV of half the V columns
 #endif
 #ifndef KD_WARP_ROWS
 #define KD_WARP_ROWS 16  // rows per warp (wgmma's m64 over 4 warps)
 #endif
 #ifndef KD_STAGES
-#define KD_STAGES 2  // KV stages
+#define KD_STAGES 2  // KV slots (a pair of tiles)
 #endif
 #ifndef KD_SMEM_K
-#define KD_SMEM_K 73728  // byte offset of the K stages (Q at 0)
+#define KD_SMEM_K 73728  // byte offset of the two K slots (Q's latent dims at 0, slot 1's P at 65536)
 #endif
 #ifndef KD_SMEM_P
-#define KD_SMEM_P 221184  // of P
+#define KD_SMEM_P 221184  // of slot 0's P
 #endif
 #ifndef KD_SMEM_RED
 #define KD_SMEM_RED 229376  // of the row exchange ([2][BLOCK_M] floats)
 #endif
+#ifndef KD_SMEM_BAR
+#define KD_SMEM_BAR 229888  // of the copies' mbarriers ([2 slots][3 column ranges])
+#endif
 #ifndef KD_SMEM_WALK
-#define KD_SMEM_WALK 229888  // of the CTA's segment walk (KDTREE_SEGMENT_WALK_BYTES)
+#define KD_SMEM_WALK 229936  // of the CTA's segment walk (KDTREE_SEGMENT_WALK_BYTES)
 #endif
 #ifndef KD_COMBINE_THREADS
 #define KD_COMBINE_THREADS 128  // threads per combine CTA

@@ -132,20 +132,26 @@ TEST_CASE("tiles fit each arch's shared memory") {
   CHECK(choose_verify_tiles(mla_e4m3, arch_from_sm(90)).kernel == VerifyKernel::flash);
   for (int sm : {80, 86, 89, 100, 120}) CHECK(choose_verify_tiles(mla, arch_from_sm(sm)).kernel != VerifyKernel::wgmma);
   CHECK(choose_verify_tiles(mla, arch_from_sm(80)).kernel == VerifyKernel::flash);
-  // The wgmma layout: Q, two K stages, P on 1024-byte swizzle atoms, the row exchange, the walk.
+  // The wgmma layout: Q's latent dims, slot 1's P (where Q's rope block would lie), two K slots, slot 0's P on
+  // 1024-byte swizzle atoms, the row exchange, the mbarriers, the walk.
   const VerifyTiles w90 = choose_verify_tiles(mla, arch_from_sm(90));
   CHECK(parse_verify_tiles("kernel=wgmma", mla, arch_from_sm(90)).str() == w90.str());
   CHECK(w90.str() == "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16");
   const WgmmaSmemLayout wl = wgmma_smem_layout(mla, w90);
-  CHECK(wl.k == 64 * 576 * 2);
+  CHECK(wl.p1 == 64 * 512 * 2);
+  CHECK(wl.k == wl.p1 + 64 * 64 * 2);
   CHECK(wl.p == wl.k + 2 * 64 * 576 * 2);
   CHECK(wl.red == wl.p + 64 * 64 * 2);
-  CHECK(wl.walk == wl.red + 2 * 64 * 4);
+  CHECK(wl.bar == wl.red + 2 * 64 * 4);
+  CHECK(wl.walk == wl.bar + 2 * 3 * 8);
   CHECK(wl.bytes == wl.walk + KDTREE_SEGMENT_WALK_BYTES);
+  CHECK(wl.p1 % 1024 == 0);
   CHECK(wl.k % 1024 == 0);
   CHECK(wl.p % 1024 == 0);
+  CHECK(wl.bar % 8 == 0);
   CHECK(wl.bytes <= arch_from_sm(90).max_smem_per_block);
-  CHECK(wl.str() == fmt::format("q=0,k={},p={},red={},walk={},bytes={}", wl.k, wl.p, wl.red, wl.walk, wl.bytes));
+  CHECK(wl.str() == fmt::format("q=0,p1={},k={},p={},red={},bar={},walk={},bytes={}", wl.p1, wl.k, wl.p, wl.red, wl.bar,
+                                wl.walk, wl.bytes));
   const KernelSource ws = generate_verify_attention(mla, arch_from_sm(90), w90);
   CHECK(ws.arch_specific);  // sm_90a
   CHECK(ws.launch.stream_k);
