@@ -130,7 +130,8 @@ std::string FlashSmemLayout::str() const {
 }
 
 std::string WgmmaSmemLayout::str() const {
-  return fmt::format("q={},p1={},k={},p={},red={},bar={},walk={},bytes={}", q, p1, k, p, red, bar, walk, bytes);
+  return fmt::format("q={},p1={},k={},p={},red={},bar={},rows={},walk={},bytes={}", q, p1, k, p, red, bar, rows, walk,
+                     bytes);
 }
 
 std::string QsplitSmemLayout::str() const {
@@ -205,7 +206,8 @@ WgmmaSmemLayout wgmma_smem_layout(const VerifySpec& spec, const VerifyTiles& t) 
   l.p = l.k + t.stages * k_tile_bytes(spec, t);
   l.red = l.p + t.block_m * t.block_n * 2;
   l.bar = l.red + 2 * t.block_m * 4;
-  l.walk = l.bar + t.stages * 3 * 8;
+  l.rows = l.bar + t.stages * 3 * 8;
+  l.walk = l.rows + t.stages * t.block_n * 4;
   l.bytes = l.walk + KDTREE_SEGMENT_WALK_BYTES;
   return l;
 }
@@ -525,6 +527,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       params["SMEM_P"] = std::to_string(smem.p);
       params["SMEM_RED"] = std::to_string(smem.red);
       params["SMEM_BAR"] = std::to_string(smem.bar);
+      params["SMEM_ROWS"] = std::to_string(smem.rows);
       params["SMEM_WALK"] = std::to_string(smem.walk);
       src.launch.dynamic_smem = smem.bytes;
       runs_stream_k();

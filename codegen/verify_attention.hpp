@@ -112,10 +112,11 @@ struct QsplitSmemLayout {
 // wgmma: Q's latent dims (BLOCK_M x head_dim_v 16-bit, 64-dim column blocks) |
 // slot 1's P (BLOCK_M x block_n 16-bit, where Q's rope block would lie: the rope
 // stays in registers) | K slots | slot 0's P | the row exchange ([2][block_m]
-// floats) | the copies' mbarriers ([stages][3] x 8 bytes) | the segment walk.
+// floats) | the copies' mbarriers ([stages][3] x 8 bytes) | each slot's token rows
+// as cache slot indices ([stages][block_n] x 4 bytes) | the segment walk.
 // Every operand buffer starts on a 1024-byte swizzle atom.
 struct WgmmaSmemLayout {
-  int q = 0, p1 = 0, k = 0, p = 0, red = 0, bar = 0, walk = 0;
+  int q = 0, p1 = 0, k = 0, p = 0, red = 0, bar = 0, rows = 0, walk = 0;
   int bytes = 0;
   std::string str() const;
 };

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stall reasons and pipe use of the verify_attention main kernel (ncu metrics).
-# Usage: bash scripts/device_stalls.sh SHAPE
+# Usage: bash scripts/device_stalls.sh SHAPE [KV_DTYPE]   (KV_DTYPE as_q, the default, or e4m3)
 set -uo pipefail
 carry=$PWD/.carry
 export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -14,4 +14,4 @@ for r in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttl
   m=$m,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio
 done
 "$ncu" --clock-control none -k regex:kdtree_verify_attention --launch-skip 6 -c 1 --metrics "$m" \
-  "$carry/bin/bench_verify" --shape "$1" --iters 2 2>&1 | grep -E "^\s+(sm|smsp|l1tex)__" 
+  "$carry/bin/bench_verify" --shape "$1" --kv-dtype "${2:-as_q}" --iters 2 2>&1 | grep -E "^\s+(sm|smsp|l1tex)__" 

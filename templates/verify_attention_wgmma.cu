@@ -13,9 +13,9 @@
 // blocks of 128-byte swizzled rows (wgmma.cuh). Q's 64 rope dims stay in
 // registers, and slot 1's P takes their place. The KV tiles go in pairs: tile 2j
 // to slot 0, 2j + 1 to slot 1. Per pair, warpgroup g:
-//   compute_qk       S_g = Q K_g^T over its own slot's 64 tokens (m64n64k16 x 36,
-//                    the rope steps with A from registers), column range by
-//                    column range as each range's copies complete (mbarriers)
+//   compute_qk       S_g = Q K_g^T over its own slot's 64 tokens (m64n64k16 x 36:
+//                    the rope steps first, with A from registers, then the
+//                    latent ones), each column range as its copies complete
 //   logits_mask      edge tiles only (is_edge_tile)
 //   row max          exchanged through shared memory; both warpgroups run the
 //                    same lazy online-softmax update over both tiles' maxima, so
@@ -27,10 +27,12 @@
 // Copies are cp.async whose completion arrives on an mbarrier per (slot, column
 // range): range 0 = V columns [0, 256), range 1 = [256, 512), range 2 = the rope.
 // A range is refilled by the warpgroup that reads it last, once its MMAs on it
-// have retired: the rope by the slot's QK warpgroup right after its QK, V column
-// half h by warpgroup h after its PV over that slot. So the next pair's copies
-// run under this pair's PV and the rope copies under the softmax; the CTA
-// synchronises twice a pair (row max, P) and never waits for a copy it did not need.
+// have retired: the rope by the slot's QK warpgroup right after its QK (reading
+// the page table, and keeping the tile's cache slots in shared memory), V column
+// half h by warpgroup h after its PV over that slot (from those slots). So the
+// next pair's copies run under this pair's PV and the rope copies under the
+// softmax; the CTA synchronises twice a pair (row max, P) and never waits for a
+// copy it did not need.
 
 #include "verify_attention_wgmma_config.h"
 #include "verify_attention_common.cuh"
@@ -42,6 +44,7 @@ constexpr int SMEM_K = KD_SMEM_K;      // the two K slots
 constexpr int SMEM_P = KD_SMEM_P;      // slot 0's P
 constexpr int SMEM_RED = KD_SMEM_RED;  // [WGS][BLOCK_M] floats
 constexpr int SMEM_BAR = KD_SMEM_BAR;  // [SLOTS][RANGES] mbarriers
+constexpr int SMEM_ROWS = KD_SMEM_ROWS;  // [SLOTS][BLOCK_N] cache slot indices
 constexpr int SMEM_WALK = KD_SMEM_WALK;
 
 constexpr int WG_THREADS = 128;
@@ -67,7 +70,7 @@ static_assert(BLOCK_N == 64 && SLOTS == 2 && V_COLS == 256, "the MMA shapes of w
 static_assert(HEAD_DIM == HEAD_DIM_V + 64 && HEAD_DIM_V == 2 * V_COLS, "MLA: 512 latent dims and 64 rope dims");
 static_assert(SMEM_K == SMEM_P1 + Q_BLOCK_BYTES && SMEM_P == SMEM_K + SLOTS * K_SLOT_BYTES &&
                   SMEM_RED >= SMEM_P + BLOCK_M * ROW_BYTES && SMEM_BAR >= SMEM_RED + WGS * BLOCK_M * 4 &&
-                  SMEM_WALK >= SMEM_BAR + SLOTS * RANGES * 8,
+                  SMEM_ROWS >= SMEM_BAR + SLOTS * RANGES * 8 && SMEM_WALK >= SMEM_ROWS + SLOTS * BLOCK_N * 4,
               "the generator's layout");
 static_assert(SMEM_K % 1024 == 0 && K_SLOT_BYTES % 1024 == 0 && SMEM_P % 1024 == 0 && SMEM_P1 % 1024 == 0,
               "swizzle atoms are 1024-aligned");
@@ -124,18 +127,30 @@ static __device__ __forceinline__ void load_q_rope(const kdtree_verify_params& p
 // the range's mbarrier. Tokens at or past t_end are zero-filled (their scores are
 // masked; 0 x 0 stays 0 in PV). A page id outside the cache sets bad_page and
 // reads nothing.
-template <int R>
+// The slot's rows as cache slot indices (0xffffffff: zero-fill) are kept in shared
+// memory (rows_tab): the rope copy, a tile's first, reads the page table and writes
+// them (LOOKUP), and the V ranges' copies, issued once a PV retires, read them
+// there instead of waiting on a page-table load.
+template <int R, bool LOOKUP>
 static __device__ __forceinline__ void load_kv_range(const kdtree_verify_params& p, const KvSource& src, int t0,
-                                                     int t_end, kd_u32 slot, kd_u32 bar, int wt, bool& bad_page) {
+                                                     int t_end, kd_u32 slot, kd_u32 bar, kd_u32 rows_tab, int wt,
+                                                     bool& bad_page) {
   const int unit = wt % 8;
   for (int row = wt / 8; row < BLOCK_N; row += WG_THREADS / 8) {
-    const unsigned t = unsigned(t0 + row);
-    const bool in_range = t < unsigned(t_end);
-    const unsigned page = in_range ? unsigned(__ldg(src.pages + t / PAGE_SIZE)) : 0u;
-    const bool ok = in_range && page < unsigned(p.num_pages);
-    bad_page |= in_range && !ok;
-    const unsigned long long kv_slot = ok ? (unsigned long long)(page * PAGE_SIZE + t % PAGE_SIZE) : 0ull;
-    const char* krow = src.k_base + kv_slot * src.k_slot_bytes + unit * 16;
+    kd_u32 kv_slot;
+    if constexpr (LOOKUP) {
+      const unsigned t = unsigned(t0 + row);
+      const bool in_range = t < unsigned(t_end);
+      const unsigned page = in_range ? unsigned(__ldg(src.pages + t / PAGE_SIZE)) : 0u;
+      const bool ok = in_range && page < unsigned(p.num_pages);
+      bad_page |= in_range && !ok;
+      kv_slot = ok ? page * PAGE_SIZE + t % PAGE_SIZE : 0xffffffffu;
+      if (R == 2 && unit == 0) asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(rows_tab + row * 4), "r"(kv_slot) : "memory");
+    } else {
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(kv_slot) : "r"(rows_tab + row * 4) : "memory");
+    }
+    const bool ok = kv_slot != 0xffffffffu;
+    const char* krow = src.k_base + (ok ? (unsigned long long)kv_slot : 0ull) * src.k_slot_bytes + unit * 16;
     const kd_u32 dst = slot + sw128(row, unit);
 #pragma unroll
     for (int c = range_lo(R); c < range_hi(R); ++c)
@@ -151,32 +166,32 @@ static __device__ __forceinline__ void wait_range(kd_u32 bar, kd_u32 parity) {
   kd_fence_proxy_async();
 }
 
-// ---- compute_qk: S = Q K^T over all 576 dims of a slot, the latent steps from
+// ---- compute_qk: S = Q K^T over all 576 dims of a slot: the rope steps with A
+// from registers (their copies were issued first), then the latent steps from
 // shared memory (A: Q, K-major; B: the slot's 64 token rows, K-major; a k16 step
-// is 32 bytes into a column block's rows), the rope steps with A from registers.
-// Each column range is waited for just before its steps. Committed, not waited.
+// is 32 bytes into a column block's rows). Each column range is waited for just
+// before its steps. Committed, not waited.
 static __device__ __forceinline__ void compute_qk(float (&s)[S_TILES][4], kd_u32 sq, kd_u32 slot, kd_u32 bars,
                                                   kd_u32 parity, const kd_u32 (&qr)[ROPE_STEPS][4]) {
   const kd_u64 a0 = kd_wgmma_desc(sq, 16, 1024);
   const kd_u64 b0 = kd_wgmma_desc(slot, 16, 1024);
   kd_wgmma_pin(s);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    wait_range(bars + r * 8, parity);
-    kd_wgmma_fence();
-#pragma unroll
-    for (int ks = range_lo(r) * 4; ks < range_hi(r) * 4; ++ks) {
-      // Descriptor addresses are in 16-byte units: the offsets add to the low field.
-      const kd_u64 a = a0 + (kd_u64)(((ks / 4) * Q_BLOCK_BYTES + (ks % 4) * 32) >> 4);
-      const kd_u64 b = b0 + (kd_u64)(((ks / 4) * K_BLOCK_BYTES + (ks % 4) * 32) >> 4);
-      kd_wgmma_m64n64k16<IS_BF16>(s, a, b, ks > 0);
-    }
-  }
   wait_range(bars + 2 * 8, parity);
+  kd_wgmma_fence();
 #pragma unroll
   for (int k = 0; k < ROPE_STEPS; ++k) {
     const kd_u64 b = b0 + (kd_u64)((V_BLOCKS * K_BLOCK_BYTES + k * 32) >> 4);
-    kd_wgmma_m64n64k16_rs<IS_BF16>(s, qr[k], b, true);
+    kd_wgmma_m64n64k16_rs<IS_BF16>(s, qr[k], b, k > 0);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    wait_range(bars + r * 8, parity);
+#pragma unroll
+    for (int ks = range_lo(r) * 4; ks < range_hi(r) * 4; ++ks) {
+      const kd_u64 a = a0 + (kd_u64)(((ks / 4) * Q_BLOCK_BYTES + (ks % 4) * 32) >> 4);
+      const kd_u64 b = b0 + (kd_u64)(((ks / 4) * K_BLOCK_BYTES + (ks % 4) * 32) >> 4);
+      kd_wgmma_m64n64k16<IS_BF16>(s, a, b, true);
+    }
   }
   kd_wgmma_commit();
 }
@@ -221,6 +236,8 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
   const kd_u32 my_slot = sk + WG * K_SLOT_BYTES;
   const kd_u32 my_bars = bar0 + WG * RANGES * 8;
   const kd_u32 my_p = sq + (WG == 0 ? SMEM_P : SMEM_P1);  // this warpgroup's P tile
+  const kd_u32 rows0 = sq + SMEM_ROWS;  // slot 0's row table; slot 1's BLOCK_N * 4 on
+  const kd_u32 my_rows = rows0 + WG * BLOCK_N * 4;
   const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
   const int n_pairs = (n_tiles + 1) / 2;
 
@@ -245,7 +262,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
       kd_wgmma_pin(s);
       // The rope range is read by this QK only: the slot's next tile's rope starts now.
       if (my_tile + SLOTS < n_tiles)
-        load_kv_range<2>(p, kv_src, t0 + SLOTS * BLOCK_N, t_end, my_slot, my_bars + 16, wt, bad_page);
+        load_kv_range<2, true>(p, kv_src, t0 + SLOTS * BLOCK_N, t_end, my_slot, my_bars + 16, my_rows, wt, bad_page);
 
       // ---- logits_mask: prefix tokens visible; tree tokens by the mask bits; none past t_end.
       if (is_edge_tile(t0, req, t_end)) {
@@ -333,16 +350,16 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
     }
     if (2 * j + 2 < n_tiles) {
       const int tn = t_begin + (2 * j + 2) * BLOCK_N;
-      if (WG == 0) load_kv_range<0>(p, kv_src, tn, t_end, sk, bar0, wt, bad_page);
-      if (WG == 1) load_kv_range<1>(p, kv_src, tn, t_end, sk, bar0 + 8, wt, bad_page);
+      if (WG == 0) load_kv_range<0, false>(p, kv_src, tn, t_end, sk, bar0, rows0, wt, bad_page);
+      if (WG == 1) load_kv_range<1, false>(p, kv_src, tn, t_end, sk, bar0 + 8, rows0, wt, bad_page);
     }
     kd_wgmma_wait<0>();
     kd_wgmma_pin(o);
     if (2 * j + 3 < n_tiles) {
       const int tn = t_begin + (2 * j + 3) * BLOCK_N;
       const kd_u32 slot = sk + K_SLOT_BYTES, bars = bar0 + RANGES * 8;
-      if (WG == 0) load_kv_range<0>(p, kv_src, tn, t_end, slot, bars, wt, bad_page);
-      if (WG == 1) load_kv_range<1>(p, kv_src, tn, t_end, slot, bars + 8, wt, bad_page);
+      if (WG == 0) load_kv_range<0, false>(p, kv_src, tn, t_end, slot, bars, rows0 + BLOCK_N * 4, wt, bad_page);
+      if (WG == 1) load_kv_range<1, false>(p, kv_src, tn, t_end, slot, bars + 8, rows0 + BLOCK_N * 4, wt, bad_page);
     }
   }
   fills[0] += n_pairs;
@@ -441,9 +458,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
       if (s < n_tiles) {
         const kd_u32 slot = sk + s * K_SLOT_BYTES, bars = bar0 + s * RANGES * 8;
         const int t0 = t_begin + s * BLOCK_N;
-        if (wg == 0) load_kv_range<0>(p, kv_src, t0, t_end, slot, bars, wt, bad_page);
-        if (wg == 1) load_kv_range<1>(p, kv_src, t0, t_end, slot, bars + 8, wt, bad_page);
-        if (wg == s) load_kv_range<2>(p, kv_src, t0, t_end, slot, bars + 16, wt, bad_page);
+        const kd_u32 rows = sq + SMEM_ROWS + s * BLOCK_N * 4;
+        if (wg == 0) load_kv_range<0, true>(p, kv_src, t0, t_end, slot, bars, rows, wt, bad_page);
+        if (wg == 1) load_kv_range<1, true>(p, kv_src, t0, t_end, slot, bars + 8, rows, wt, bad_page);
+        if (wg == s) load_kv_range<2, true>(p, kv_src, t0, t_end, slot, bars + 16, rows, wt, bad_page);
       }
     }
     kd_cp_async_wait<0>();  // Q's group (the K copies complete on their mbarriers)

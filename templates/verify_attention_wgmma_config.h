@@ -64,8 +64,11 @@
 #ifndef KD_SMEM_BAR
 #define KD_SMEM_BAR 229888  // of the copies' mbarriers ([2 slots][3 column ranges])
 #endif
+#ifndef KD_SMEM_ROWS
+#define KD_SMEM_ROWS 229936  // of each slot's token rows as cache slot indices ([2][BLOCK_N] u32)
+#endif
 #ifndef KD_SMEM_WALK
-#define KD_SMEM_WALK 229936  // of the CTA's segment walk (KDTREE_SEGMENT_WALK_BYTES)
+#define KD_SMEM_WALK 230448  // of the CTA's segment walk (KDTREE_SEGMENT_WALK_BYTES)
 #endif
 #ifndef KD_COMBINE_THREADS
 #define KD_COMBINE_THREADS 128  // threads per combine CTA

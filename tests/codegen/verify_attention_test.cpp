@@ -143,15 +143,16 @@ TEST_CASE("tiles fit each arch's shared memory") {
   CHECK(wl.p == wl.k + 2 * 64 * 576 * 2);
   CHECK(wl.red == wl.p + 64 * 64 * 2);
   CHECK(wl.bar == wl.red + 2 * 64 * 4);
-  CHECK(wl.walk == wl.bar + 2 * 3 * 8);
+  CHECK(wl.rows == wl.bar + 2 * 3 * 8);
+  CHECK(wl.walk == wl.rows + 2 * 64 * 4);
   CHECK(wl.bytes == wl.walk + KDTREE_SEGMENT_WALK_BYTES);
   CHECK(wl.p1 % 1024 == 0);
   CHECK(wl.k % 1024 == 0);
   CHECK(wl.p % 1024 == 0);
   CHECK(wl.bar % 8 == 0);
   CHECK(wl.bytes <= arch_from_sm(90).max_smem_per_block);
-  CHECK(wl.str() == fmt::format("q=0,p1={},k={},p={},red={},bar={},walk={},bytes={}", wl.p1, wl.k, wl.p, wl.red, wl.bar,
-                                wl.walk, wl.bytes));
+  CHECK(wl.str() == fmt::format("q=0,p1={},k={},p={},red={},bar={},rows={},walk={},bytes={}", wl.p1, wl.k, wl.p,
+                                wl.red, wl.bar, wl.rows, wl.walk, wl.bytes));
   const KernelSource ws = generate_verify_attention(mla, arch_from_sm(90), w90);
   CHECK(ws.arch_specific);  // sm_90a
   CHECK(ws.launch.stream_k);
