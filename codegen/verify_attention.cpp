@@ -529,6 +529,9 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       params["SMEM_BAR"] = std::to_string(smem.bar);
       params["SMEM_ROWS"] = std::to_string(smem.rows);
       params["SMEM_WALK"] = std::to_string(smem.walk);
+      // Whole tiles by TMA, a box per (page run of the tile, 64-dim column block).
+      src.launch.kv_tma_box_rows = std::min(spec.page_size, tiles.block_n);
+      params["KV_TMA_BOX_ROWS"] = std::to_string(src.launch.kv_tma_box_rows);
       src.launch.dynamic_smem = smem.bytes;
       runs_stream_k();
       headers.push_back("wgmma.cuh");

@@ -10,6 +10,7 @@
 
 #include "codegen/verify_attention.hpp"
 #include "runtime/arg_checks.hpp"
+#include "runtime/driver.hpp"
 #include "verify_attention_layout.h"
 #include "verify_attention_params.h"
 
@@ -44,6 +45,28 @@ std::shared_ptr<const codegen::KernelSource> verify_source(Engine& rt, const cod
 }
 
 }  // namespace
+
+// The k_cache as a TMA descriptor for kernels that copy whole KV tiles by TMA: a 2-D
+// tensor of num_pages * page rows of head_dim_qk 16-bit values, boxes of 64 values
+// (one 128-byte swizzled column block) x box_rows rows. False (the kernel then keeps
+// to cp.async) when the driver has no cuTensorMapEncodeTiled or the cache does not
+// fit TMA's coordinates (int32 rows).
+bool encode_kv_map(const kdtree_verify_args& a, const codegen::VerifySpec& spec, int box_rows, kdtree_tensor_map* map) {
+  static_assert(sizeof(kdtree_tensor_map) == sizeof(CUtensorMap) && alignof(kdtree_tensor_map) == alignof(CUtensorMap),
+                "kdtree_tensor_map is a CUtensorMap");
+  const driver::Api& api = driver::api();
+  const long long rows = (long long)a.num_pages * spec.page_size;
+  if (!api.cuTensorMapEncodeTiled || spec.kv_bytes() != 2 || rows < 1 || rows > INT32_MAX) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(spec.head_dim_qk), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(spec.head_dim_qk) * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = api.cuTensorMapEncodeTiled(
+      reinterpret_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(a.k_cache), dims,
+      strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
 
 void check_kv_scales(bool kv_fp8, float k_scale, float v_scale) {
   for (const auto& [name, value] : {std::pair<const char*, float>{"k_scale", k_scale}, {"v_scale", v_scale}}) {
@@ -264,6 +287,7 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
     p.partial_lse = reinterpret_cast<float*>(base + ws.partial_lse);
     p.cut_items = ws.cut_items ? base + ws.cut_items : nullptr;
   }
+  p.kv_tma = launch.kv_tma_box_rows > 0 && encode_kv_map(a, spec, launch.kv_tma_box_rows, &p.kv_map);
   void* args[] = {&p};
   CUstream stream = static_cast<CUstream>(a.stream);
 

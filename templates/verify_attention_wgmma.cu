@@ -46,6 +46,7 @@ constexpr int SMEM_RED = KD_SMEM_RED;  // [WGS][BLOCK_M] floats
 constexpr int SMEM_BAR = KD_SMEM_BAR;  // [SLOTS][RANGES] mbarriers
 constexpr int SMEM_ROWS = KD_SMEM_ROWS;  // [SLOTS][BLOCK_N] cache slot indices
 constexpr int SMEM_WALK = KD_SMEM_WALK;
+constexpr int KV_TMA_BOX_ROWS = KD_KV_TMA_BOX_ROWS;
 
 constexpr int WG_THREADS = 128;
 constexpr int WGS = THREADS / WG_THREADS;
@@ -75,6 +76,7 @@ static_assert(SMEM_K == SMEM_P1 + Q_BLOCK_BYTES && SMEM_P == SMEM_K + SLOTS * K_
 static_assert(SMEM_K % 1024 == 0 && K_SLOT_BYTES % 1024 == 0 && SMEM_P % 1024 == 0 && SMEM_P1 % 1024 == 0,
               "swizzle atoms are 1024-aligned");
 static_assert(SMEM_BAR % 8 == 0, "mbarriers are 8-byte aligned");
+static_assert(BLOCK_N % KV_TMA_BOX_ROWS == 0, "whole TMA boxes per tile");
 static_assert(sizeof(SegmentWalk) <= KDTREE_SEGMENT_WALK_BYTES && SMEM_WALK % 8 == 0, "the walk's bytes");
 static_assert((THREADS + 2) * 8 <= SMEM_P1, "the stream-K scan runs in Q's space before Q is loaded");
 
@@ -157,6 +159,44 @@ static __device__ __forceinline__ void load_kv_range(const kdtree_verify_params&
       kd_cp_async16(dst + c * K_BLOCK_BYTES, krow + c * ROW_BYTES, ok ? 16 : 0);
   }
   kd_cp_async_mbar_arrive(bar);
+}
+
+// The same for a whole tile (every row below t_end) whose cache slots are in
+// rows_tab, by TMA (kdtree_verify_params.kv_map: boxes of 64 dims x KV_TMA_BOX_ROWS
+// rows, a page run each): warp 0 of the warpgroup issues the boxes once its first
+// thread has told the mbarrier how many bytes to expect; every thread arrives, as
+// for cp.async. A bad page's rows (the request is NaN-poisoned) read cache row 0.
+template <int R>
+static __device__ __forceinline__ void load_kv_range_tma(const kdtree_verify_params& p, kd_u32 slot, kd_u32 bar,
+                                                         kd_u32 rows_tab, int wt) {
+  constexpr int BOXES = BLOCK_N / KV_TMA_BOX_ROWS;  // per column block
+  constexpr int OPS = (range_hi(R) - range_lo(R)) * BOXES;
+  kd_mbar_arrive(bar, wt == 0, (range_hi(R) - range_lo(R)) * K_BLOCK_BYTES);
+  // Warp-uniform to ptxas (the shuffle), as the kernel's warpgroup index.
+  if (__shfl_sync(0xffffffffu, wt / 32, 0) == 0) {
+    __syncwarp();  // the expected bytes are set before a box can complete
+#pragma unroll
+    for (int i0 = 0; i0 < OPS; i0 += 32) {
+      const int i = min(i0 + wt, OPS - 1);
+      const int c = range_lo(R) + i / BOXES, b = i % BOXES;
+      kd_u32 kv_slot;
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(kv_slot) : "r"(rows_tab + b * KV_TMA_BOX_ROWS * 4) : "memory");
+      kd_tma_load_2d(i0 + wt < OPS, slot + c * K_BLOCK_BYTES + b * KV_TMA_BOX_ROWS * ROW_BYTES, &p.kv_map, c * 64,
+                     kv_slot == 0xffffffffu ? 0 : int(kv_slot), bar);
+    }
+  }
+}
+
+// A V range's refill: by TMA when the tile is whole and the host encoded kv_map.
+template <int R>
+static __device__ __forceinline__ void refill_v_range(const kdtree_verify_params& p, const KvSource& src, int t0,
+                                                      int t_end, kd_u32 slot, kd_u32 bar, kd_u32 rows_tab, int wt,
+                                                      bool& bad_page) {
+  if (p.kv_tma && t0 + BLOCK_N <= t_end) {
+    load_kv_range_tma<R>(p, slot, bar, rows_tab, wt);
+  } else {
+    load_kv_range<R, false>(p, src, t0, t_end, slot, bar, rows_tab, wt, bad_page);
+  }
 }
 
 // Waits for a range's copies; the fence hands what the generic proxy (cp.async)
@@ -350,16 +390,16 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
     }
     if (2 * j + 2 < n_tiles) {
       const int tn = t_begin + (2 * j + 2) * BLOCK_N;
-      if (WG == 0) load_kv_range<0, false>(p, kv_src, tn, t_end, sk, bar0, rows0, wt, bad_page);
-      if (WG == 1) load_kv_range<1, false>(p, kv_src, tn, t_end, sk, bar0 + 8, rows0, wt, bad_page);
+      if (WG == 0) refill_v_range<0>(p, kv_src, tn, t_end, sk, bar0, rows0, wt, bad_page);
+      if (WG == 1) refill_v_range<1>(p, kv_src, tn, t_end, sk, bar0 + 8, rows0, wt, bad_page);
     }
     kd_wgmma_wait<0>();
     kd_wgmma_pin(o);
     if (2 * j + 3 < n_tiles) {
       const int tn = t_begin + (2 * j + 3) * BLOCK_N;
       const kd_u32 slot = sk + K_SLOT_BYTES, bars = bar0 + RANGES * 8;
-      if (WG == 0) load_kv_range<0, false>(p, kv_src, tn, t_end, slot, bars, rows0 + BLOCK_N * 4, wt, bad_page);
-      if (WG == 1) load_kv_range<1, false>(p, kv_src, tn, t_end, slot, bars + 8, rows0 + BLOCK_N * 4, wt, bad_page);
+      if (WG == 0) refill_v_range<0>(p, kv_src, tn, t_end, slot, bars, rows0 + BLOCK_N * 4, wt, bad_page);
+      if (WG == 1) refill_v_range<1>(p, kv_src, tn, t_end, slot, bars + 8, rows0 + BLOCK_N * 4, wt, bad_page);
     }
   }
   fills[0] += n_pairs;
@@ -392,7 +432,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
   }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const __grid_constant__ kdtree_verify_params p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   float* red = (float*)(smem_raw + SMEM_RED);  // [WGS][BLOCK_M]: row maxima, then row sums
   const kd_u32 sq = kd_smem_addr(smem_raw);

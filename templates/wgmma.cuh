@@ -193,6 +193,29 @@ static __device__ __forceinline__ void kd_mbar_init(kd_u32 bar, int count) {
 static __device__ __forceinline__ void kd_cp_async_mbar_arrive(kd_u32 bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+// An arrival on bar; with `expect` true it also expects `bytes` of asynchronous
+// copies (TMA) to complete on the barrier before its phase can. Predicated, not
+// branched: a branch that differs across a warpgroup's threads would make ptxas
+// serialise the wgmmas around it.
+static __device__ __forceinline__ void kd_mbar_arrive(kd_u32 bar, bool expect, kd_u32 bytes) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
+      "@p mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+      "@!p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar),
+      "r"(bytes), "r"(int(expect))
+      : "memory");
+}
+// TMA, when `on`: the box at element coordinates (x, y) of the tensor map `map`
+// (a __grid_constant__ kernel parameter) into shared memory at dst, its bytes
+// completing on bar. With 128-byte swizzling the pattern follows dst's address bits.
+static __device__ __forceinline__ void kd_tma_load_2d(bool on, kd_u32 dst, const void* map, int x, int y, kd_u32 bar) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\n"
+      "@p cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      "}\n" ::"r"(dst),
+      "l"(map), "r"(x), "r"(y), "r"(bar), "r"(int(on))
+      : "memory");
+}
 // Waits until the phase of the given parity has completed (acquire: the copies
 // it tracked are visible to this thread).
 static __device__ __forceinline__ void kd_mbar_wait(kd_u32 bar, kd_u32 parity) {
