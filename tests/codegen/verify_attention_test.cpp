@@ -151,8 +151,8 @@ TEST_CASE("tiles fit each arch's shared memory") {
   CHECK(wl.p % 1024 == 0);
   CHECK(wl.bar % 8 == 0);
   CHECK(wl.bytes <= arch_from_sm(90).max_smem_per_block);
-  CHECK(wl.str() == fmt::format("q=0,p1={},k={},p={},red={},bar={},rows={},walk={},bytes={}", wl.p1, wl.k, wl.p,
-                                wl.red, wl.bar, wl.rows, wl.walk, wl.bytes));
+  CHECK(wl.str() == fmt::format("q=0,p1={},k={},p={},red={},bar={},rows={},walk={},bytes={}", wl.p1, wl.k, wl.p, wl.red,
+                                wl.bar, wl.rows, wl.walk, wl.bytes));
   const KernelSource ws = generate_verify_attention(mla, arch_from_sm(90), w90);
   CHECK(ws.arch_specific);  // sm_90a
   CHECK(ws.launch.stream_k);
