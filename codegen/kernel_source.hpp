@@ -18,8 +18,9 @@ struct LaunchFacts {
   int combine_threads = 0;  // verify_attention: threads per CTA of kdtree_verify_combine
   int combine_rows = 0;     // verify_attention: (node, head) rows per combine CTA
   bool stream_k = false;    // verify_attention: the kernel runs stream-K launches (kdtree_verify_params.stream_ctas)
-  // verify_attention: > 0 when the kernel copies whole KV tiles by TMA: rows per box of
-  // kdtree_verify_params.kv_map (the host encodes it; kv_tma = 0 keeps the kernel on cp.async)
+  // verify_attention: > 0 when the kernel copies whole KV tiles by TMA: rows per box of the
+  // cache's descriptor, which the host encodes and passes as the main kernel's second
+  // parameter (templates/verify_attention_tma.h; enabled = 0 keeps the kernel on cp.async)
   int kv_tma_box_rows = 0;
 };
 

@@ -535,6 +535,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       src.launch.dynamic_smem = smem.bytes;
       runs_stream_k();
       headers.push_back("wgmma.cuh");
+      headers.push_back("verify_attention_tma.h");
       break;
     }
     case VerifyKernel::qsplit: {

@@ -13,6 +13,7 @@
 #include "runtime/driver.hpp"
 #include "verify_attention_layout.h"
 #include "verify_attention_params.h"
+#include "verify_attention_tma.h"
 
 namespace kdtree {
 namespace {
@@ -48,24 +49,26 @@ std::shared_ptr<const codegen::KernelSource> verify_source(Engine& rt, const cod
 
 // The k_cache as a TMA descriptor for kernels that copy whole KV tiles by TMA: a 2-D
 // tensor of num_pages * page rows of head_dim_qk 16-bit values, boxes of 64 values
-// (one 128-byte swizzled column block) x box_rows rows. False (the kernel then keeps
-// to cp.async) when the driver has no cuTensorMapEncodeTiled or the cache does not
-// fit TMA's coordinates (int32 rows).
-bool encode_kv_map(const kdtree_verify_args& a, const codegen::VerifySpec& spec, int box_rows, kdtree_tensor_map* map) {
-  static_assert(sizeof(kdtree_tensor_map) == sizeof(CUtensorMap) && alignof(kdtree_tensor_map) == alignof(CUtensorMap),
-                "kdtree_tensor_map is a CUtensorMap");
+// (one 128-byte swizzled column block) x box_rows rows. Not enabled (the kernel then
+// keeps to cp.async) when the driver has no cuTensorMapEncodeTiled or the cache does
+// not fit TMA's coordinates (int32 rows).
+kdtree_kv_tma encode_kv_tma(const kdtree_verify_args& a, const codegen::VerifySpec& spec, int box_rows) {
+  static_assert(sizeof(kdtree_kv_tma::map) == sizeof(CUtensorMap) && alignof(kdtree_kv_tma) >= alignof(CUtensorMap),
+                "kdtree_kv_tma::map is a CUtensorMap");
+  kdtree_kv_tma t{};
   const driver::Api& api = driver::api();
   const long long rows = (long long)a.num_pages * spec.page_size;
-  if (!api.cuTensorMapEncodeTiled || spec.kv_bytes() != 2 || rows < 1 || rows > INT32_MAX) return false;
+  if (!api.cuTensorMapEncodeTiled || spec.kv_bytes() != 2 || rows < 1 || rows > INT32_MAX) return t;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(spec.head_dim_qk), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(spec.head_dim_qk) * 2};
   const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = api.cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_UINT16, 2,
-                                                const_cast<void*>(a.k_cache), dims, strides, box, element_strides,
+  const CUresult r = api.cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(t.map), CU_TENSOR_MAP_DATA_TYPE_UINT16,
+                                                2, const_cast<void*>(a.k_cache), dims, strides, box, element_strides,
                                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS;
+  t.enabled = r == CUDA_SUCCESS;
+  return t;
 }
 
 void check_kv_scales(bool kv_fp8, float k_scale, float v_scale) {
@@ -287,8 +290,11 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
     p.partial_lse = reinterpret_cast<float*>(base + ws.partial_lse);
     p.cut_items = ws.cut_items ? base + ws.cut_items : nullptr;
   }
-  p.kv_tma = launch.kv_tma_box_rows > 0 && encode_kv_map(a, spec, launch.kv_tma_box_rows, &p.kv_map);
   void* args[] = {&p};
+  // Kernels that copy by TMA take the cache's descriptor as a second parameter.
+  kdtree_kv_tma kv_tma{};
+  if (launch.kv_tma_box_rows > 0) kv_tma = encode_kv_tma(a, spec, launch.kv_tma_box_rows);
+  void* main_args[] = {&p, &kv_tma};
   CUstream stream = static_cast<CUstream>(a.stream);
 
   LaunchDims main;
@@ -297,8 +303,8 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   main.grid_z = plan.grid_z;
   main.block_x = static_cast<unsigned>(launch.threads);
   main.dynamic_smem = static_cast<unsigned>(launch.dynamic_smem);
-  rt.launch(module.function("kdtree_verify_attention", launch.dynamic_smem), main, args, stream,
-            "launching kdtree_verify_attention");
+  rt.launch(module.function("kdtree_verify_attention", launch.dynamic_smem), main,
+            launch.kv_tma_box_rows > 0 ? main_args : args, stream, "launching kdtree_verify_attention");
   if (plan.combine_ctas > 0) {
     LaunchDims combine;
     combine.grid_x = plan.combine_ctas;

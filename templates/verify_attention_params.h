@@ -4,11 +4,6 @@
 #ifndef KDTREE_VERIFY_ATTENTION_PARAMS_H
 #define KDTREE_VERIFY_ATTENTION_PARAMS_H
 
-/* A CUtensorMap (cuda.h): 128 opaque bytes, 128-byte aligned. */
-typedef struct __attribute__((aligned(128))) kdtree_tensor_map {
-  unsigned long long opaque[16];
-} kdtree_tensor_map;
-
 typedef struct kdtree_verify_params {
   const void* q;                       /* [total_nodes, num_q_heads, D] */
   const void* k_cache;                 /* [num_pages, page, num_kv_heads, D] */
@@ -37,9 +32,6 @@ typedef struct kdtree_verify_params {
   int split_tokens; /* KV tokens per split, a multiple of BLOCK_N */
   float scale_log2; /* sm_scale * log2(e); e4m3 caches: times k_scale */
   float v_scale;    /* e4m3 caches: the V dequantisation scale, applied to O once at the end (1 otherwise) */
-  int kv_tma;       /* 1: kv_map describes k_cache (kernels whose launch facts ask for it, kv_tma_box_rows) */
-  kdtree_tensor_map kv_map; /* k_cache as [num_pages * page rows, head_dim] 16-bit, 128-byte swizzled boxes of
-                               64 dims x kv_tma_box_rows rows (a TMA descriptor; used by the kernel when kv_tma) */
 } kdtree_verify_params;
 
 #endif

@@ -38,6 +38,7 @@
 #include "verify_attention_common.cuh"
 #include "verify_attention_combine_stream.cuh"
 #include "wgmma.cuh"
+#include "verify_attention_tma.h"
 
 // Byte offsets in dynamic shared memory (codegen's WgmmaSmemLayout): Q at 0.
 constexpr int SMEM_K = KD_SMEM_K;      // the two K slots
@@ -161,15 +162,16 @@ static __device__ __forceinline__ void load_kv_range(const kdtree_verify_params&
   kd_cp_async_mbar_arrive(bar);
 }
 
-// The same for a whole tile (every row below t_end) by TMA (kdtree_verify_params.
-// kv_map: boxes of 64 dims x KV_TMA_BOX_ROWS rows, a page run each): warp 0 of
+// The same for a whole tile (every row below t_end) by TMA (kdtree_kv_tma's
+// descriptor: boxes of 64 dims x KV_TMA_BOX_ROWS rows, a page run each): warp 0 of
 // the warpgroup issues the boxes once its first thread has told the mbarrier how
 // many bytes to expect; every thread arrives, as for cp.async. Each box's first
 // cache slot comes from rows_tab or (LOOKUP, a segment's first tiles) the page
 // table; a bad page's rows (the request is NaN-poisoned) read cache row 0.
 template <int R, bool LOOKUP>
-static __device__ __forceinline__ void load_kv_range_tma(const kdtree_verify_params& p, const KvSource& src, int t0,
-                                                         kd_u32 slot, kd_u32 bar, kd_u32 rows_tab, int wt) {
+static __device__ __forceinline__ void load_kv_range_tma(const kdtree_verify_params& p, const kdtree_kv_tma& tma,
+                                                         const KvSource& src, int t0, kd_u32 slot, kd_u32 bar,
+                                                         kd_u32 rows_tab, int wt) {
   constexpr int BOXES = BLOCK_N / KV_TMA_BOX_ROWS;  // per column block
   constexpr int OPS = (range_hi(R) - range_lo(R)) * BOXES;
   kd_mbar_arrive(bar, wt == 0, (range_hi(R) - range_lo(R)) * K_BLOCK_BYTES);
@@ -188,20 +190,21 @@ static __device__ __forceinline__ void load_kv_range_tma(const kdtree_verify_par
       } else {
         asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(kv_slot) : "r"(rows_tab + b * KV_TMA_BOX_ROWS * 4) : "memory");
       }
-      kd_tma_load_2d(i0 + wt < OPS, slot + c * K_BLOCK_BYTES + b * KV_TMA_BOX_ROWS * ROW_BYTES, &p.kv_map, c * 64,
+      kd_tma_load_2d(i0 + wt < OPS, slot + c * K_BLOCK_BYTES + b * KV_TMA_BOX_ROWS * ROW_BYTES, tma.map, c * 64,
                      kv_slot == 0xffffffffu ? 0 : int(kv_slot), bar);
     }
   }
 }
 
-// A V range's copies: by TMA when the tile is whole and the host encoded kv_map.
+// A V range's copies: by TMA when the tile is whole and the host encoded the descriptor.
 // LOOKUP: a segment's first tiles, whose cache slots are not in rows_tab yet.
 template <int R, bool LOOKUP>
-static __device__ __forceinline__ void fill_v_range(const kdtree_verify_params& p, const KvSource& src, int t0,
+static __device__ __forceinline__ void fill_v_range(const kdtree_verify_params& p, const kdtree_kv_tma& tma,
+                                                    const KvSource& src, int t0,
                                                     int t_end, kd_u32 slot, kd_u32 bar, kd_u32 rows_tab, int wt,
                                                     bool& bad_page) {
-  if (p.kv_tma && t0 + BLOCK_N <= t_end) {
-    load_kv_range_tma<R, LOOKUP>(p, src, t0, slot, bar, rows_tab, wt);
+  if (tma.enabled && t0 + BLOCK_N <= t_end) {
+    load_kv_range_tma<R, LOOKUP>(p, tma, src, t0, slot, bar, rows_tab, wt);
   } else {
     load_kv_range<R, LOOKUP>(p, src, t0, t_end, slot, bar, rows_tab, wt, bad_page);
   }
@@ -270,7 +273,8 @@ static __device__ __forceinline__ void compute_pv_ss(float (&o)[O_TILES][4], kd_
 // ---- A segment's tile pairs and its rows, as warpgroup WG (a template parameter,
 // so that ptxas sees no thread-dependent branch around a wgmma: it would serialise them).
 template <int WG>
-static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p, const SegmentWalk& walk,
+static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p, const kdtree_kv_tma& kv_tma,
+                                                   const SegmentWalk& walk,
                                                    const Request& req, const KvSource& kv_src, int row0,
                                                    int rows_total, int t_begin, int t_end, int (&fills)[SLOTS],
                                                    const kd_u32 (&qr)[ROPE_STEPS][4],
@@ -398,16 +402,16 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
     }
     if (2 * j + 2 < n_tiles) {
       const int tn = t_begin + (2 * j + 2) * BLOCK_N;
-      if (WG == 0) fill_v_range<0, false>(p, kv_src, tn, t_end, sk, bar0, rows0, wt, bad_page);
-      if (WG == 1) fill_v_range<1, false>(p, kv_src, tn, t_end, sk, bar0 + 8, rows0, wt, bad_page);
+      if (WG == 0) fill_v_range<0, false>(p, kv_tma, kv_src, tn, t_end, sk, bar0, rows0, wt, bad_page);
+      if (WG == 1) fill_v_range<1, false>(p, kv_tma, kv_src, tn, t_end, sk, bar0 + 8, rows0, wt, bad_page);
     }
     kd_wgmma_wait<0>();
     kd_wgmma_pin(o);
     if (2 * j + 3 < n_tiles) {
       const int tn = t_begin + (2 * j + 3) * BLOCK_N;
       const kd_u32 slot = sk + K_SLOT_BYTES, bars = bar0 + RANGES * 8;
-      if (WG == 0) fill_v_range<0, false>(p, kv_src, tn, t_end, slot, bars, rows0 + BLOCK_N * 4, wt, bad_page);
-      if (WG == 1) fill_v_range<1, false>(p, kv_src, tn, t_end, slot, bars + 8, rows0 + BLOCK_N * 4, wt, bad_page);
+      if (WG == 0) fill_v_range<0, false>(p, kv_tma, kv_src, tn, t_end, slot, bars, rows0 + BLOCK_N * 4, wt, bad_page);
+      if (WG == 1) fill_v_range<1, false>(p, kv_tma, kv_src, tn, t_end, slot, bars + 8, rows0 + BLOCK_N * 4, wt, bad_page);
     }
   }
   fills[0] += n_pairs;
@@ -440,7 +444,8 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
   }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const __grid_constant__ kdtree_verify_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p,
+                                                                           const __grid_constant__ kdtree_kv_tma kv_tma) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   float* red = (float*)(smem_raw + SMEM_RED);  // [WGS][BLOCK_M]: row maxima, then row sums
   const kd_u32 sq = kd_smem_addr(smem_raw);
@@ -507,8 +512,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         const kd_u32 slot = sk + s * K_SLOT_BYTES, bars = bar0 + s * RANGES * 8;
         const int t0 = t_begin + s * BLOCK_N;
         const kd_u32 rows = sq + SMEM_ROWS + s * BLOCK_N * 4;
-        if (wg == 0) fill_v_range<0, true>(p, kv_src, t0, t_end, slot, bars, rows, wt, bad_page);
-        if (wg == 1) fill_v_range<1, true>(p, kv_src, t0, t_end, slot, bars + 8, rows, wt, bad_page);
+        if (wg == 0) fill_v_range<0, true>(p, kv_tma, kv_src, t0, t_end, slot, bars, rows, wt, bad_page);
+        if (wg == 1) fill_v_range<1, true>(p, kv_tma, kv_src, t0, t_end, slot, bars + 8, rows, wt, bad_page);
         if (wg == s) load_kv_range<2, true>(p, kv_src, t0, t_end, slot, bars + 16, rows, wt, bad_page);
       }
     }
@@ -527,9 +532,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     }
 
     if (wg == 0) {
-      run_segment<0>(p, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red);
+      run_segment<0>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red);
     } else {
-      run_segment<1>(p, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red);
+      run_segment<1>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red);
     }
   }  // segments
 }

@@ -71,7 +71,7 @@
 #define KD_SMEM_WALK 230448  // of the CTA's segment walk (KDTREE_SEGMENT_WALK_BYTES)
 #endif
 #ifndef KD_KV_TMA_BOX_ROWS
-#define KD_KV_TMA_BOX_ROWS 64  // rows per TMA box of kdtree_verify_params.kv_map: min(page size, BLOCK_N)
+#define KD_KV_TMA_BOX_ROWS 64  // rows per TMA box of kdtree_kv_tma's descriptor: min(page size, BLOCK_N)
 #endif
 #ifndef KD_COMBINE_THREADS
 #define KD_COMBINE_THREADS 128  // threads per combine CTA

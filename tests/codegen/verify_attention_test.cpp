@@ -159,6 +159,18 @@ TEST_CASE("tiles fit each arch's shared memory") {
   CHECK(ws.launch.threads == 256);
   CHECK(ws.launch.dynamic_smem == wl.bytes);
   CHECK(ws.source.find("wgmma.cuh") != std::string::npos);
+  // Whole tiles by TMA: boxes of one page run (at most a tile) x 64 dims, the descriptor as a second parameter.
+  CHECK(ws.launch.kv_tma_box_rows == 64);
+  CHECK(ws.source.find("verify_attention_tma.h") != std::string::npos);
+  for (int page : {1, 16, 64, 128}) {
+    VerifySpec paged = mla;
+    paged.page_size = page;
+    CHECK(generate_verify_attention(paged, arch_from_sm(90), w90).launch.kv_tma_box_rows == std::min(page, 64));
+  }
+  // The other families take one parameter and no descriptor.
+  CHECK(generate_verify_attention(mla_e4m3, arch_from_sm(90)).launch.kv_tma_box_rows == 0);
+  CHECK(generate_verify_attention(mla, arch_from_sm(120)).launch.kv_tma_box_rows == 0);
+  CHECK(generate_verify_attention(mla, arch_from_sm(120)).source.find("verify_attention_tma.h") == std::string::npos);
   CHECK(!generate_verify_attention(mla_e4m3, arch_from_sm(90)).arch_specific);
   // Its layout: K stages, partial S, P, row stats, the segment walk in order; Q is staged over them first.
   const VerifyTiles q120 = choose_verify_tiles(mla, arch_from_sm(120));
