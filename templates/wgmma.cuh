@@ -50,41 +50,20 @@ static __device__ __forceinline__ void kd_wgmma_pin(float (&d)[N][4]) {
   }
 }
 
-// D[64x32] (+)= A[64x16] B[16x32], A and B K-major (B: 32 rows of k). A thread holds
-// D rows 16 (warp % 4) + lane / 4 (+ 8) as mma.sync's C fragments: d[j] is n8 tile j.
-#define KD_WGMMA_M64N32K16_ASM(TYPE) \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE " {" \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
-  "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-#define KD_WGMMA_M64N32K16_D \
+// The MMA shapes. A thread holds D rows 16 (warp % 4) + lane / 4 (+ 8) as mma.sync's C
+// fragments: d[j] is n8 tile j. "_rs": A from registers, a[4] the thread's A fragment
+// of the k16 step in mma.sync's m16n8k16 A layout over its warp's 16 rows (a[0]: row
+// lane / 4, k 2 (lane % 4) + {0, 1}; a[1]: row + 8; a[2], a[3]: k + 8). The scale-d
+// predicate is `accumulate` (false: D = A B).
+#define KD_WGMMA_D32 \
     "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
-    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-template <bool BF16>
-static __device__ __forceinline__ void kd_wgmma_m64n32k16(float (&d)[4][4], kd_u64 desc_a, kd_u64 desc_b, bool accumulate) {
-  if constexpr (BF16) {
-    asm volatile(KD_WGMMA_M64N32K16_ASM("bf16") : KD_WGMMA_M64N32K16_D : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
-  } else {
-    asm volatile(KD_WGMMA_M64N32K16_ASM("f16") : KD_WGMMA_M64N32K16_D : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
-  }
-}
-#undef KD_WGMMA_M64N32K16_ASM
-#undef KD_WGMMA_M64N32K16_D
-
-// D[64x256] (+)= A[64x16] B[16x256], A K-major, B MN-major ("transposed": 16 rows of
-// 256 contiguous columns, as V tokens lie). Fragments as kd_wgmma_m64n32k16's, 32 n8 tiles.
-#define KD_WGMMA_M64N256K16_ASM(TYPE) \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " {" \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
-  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, " \
-  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, " \
-  "%62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, " \
-  "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, " \
-  "%102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, " \
-  "%119, %120, %121, %122, %123, %124, %125, %126, %127" \
-  "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
-#define KD_WGMMA_M64N256K16_D \
+    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+#define KD_WGMMA_D32_LIST \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define KD_WGMMA_D128 \
     "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
     "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
     "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
@@ -101,87 +80,71 @@ static __device__ __forceinline__ void kd_wgmma_m64n32k16(float (&d)[4][4], kd_u
     "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]), "+f"(d[26][3]), "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3]), \
     "+f"(d[28][0]), "+f"(d[28][1]), "+f"(d[28][2]), "+f"(d[28][3]), "+f"(d[29][0]), "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]), \
     "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]), "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])
-template <bool BF16>
-static __device__ __forceinline__ void kd_wgmma_m64n256k16_bt(float (&d)[32][4], kd_u64 desc_a, kd_u64 desc_b, bool accumulate) {
-  if constexpr (BF16) {
-    asm volatile(KD_WGMMA_M64N256K16_ASM("bf16") : KD_WGMMA_M64N256K16_D : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
-  } else {
-    asm volatile(KD_WGMMA_M64N256K16_ASM("f16") : KD_WGMMA_M64N256K16_D : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
-  }
-}
-
-// The same with A from registers (fragments as kd_wgmma_m64n64k16_rs's).
-#define KD_WGMMA_M64N256K16_RS_ASM(TYPE) \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " {" \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
-  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, " \
-  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, " \
-  "%62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, " \
-  "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, " \
-  "%102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, " \
-  "%119, %120, %121, %122, %123, %124, %125, %126, %127" \
-  "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
-template <bool BF16>
-static __device__ __forceinline__ void kd_wgmma_m64n256k16_bt_rs(float (&d)[32][4], const kd_u32 (&a)[4], kd_u64 desc_b,
-                                                                 bool accumulate) {
-  if constexpr (BF16) {
-    asm volatile(KD_WGMMA_M64N256K16_RS_ASM("bf16")
-                 : KD_WGMMA_M64N256K16_D
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
-  } else {
-    asm volatile(KD_WGMMA_M64N256K16_RS_ASM("f16")
-                 : KD_WGMMA_M64N256K16_D
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
-  }
-}
-#undef KD_WGMMA_M64N256K16_RS_ASM
-#undef KD_WGMMA_M64N256K16_ASM
-#undef KD_WGMMA_M64N256K16_D
-
-
-// D[64x64] (+)= A[64x16] B[16x64], both K-major from shared memory (B: 64 rows of k).
-// Fragments as kd_wgmma_m64n32k16's, 8 n8 tiles.
-#define KD_WGMMA_D32 \
-    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
-    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
-    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
-    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-#define KD_WGMMA_D32_LIST \
+#define KD_WGMMA_D128_LIST \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define KD_WGMMA_M64N64K16_SS_ASM(TYPE) \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {" KD_WGMMA_D32_LIST "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+// One wgmma with its scale-d predicate taken from operand P; OPERANDS follow D.
+#define KD_WGMMA_ASM(SHAPE, TYPE, DLIST, OPERANDS, P) \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n" \
+  "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " {" DLIST "}, " OPERANDS ";\n}\n"
+
+// D[64x64] (+)= A[64x16] B[16x64], both K-major (B: 64 rows of k): QK over one k16 step.
 template <bool BF16>
 static __device__ __forceinline__ void kd_wgmma_m64n64k16(float (&d)[8][4], kd_u64 desc_a, kd_u64 desc_b, bool accumulate) {
   if constexpr (BF16) {
-    asm volatile(KD_WGMMA_M64N64K16_SS_ASM("bf16") : KD_WGMMA_D32 : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+    asm volatile(KD_WGMMA_ASM("m64n64k16", "bf16", KD_WGMMA_D32_LIST, "%32, %33, p, 1, 1, 0, 0", "34")
+                 : KD_WGMMA_D32 : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
   } else {
-    asm volatile(KD_WGMMA_M64N64K16_SS_ASM("f16") : KD_WGMMA_D32 : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+    asm volatile(KD_WGMMA_ASM("m64n64k16", "f16", KD_WGMMA_D32_LIST, "%32, %33, p, 1, 1, 0, 0", "34")
+                 : KD_WGMMA_D32 : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
   }
 }
-// The same with A from registers ("RS"): a[4] is the thread's A fragment of the
-// k16 step, mma.sync's m16n8k16 A layout over the warp's 16 rows (a[0]: row lane / 4,
-// k 2 (lane % 4) + {0, 1}; a[1]: row + 8; a[2], a[3]: k + 8).
-#define KD_WGMMA_M64N64K16_RS_ASM(TYPE) \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {" KD_WGMMA_D32_LIST "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
 template <bool BF16>
 static __device__ __forceinline__ void kd_wgmma_m64n64k16_rs(float (&d)[8][4], const kd_u32 (&a)[4], kd_u64 desc_b,
                                                              bool accumulate) {
   if constexpr (BF16) {
-    asm volatile(KD_WGMMA_M64N64K16_RS_ASM("bf16")
+    asm volatile(KD_WGMMA_ASM("m64n64k16", "bf16", KD_WGMMA_D32_LIST, "{%32, %33, %34, %35}, %36, p, 1, 1, 0", "37")
                  : KD_WGMMA_D32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
   } else {
-    asm volatile(KD_WGMMA_M64N64K16_RS_ASM("f16")
+    asm volatile(KD_WGMMA_ASM("m64n64k16", "f16", KD_WGMMA_D32_LIST, "{%32, %33, %34, %35}, %36, p, 1, 1, 0", "37")
                  : KD_WGMMA_D32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
   }
 }
-#undef KD_WGMMA_M64N64K16_SS_ASM
-#undef KD_WGMMA_M64N64K16_RS_ASM
-#undef KD_WGMMA_D32_LIST
+
+// D[64x256] (+)= A[64x16] B[16x256], A K-major, B MN-major ("transposed": 16 rows of
+// 256 contiguous columns, as V tokens lie): PV over one k16 step, 32 n8 tiles.
+template <bool BF16>
+static __device__ __forceinline__ void kd_wgmma_m64n256k16_bt(float (&d)[32][4], kd_u64 desc_a, kd_u64 desc_b, bool accumulate) {
+  if constexpr (BF16) {
+    asm volatile(KD_WGMMA_ASM("m64n256k16", "bf16", KD_WGMMA_D128_LIST, "%128, %129, p, 1, 1, 0, 1", "130")
+                 : KD_WGMMA_D128 : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+  } else {
+    asm volatile(KD_WGMMA_ASM("m64n256k16", "f16", KD_WGMMA_D128_LIST, "%128, %129, p, 1, 1, 0, 1", "130")
+                 : KD_WGMMA_D128 : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+  }
+}
+template <bool BF16>
+static __device__ __forceinline__ void kd_wgmma_m64n256k16_bt_rs(float (&d)[32][4], const kd_u32 (&a)[4], kd_u64 desc_b,
+                                                                 bool accumulate) {
+  if constexpr (BF16) {
+    asm volatile(KD_WGMMA_ASM("m64n256k16", "bf16", KD_WGMMA_D128_LIST, "{%128, %129, %130, %131}, %132, p, 1, 1, 1", "133")
+                 : KD_WGMMA_D128 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+  } else {
+    asm volatile(KD_WGMMA_ASM("m64n256k16", "f16", KD_WGMMA_D128_LIST, "{%128, %129, %130, %131}, %132, p, 1, 1, 1", "133")
+                 : KD_WGMMA_D128 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+  }
+}
+#undef KD_WGMMA_ASM
 #undef KD_WGMMA_D32
+#undef KD_WGMMA_D32_LIST
+#undef KD_WGMMA_D128
+#undef KD_WGMMA_D128_LIST
 
 // ---- mbarriers (shared memory, 8 bytes, 8-aligned): one thread initialises with
 // the arrival count a phase takes; the CTA synchronises before first use.
