@@ -18,6 +18,9 @@ struct LaunchFacts {
   int combine_threads = 0;  // verify_attention: threads per CTA of kdtree_verify_combine
   int combine_rows = 0;     // verify_attention: (node, head) rows per combine CTA
   bool stream_k = false;    // verify_attention: the kernel runs stream-K launches (kdtree_verify_params.stream_ctas)
+  // verify_attention: a stream-K segment's fixed work (Q, the first copies, the partial
+  // rows), in KV tile times, as the planner weighs stream-K against uniform splits
+  double stream_segment_tiles = 1.5;
   // verify_attention: > 0 when the kernel copies whole KV tiles by TMA: rows per box of the
   // cache's descriptor, which the host encodes and passes as the main kernel's second
   // parameter (templates/verify_attention_tma.h; enabled = 0 keeps the kernel on cp.async)

@@ -180,14 +180,16 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
     }
     if (launch.stream_k && forced_schedule != "splits") {
       // Stream-K: one CTA per slot share the ctas x kv_tiles units evenly, so no
-      // wave is partial; a CTA pays the fixed work once per item it touches, and
+      // wave is partial; a CTA pays the fixed work once per item it touches (the
+      // kernel's stream_segment_tiles), and
       // each cut item writes a partial per piece (two slots of block_m rows per CTA).
       const long long units = ctas * kv_tiles;
       const long long p_ctas = std::min(slots, units);
       const long long chunk = ceil_div(units, p_ctas);
       const long long segments = 1 + ceil_div(chunk - 1, kv_tiles);
       const double slot_bytes = 2.0 * p_ctas * launch.block_m * (s.head_dim_v + 1) * 4;
-      const double cost = chunk + 1.5 * segments + (p_ctas > 1 ? slot_bytes * tiles_per_partial_byte : 0.0);
+      const double cost =
+          chunk + launch.stream_segment_tiles * segments + (p_ctas > 1 ? slot_bytes * tiles_per_partial_byte : 0.0);
       if (cost < best || forced_schedule == "stream") stream_ctas = p_ctas;
     }
   }
