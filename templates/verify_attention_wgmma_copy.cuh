@@ -1,0 +1,131 @@
+// The wgmma verify_attention kernels' KV copies (templates/verify_attention_wgmma.cu
+// over 16-bit caches, verify_attention_wgmma_e4m3.cu over e4m3 ones): a K slot of
+// BLOCK_N token rows in column blocks of 128-byte rows in wgmma's 128-byte swizzle
+// (wgmma.cuh), 64 16-bit or 128 e4m3 dims a block, filled in three column ranges
+// that complete on one mbarrier each: range 0 = V's first half, 1 = its second
+// half, 2 = the rope (MLA: V is the first HEAD_DIM_V dims of the K row). Each range
+// is refilled by the warpgroup that reads it last (the kernels say when).
+#ifndef KDTREE_VERIFY_ATTENTION_WGMMA_COPY_CUH
+#define KDTREE_VERIFY_ATTENTION_WGMMA_COPY_CUH
+
+#include "verify_attention_common.cuh"
+#include "verify_attention_tma.h"
+#include "wgmma.cuh"
+
+constexpr int WG_THREADS = 128;
+constexpr int KV_TMA_BOX_ROWS = KD_KV_TMA_BOX_ROWS;  // rows per TMA box: min(page size, BLOCK_N)
+constexpr int RANGES = 3;
+constexpr int ROW_BYTES = 128;                            // a swizzled row
+constexpr int ROW_ELEMS = ROW_BYTES / KV_ELEM_BYTES;      // cache values in it
+constexpr int DIM_BLOCKS = (HEAD_DIM + ROW_ELEMS - 1) / ROW_ELEMS;  // column blocks of a K row
+constexpr int V_BLOCKS = HEAD_DIM_V / ROW_ELEMS;          // of its V part
+constexpr int ROPE_UNITS = (HEAD_DIM - HEAD_DIM_V) * KV_ELEM_BYTES / 16;  // 16-byte units of a row's rope
+constexpr int Q_BLOCK_BYTES = BLOCK_M * ROW_BYTES;        // one column block of the Q tile
+constexpr int K_BLOCK_BYTES = BLOCK_N * ROW_BYTES;        // of a K slot
+constexpr int K_SLOT_BYTES = DIM_BLOCKS * K_BLOCK_BYTES;
+static_assert(HEAD_DIM_V % (2 * ROW_ELEMS) == 0 && ROPE_UNITS <= 8, "V halves of whole blocks; the rope in one block");
+
+// Byte offset of 16-byte unit u of row r in a column block of swizzled rows.
+static __device__ __forceinline__ kd_u32 sw128(int r, int u) { return r * ROW_BYTES + ((u ^ (r & 7)) << 4); }
+
+// The column blocks of range r of a slot: V's two halves, then the rope.
+static __host__ __device__ constexpr int range_lo(int r) { return r == 0 ? 0 : r == 1 ? V_BLOCKS / 2 : V_BLOCKS; }
+static __host__ __device__ constexpr int range_hi(int r) { return r == 0 ? V_BLOCKS / 2 : r == 1 ? V_BLOCKS : DIM_BLOCKS; }
+
+// 16-byte units a row of range r takes in each of its blocks (the rope's block may be part-filled).
+static __host__ __device__ constexpr int range_units(int r) { return r == 2 ? ROPE_UNITS : 8; }
+
+// Column range R of KV tile t0 .. t0 + BLOCK_N into a slot, by the 128 threads of
+// one warpgroup (wt: the thread's index in it), whose completion then arrives on
+// the range's mbarrier. Tokens at or past t_end are zero-filled (their scores are
+// masked; 0 x 0 stays 0 in PV). A page id outside the cache sets bad_page and
+// reads nothing.
+// The slot's rows as cache slot indices (0xffffffff: zero-fill) are kept in shared
+// memory (rows_tab): the rope copy, a tile's first, reads the page table and writes
+// them (LOOKUP), and the V ranges' copies, issued once a PV retires, read them
+// there instead of waiting on a page-table load.
+template <int R, bool LOOKUP>
+static __device__ __forceinline__ void load_kv_range(const kdtree_verify_params& p, const KvSource& src, int t0,
+                                                     int t_end, kd_u32 slot, kd_u32 bar, kd_u32 rows_tab, int wt,
+                                                     bool& bad_page) {
+  constexpr int U = range_units(R);
+  const int unit = wt % U;
+  for (int row = wt / U; row < BLOCK_N; row += WG_THREADS / U) {
+    kd_u32 kv_slot;
+    if constexpr (LOOKUP) {
+      const unsigned t = unsigned(t0 + row);
+      const bool in_range = t < unsigned(t_end);
+      const unsigned page = in_range ? unsigned(__ldg(src.pages + t / PAGE_SIZE)) : 0u;
+      const bool ok = in_range && page < unsigned(p.num_pages);
+      bad_page |= in_range && !ok;
+      kv_slot = ok ? page * PAGE_SIZE + t % PAGE_SIZE : 0xffffffffu;
+      if (R == 2 && unit == 0) asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(rows_tab + row * 4), "r"(kv_slot) : "memory");
+    } else {
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(kv_slot) : "r"(rows_tab + row * 4) : "memory");
+    }
+    const bool ok = kv_slot != 0xffffffffu;
+    const char* krow = src.k_base + (ok ? (unsigned long long)kv_slot : 0ull) * src.k_slot_bytes + unit * 16;
+    const kd_u32 dst = slot + sw128(row, unit);
+#pragma unroll
+    for (int c = range_lo(R); c < range_hi(R); ++c)
+      kd_cp_async16(dst + c * K_BLOCK_BYTES, krow + c * ROW_BYTES, ok ? 16 : 0);
+  }
+  kd_cp_async_mbar_arrive(bar);
+}
+
+// The same for a whole tile (every row below t_end) by TMA (kdtree_kv_tma's
+// descriptor: boxes of one column block x KV_TMA_BOX_ROWS rows, a page run each): warp 0 of
+// the warpgroup issues the boxes once its first thread has told the mbarrier how
+// many bytes to expect; every thread arrives, as for cp.async. Each box's first
+// cache slot comes from rows_tab or (LOOKUP, a segment's first tiles) the page
+// table; a bad page's rows (the request is NaN-poisoned) read cache row 0.
+template <int R, bool LOOKUP>
+static __device__ __forceinline__ void load_kv_range_tma(const kdtree_verify_params& p, const kdtree_kv_tma& tma,
+                                                         const KvSource& src, int t0, kd_u32 slot, kd_u32 bar,
+                                                         kd_u32 rows_tab, int wt) {
+  constexpr int BOXES = BLOCK_N / KV_TMA_BOX_ROWS;  // per column block
+  constexpr int OPS = (range_hi(R) - range_lo(R)) * BOXES;
+  kd_mbar_arrive(bar, wt == 0, (range_hi(R) - range_lo(R)) * K_BLOCK_BYTES);
+  // Warp-uniform to ptxas (the shuffle), as the kernel's warpgroup index.
+  if (__shfl_sync(0xffffffffu, wt / 32, 0) == 0) {
+    __syncwarp();  // the expected bytes are set before a box can complete
+#pragma unroll
+    for (int i0 = 0; i0 < OPS; i0 += 32) {
+      const int i = min(i0 + wt, OPS - 1);
+      const int c = range_lo(R) + i / BOXES, b = i % BOXES;
+      kd_u32 kv_slot;
+      if constexpr (LOOKUP) {
+        const unsigned t = unsigned(t0 + b * KV_TMA_BOX_ROWS);
+        const unsigned page = unsigned(__ldg(src.pages + t / PAGE_SIZE));
+        kv_slot = page < unsigned(p.num_pages) ? page * PAGE_SIZE + t % PAGE_SIZE : 0xffffffffu;
+      } else {
+        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(kv_slot) : "r"(rows_tab + b * KV_TMA_BOX_ROWS * 4) : "memory");
+      }
+      kd_tma_load_2d(i0 + wt < OPS, slot + c * K_BLOCK_BYTES + b * KV_TMA_BOX_ROWS * ROW_BYTES, tma.map, c * ROW_ELEMS,
+                     kv_slot == 0xffffffffu ? 0 : int(kv_slot), bar);
+    }
+  }
+}
+
+// A V range's copies: by TMA when the tile is whole and the host encoded the descriptor.
+// LOOKUP: a segment's first tiles, whose cache slots are not in rows_tab yet.
+template <int R, bool LOOKUP>
+static __device__ __forceinline__ void fill_v_range(const kdtree_verify_params& p, const kdtree_kv_tma& tma,
+                                                    const KvSource& src, int t0,
+                                                    int t_end, kd_u32 slot, kd_u32 bar, kd_u32 rows_tab, int wt,
+                                                    bool& bad_page) {
+  if (tma.enabled && t0 + BLOCK_N <= t_end) {
+    load_kv_range_tma<R, LOOKUP>(p, tma, src, t0, slot, bar, rows_tab, wt);
+  } else {
+    load_kv_range<R, LOOKUP>(p, src, t0, t_end, slot, bar, rows_tab, wt, bad_page);
+  }
+}
+
+// Waits for a range's copies; the fence hands what the generic proxy (cp.async)
+// wrote to the async proxy wgmma reads through.
+static __device__ __forceinline__ void wait_range(kd_u32 bar, kd_u32 parity) {
+  kd_mbar_wait(bar, parity);
+  kd_fence_proxy_async();
+}
+
+#endif  // KDTREE_VERIFY_ATTENTION_WGMMA_COPY_CUH
