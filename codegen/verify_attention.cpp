@@ -130,8 +130,8 @@ std::string FlashSmemLayout::str() const {
 }
 
 std::string WgmmaSmemLayout::str() const {
-  return fmt::format("q={},p1={},k={},p={},red={},bar={},rows={},walk={},bytes={}", q, p1, k, p, red, bar, rows, walk,
-                     bytes);
+  return fmt::format("q={},p1={},k={},p={},red={},scale={},bar={},rows={},walk={},bytes={}", q, p1, k, p, red, scale, bar,
+                     rows, walk, bytes);
 }
 
 std::string QsplitSmemLayout::str() const {
@@ -201,11 +201,23 @@ QsplitSmemLayout qsplit_smem_layout(const VerifySpec& spec, const VerifyTiles& t
 WgmmaSmemLayout wgmma_smem_layout(const VerifySpec& spec, const VerifyTiles& t) {
   WgmmaSmemLayout l;
   l.q = 0;
-  l.p1 = t.block_m * spec.head_dim_v * 2;
-  l.k = l.p1 + t.block_m * t.block_n * 2;
-  l.p = l.k + t.stages * k_tile_bytes(spec, t);
-  l.red = l.p + t.block_m * t.block_n * 2;
-  l.bar = l.red + 2 * t.block_m * 4;
+  if (t.mma_e4m3) {
+    // e4m3 codes: Q's latent dims, the K slots (5 column blocks of 128-byte rows: 576 bytes padded
+    // to 640), both P tiles (a row's 64 codes in a 128-byte swizzled row), then the row exchange
+    // and the scales ([2][block_m] rescale factors, [block_m] Q row scales).
+    l.k = t.block_m * spec.head_dim_v;
+    l.p = l.k + t.stages * k_tile_bytes(spec, t);
+    l.p1 = l.p + t.block_m * 128;
+    l.red = l.p1 + t.block_m * 128;
+    l.scale = l.red + 2 * t.block_m * 4;
+    l.bar = l.scale + 3 * t.block_m * 4;
+  } else {
+    l.p1 = t.block_m * spec.head_dim_v * 2;
+    l.k = l.p1 + t.block_m * t.block_n * 2;
+    l.p = l.k + t.stages * k_tile_bytes(spec, t);
+    l.red = l.p + t.block_m * t.block_n * 2;
+    l.bar = l.red + 2 * t.block_m * 4;
+  }
   l.rows = l.bar + t.stages * 3 * 8;
   l.walk = l.rows + t.stages * t.block_n * 4;
   l.bytes = l.walk + KDTREE_SEGMENT_WALK_BYTES;
@@ -302,7 +314,13 @@ void check_tiles(const VerifyTiles& t, const VerifySpec& spec, const Arch& arch,
       break;
     case VerifyKernel::wgmma:  // one shape: two warpgroups over 64 rows, the MMA shapes of templates/wgmma.cuh
       if (arch.sm != 90) bad(fmt::format("the wgmma kernel needs sm_90 (wgmma is sm_90a only), not {}", arch.name()));
-      if (!spec.mla() || spec.kv_fp8()) bad("the wgmma kernel is for MLA over 16-bit caches");
+      if (!spec.mla()) bad("the wgmma kernel is for MLA");
+      // 16-bit caches on bf16/f16 wgmma; e4m3 caches on the native e4m3 wgmma (mma=e4m3).
+      if (spec.kv_fp8() != t.mma_e4m3) {
+        bad(spec.kv_fp8() ? "the wgmma kernel reads e4m3 caches with mma=e4m3 (native e4m3 wgmma; the dequantising "
+                            "path is kernel=flash)"
+                          : "the wgmma kernel reads 16-bit caches with mma=16bit");
+      }
       if (t.block_m != 64 || t.block_n != 64 || t.warps != 8 || t.stages != 2 || t.warp_rows != 16) {
         bad("the wgmma kernel has one tiling: kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16");
       }
@@ -330,8 +348,10 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
   }
   // Keys left out keep the generator's choice, or with kernel=wgmma that family's one tiling.
   VerifyTiles t = choose_verify_tiles(spec, arch);
-  if (std::find(fields.begin(), fields.end(), "kernel=wgmma") != fields.end())
+  if (std::find(fields.begin(), fields.end(), "kernel=wgmma") != fields.end()) {
     t = {VerifyKernel::wgmma, 64, 64, 8, 2, 16};
+    t.mma_e4m3 = spec.kv_fp8();  // the family's one form for each cache type
+  }
   std::vector<std::string> seen;
   for (const std::string& field : fields) {
     const std::size_t eq = field.find('=');
@@ -375,11 +395,12 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   std::vector<VerifyTiles> candidates;
   constexpr VerifyKernel flash = VerifyKernel::flash, qsplit = VerifyKernel::qsplit;
   // Fields: kernel, block_m, block_n, warps, stages, warp_rows.
-  if (spec.mla() && !spec.kv_fp8() && arch.sm == 90) {
+  if (spec.mla() && arch.sm == 90) {
     // Hopper: warpgroup MMAs read Q, K and P from shared memory by descriptor; mma.sync
     // is capped there by ldmatrix's shared-memory traffic. H200: 1.2-1.8x the flash
-    // kernel on bench_verify's MLA shapes (docs/PERFORMANCE.md).
-    candidates = {{VerifyKernel::wgmma, 64, 64, 8, 2, 16}, {flash, 64, 64, 8, 2, 32}};
+    // kernel on bench_verify's MLA shapes (docs/PERFORMANCE.md). e4m3 caches on the
+    // native e4m3 wgmma (mma=e4m3), where mma.sync's e4m3 is emulated with f16 MMAs.
+    candidates = {{VerifyKernel::wgmma, 64, 64, 8, 2, 16, spec.kv_fp8()}, {flash, 64, 64, 8, 2, 32}};
   } else if (spec.mla()) {
     // MLA's 576-wide rows make Q and K tiles large: V columns are split over
     // column warps so the O accumulator (64 x 512 fp32 per CTA) fits in registers;
@@ -522,7 +543,11 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
     }
     case VerifyKernel::wgmma: {
       const WgmmaSmemLayout smem = wgmma_smem_layout(spec, tiles);
-      kernel_template = "verify_attention_wgmma";
+      kernel_template = tiles.mma_e4m3 ? "verify_attention_wgmma_e4m3" : "verify_attention_wgmma";
+      if (tiles.mma_e4m3) {
+        params["SMEM_P1"] = std::to_string(smem.p1);
+        params["SMEM_SCALE"] = std::to_string(smem.scale);
+      }
       params["SMEM_K"] = std::to_string(smem.k);
       params["SMEM_P"] = std::to_string(smem.p);
       params["SMEM_RED"] = std::to_string(smem.red);

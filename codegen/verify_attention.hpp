@@ -57,7 +57,9 @@ enum class VerifyKernel {
   qsplit,
   // templates/verify_attention_wgmma.cu: MLA on Hopper's warpgroup MMA (sm_90a
   // only): Q, K stages and P in 128-byte swizzled shared memory read by wgmma
-  // descriptors, two warpgroups over 64 rows. Runs stream-K plans.
+  // descriptors, two warpgroups over 64 rows. Runs stream-K plans. With mma=e4m3
+  // (e4m3 caches; templates/verify_attention_wgmma_e4m3.cu) on the native e4m3
+  // wgmma: Q and P quantised, PV computed transposed (O^T = V^T P^T).
   wgmma,
 };
 const char* kernel_name(VerifyKernel kernel);  // "flash", "qsplit", "wgmma"
@@ -114,9 +116,13 @@ struct QsplitSmemLayout {
 // stays in registers) | K slots | slot 0's P | the row exchange ([2][block_m]
 // floats) | the copies' mbarriers ([stages][3] x 8 bytes) | each slot's token rows
 // as cache slot indices ([stages][block_n] x 4 bytes) | the segment walk.
+// mma=e4m3 (e4m3 caches): Q's latent dims (block_m x 512 codes, 128-dim column
+// blocks) | K slots | slot 0's P | slot 1's P (block_m rows of 128 bytes each) |
+// the row exchange | the scales ([2][block_m] rescale factors, [block_m] Q row
+// scales) | the mbarriers, rows and walk as above.
 // Every operand buffer starts on a 1024-byte swizzle atom.
 struct WgmmaSmemLayout {
-  int q = 0, p1 = 0, k = 0, p = 0, red = 0, bar = 0, rows = 0, walk = 0;
+  int q = 0, p1 = 0, k = 0, p = 0, red = 0, scale = 0, bar = 0, rows = 0, walk = 0;
   int bytes = 0;
   std::string str() const;
 };
@@ -141,8 +147,8 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch);
 // block_m 16..256, a multiple of warp_rows; block_n 16..256, a multiple of 16 (flash: and of 8 x the column warps);
 // warps 1..32, a multiple of block_m / warp_rows; stages 2..8; warp_rows 16 or 32; head_dim_v a multiple of 64 x the
 // column warps; qsplit is MLA only, with block_n 16 and warp_rows = 8 x the column warps (mma=e4m3: block_n 32,
-// warp_rows 32, 2 warp rows of 4 column warps, stages >= 3); wgmma is MLA over 16-bit caches on sm_90 only, with
-// exactly block_m=64,block_n=64,warps=8,stages=2,warp_rows=16; mma 16bit or e4m3 (e4m3 caches, block_n a multiple of
+// warp_rows 32, 2 warp rows of 4 column warps, stages >= 3); wgmma is MLA on sm_90 only, mma=16bit over 16-bit
+// caches and mma=e4m3 over e4m3 ones (kernel=wgmma alone picks the cache's), with exactly block_m=64,block_n=64,warps=8,stages=2,warp_rows=16; mma 16bit or e4m3 (e4m3 caches, block_n a multiple of
 // 32, sm_89 and newer). The tiles must fit the arch's shared memory. Throws KDTREE_ERROR_INVALID_ARGUMENT naming
 // KDTREE_VERIFY_TILES and the key otherwise; the old positional form ("64,16,8,4,32,qsplit") is refused with its
 // key=value spelling.

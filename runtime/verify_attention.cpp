@@ -58,15 +58,16 @@ kdtree_kv_tma encode_kv_tma(const kdtree_verify_args& a, const codegen::VerifySp
   kdtree_kv_tma t{};
   const driver::Api& api = driver::api();
   const long long rows = (long long)a.num_pages * spec.page_size;
-  if (!api.cuTensorMapEncodeTiled || spec.kv_bytes() != 2 || rows < 1 || rows > INT32_MAX) return t;
+  const int elem = spec.kv_bytes();  // 2: 16-bit caches, 1: e4m3
+  if (!api.cuTensorMapEncodeTiled || (elem != 1 && elem != 2) || rows < 1 || rows > INT32_MAX) return t;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(spec.head_dim_qk), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(spec.head_dim_qk) * 2};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(spec.head_dim_qk) * elem};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / elem), static_cast<cuuint32_t>(box_rows)};  // 128-byte rows
   const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = api.cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(t.map), CU_TENSOR_MAP_DATA_TYPE_UINT16,
-                                                2, const_cast<void*>(a.k_cache), dims, strides, box, element_strides,
-                                                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = api.cuTensorMapEncodeTiled(
+      reinterpret_cast<CUtensorMap*>(t.map), elem == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8,
+      2, const_cast<void*>(a.k_cache), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   t.enabled = r == CUDA_SUCCESS;
   return t;
 }

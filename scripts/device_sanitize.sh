@@ -33,6 +33,7 @@ cases=(
   "verify_attention GPU: a node count over W*"
   "verify_attention GPU: kv_len over max_kv_len*"
   "verify_attention GPU parity: wgmma stream-K with one and with a few CTAs"
+  "verify_attention GPU parity: wgmma e4m3 stream-K with one and with a few CTAs"
   "tree_build GPU: small candidate trees*"
   "tree_build GPU: all-equal and -inf*"
   "tree_accept GPU: malformed requests*"

@@ -6,8 +6,8 @@
 #define KDTREE_VERIFY_ATTENTION_TMA_H
 
 typedef struct __attribute__((aligned(128))) kdtree_kv_tma {
-  /* A CUtensorMap (cuda.h): k_cache as [num_pages * page rows, head_dim] 16-bit values, boxes of 64 values
-   * (one 128-byte swizzled column block) x kv_tma_box_rows rows. */
+  /* A CUtensorMap (cuda.h): k_cache as [num_pages * page rows, head_dim] 16-bit or e4m3 values, boxes of one
+   * 128-byte swizzled column block (64 or 128 values) x kv_tma_box_rows rows. */
   unsigned long long map[16];
   int enabled; /* 0: the host could not encode it (the kernel copies by cp.async) */
 } kdtree_kv_tma;

@@ -140,6 +140,21 @@ static __device__ __forceinline__ void kd_wgmma_m64n256k16_bt_rs(float (&d)[32][
                  : KD_WGMMA_D128 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
   }
 }
+
+// e4m3 (sm_90a; fp32 accumulation): D[64x64] (+)= A[64x32] B[32x64], both K-major (8-bit
+// wgmma takes no transposed operand). "_rs": a[4] the thread's A fragment of the k32
+// step in mma.sync's m16n8k32 layout over its warp's 16 rows (a[0]: row lane / 4,
+// k 4 (lane % 4) .. + 3, the lowest k in the low byte; a[1]: row + 8; a[2], a[3]: k + 16).
+static __device__ __forceinline__ void kd_wgmma_m64n64k32_e4m3(float (&d)[8][4], kd_u64 desc_a, kd_u64 desc_b,
+                                                               bool accumulate) {
+  asm volatile(KD_WGMMA_ASM("m64n64k32", "e4m3", KD_WGMMA_D32_LIST, "%32, %33, p, 1, 1", "34")
+               : KD_WGMMA_D32 : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+}
+static __device__ __forceinline__ void kd_wgmma_m64n64k32_e4m3_rs(float (&d)[8][4], const kd_u32 (&a)[4],
+                                                                  kd_u64 desc_b, bool accumulate) {
+  asm volatile(KD_WGMMA_ASM("m64n64k32", "e4m3", KD_WGMMA_D32_LIST, "{%32, %33, %34, %35}, %36, p, 1, 1", "37")
+               : KD_WGMMA_D32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+}
 #undef KD_WGMMA_ASM
 #undef KD_WGMMA_D32
 #undef KD_WGMMA_D32_LIST

@@ -87,11 +87,14 @@ TEST_CASE("templates: the device error header NVRTC receives is kdtree.h's, byte
 TEST_CASE("templates: the config defaults are a shape the generator produces") {
   // Each config header's defaults are one generated point's prelude: verify_attention
   // (flash) is sm_80's MLA 576/512, W=64, page 64, bf16; verify_attention_qsplit
-  // sm_120's; verify_attention_wgmma sm_90's; the tree ops' any arch's default point.
+  // sm_120's; verify_attention_wgmma sm_90's (and _e4m3 its e4m3 cache point); the tree ops' any arch's default point.
   std::set<std::string> checked;
   for (int sm : {120, 90, 80}) {
     for (const OpInfo& op : operations()) {
+    for (kdtree_kv_dtype kv : {KDTREE_KV_DTYPE_AS_Q, KDTREE_KV_DTYPE_E4M3}) {
+      if (kv == KDTREE_KV_DTYPE_E4M3 && (sm != 90 || std::string(op.name) != "verify_attention")) continue;
       OpPoint point;
+      point.kv_dtype = kv;  // e4m3: sm_90's verify_attention_wgmma_e4m3
       if (std::string(op.name) == "sample_tokens") point.dtype = KDTREE_DTYPE_BF16;
       const KernelSource ks = op.generate(point, arch_from_sm(sm));
       const auto config = std::find_if(ks.headers.begin(), ks.headers.end(), [](const auto& h) {
@@ -110,6 +113,7 @@ TEST_CASE("templates: the config defaults are a shape the generator produces") {
       }
       CHECK(defines > 0);
       if (found == defines) checked.insert(config->first);
+    }
     }
   }
   for (const std::string& n : template_names()) {

@@ -155,15 +155,20 @@ TEST_CASE("verify_attention[kv=e4m3,mma=e4m3]: sm_120 and sm_90 sources differ i
   }
 }
 
-TEST_CASE("verify_attention[kv=e4m3]: sm_120/sm_121 choose the e4m3 MMA path, the other arches dequantise") {
+TEST_CASE(
+    "verify_attention[kv=e4m3]: sm_120/sm_121 choose the e4m3 MMA path, sm_90's MLA the native e4m3 wgmma, the other "
+    "arches dequantise") {
   for (const HeadShape& h : supported_heads()) {
     const VerifySpec s = spec_of(h, KDTREE_KV_DTYPE_E4M3);
     for (int sm : supported_sms()) {
       const VerifyTiles t = choose_verify_tiles(s, arch_from_sm(sm));
       INFO(s.label() << " sm_" << sm << ": " << t.str());
-      CHECK(t.mma_e4m3 == (sm == 120 || sm == 121));
-      // MLA: Q in registers (qsplit); GQA: flash.
-      if (t.mma_e4m3) CHECK(t.kernel == (h.mla ? VerifyKernel::qsplit : VerifyKernel::flash));
+      const bool wgmma = sm == 90 && h.mla;
+      CHECK(t.mma_e4m3 == (sm == 120 || sm == 121 || wgmma));
+      // MLA: Q in registers (qsplit), on sm_90 wgmma; GQA: flash.
+      if (t.mma_e4m3) {
+        CHECK(t.kernel == (wgmma ? VerifyKernel::wgmma : h.mla ? VerifyKernel::qsplit : VerifyKernel::flash));
+      }
     }
     // 16-bit caches never take it.
     CHECK_FALSE(choose_verify_tiles(spec_of(h, KDTREE_KV_DTYPE_AS_Q), arch_from_sm(120)).mma_e4m3);
@@ -201,7 +206,9 @@ TEST_CASE("KDTREE_VERIFY_TILES mma=: e4m3 or 16bit, and mma=e4m3 only where it r
     }
   };
   CHECK(parse_verify_tiles("mma=e4m3", fp8, arch_from_sm(90)).mma_e4m3);
-  CHECK_FALSE(parse_verify_tiles("mma=16bit", fp8, arch_from_sm(90)).mma_e4m3);
+  // sm_90's MLA kernel over e4m3 caches is the native e4m3 wgmma; the dequantising path is flash's.
+  refused("mma=16bit", fp8, 90, "kernel=flash");
+  CHECK_FALSE(parse_verify_tiles("kernel=flash,mma=16bit", fp8, arch_from_sm(90)).mma_e4m3);
   // sm_120's MLA dequantising kernel is qsplit: a 16-bit Q tile does not fit flash there.
   CHECK_FALSE(parse_verify_tiles("mma=16bit,kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32", fp8,
                                  arch_from_sm(120))

@@ -125,11 +125,12 @@ TEST_CASE("tiles fit each arch's shared memory") {
     CHECK(m.warps == 8);
     CHECK(generate_verify_attention(mla, arch_from_sm(sm)).source.find("Q lives in registers") != std::string::npos);
   }
-  // Hopper: the wgmma family for 16-bit caches; e4m3 caches keep the dequantising flash kernel.
+  // Hopper: the wgmma family, its native e4m3 form for e4m3 caches.
   CHECK(choose_verify_tiles(mla, arch_from_sm(90)).kernel == VerifyKernel::wgmma);
   VerifySpec mla_e4m3 = mla;
   mla_e4m3.kv_dtype = KDTREE_KV_DTYPE_E4M3;
-  CHECK(choose_verify_tiles(mla_e4m3, arch_from_sm(90)).kernel == VerifyKernel::flash);
+  CHECK(choose_verify_tiles(mla_e4m3, arch_from_sm(90)).kernel == VerifyKernel::wgmma);
+  CHECK(choose_verify_tiles(mla_e4m3, arch_from_sm(90)).mma_e4m3);
   for (int sm : {80, 86, 89, 100, 120}) CHECK(choose_verify_tiles(mla, arch_from_sm(sm)).kernel != VerifyKernel::wgmma);
   CHECK(choose_verify_tiles(mla, arch_from_sm(80)).kernel == VerifyKernel::flash);
   // The wgmma layout: Q's latent dims, slot 1's P (where Q's rope block would lie), two K slots, slot 0's P on
@@ -151,14 +152,35 @@ TEST_CASE("tiles fit each arch's shared memory") {
   CHECK(wl.p % 1024 == 0);
   CHECK(wl.bar % 8 == 0);
   CHECK(wl.bytes <= arch_from_sm(90).max_smem_per_block);
-  CHECK(wl.str() == fmt::format("q=0,p1={},k={},p={},red={},bar={},rows={},walk={},bytes={}", wl.p1, wl.k, wl.p, wl.red,
-                                wl.bar, wl.rows, wl.walk, wl.bytes));
+  CHECK(wl.str() == fmt::format("q=0,p1={},k={},p={},red={},scale=0,bar={},rows={},walk={},bytes={}", wl.p1, wl.k, wl.p,
+                                wl.red, wl.bar, wl.rows, wl.walk, wl.bytes));
+  // Over e4m3 caches (mma=e4m3): Q's latent codes, two slots of 5 128-byte column blocks, both P tiles, the
+  // row exchange, the scales, then as above; its own template, sm_90a, TMA boxes of 128 e4m3 dims.
+  const VerifyTiles w90e = parse_verify_tiles("kernel=wgmma", mla_e4m3, arch_from_sm(90));
+  const WgmmaSmemLayout we = wgmma_smem_layout(mla_e4m3, w90e);
+  CHECK(we.k == 64 * 512);
+  CHECK(we.p == we.k + 2 * 64 * 5 * 128);
+  CHECK(we.p1 == we.p + 64 * 128);
+  CHECK(we.red == we.p1 + 64 * 128);
+  CHECK(we.scale == we.red + 2 * 64 * 4);
+  CHECK(we.bar == we.scale + 3 * 64 * 4);
+  CHECK(we.walk == we.bar + 2 * 3 * 8 + 2 * 64 * 4);
+  CHECK(we.bytes == we.walk + KDTREE_SEGMENT_WALK_BYTES);
+  for (int off : {we.k, we.p, we.p1}) CHECK(off % 1024 == 0);
+  const KernelSource wse = generate_verify_attention(mla_e4m3, arch_from_sm(90), w90e);
+  CHECK(wse.arch_specific);
+  CHECK(wse.launch.stream_k);
+  CHECK(wse.launch.dynamic_smem == we.bytes);
+  CHECK(wse.launch.kv_tma_box_rows == 64);
+  CHECK(wse.source.find("verify_attention_wgmma_e4m3") != std::string::npos);
+  CHECK(wse.source.find("#define KD_SMEM_SCALE " + std::to_string(we.scale)) != std::string::npos);
   const KernelSource ws = generate_verify_attention(mla, arch_from_sm(90), w90);
   CHECK(ws.arch_specific);  // sm_90a
   CHECK(ws.launch.stream_k);
   CHECK(ws.launch.threads == 256);
   CHECK(ws.launch.dynamic_smem == wl.bytes);
   CHECK(ws.source.find("wgmma.cuh") != std::string::npos);
+  CHECK(ws.source.find("KD_SMEM_SCALE") == std::string::npos);  // the 16-bit kernel's prelude is unchanged
   // Whole tiles by TMA: boxes of one page run (at most a tile) x 64 dims, the descriptor as a second parameter.
   CHECK(ws.launch.kv_tma_box_rows == 64);
   CHECK(ws.source.find("verify_attention_tma.h") != std::string::npos);
@@ -168,10 +190,10 @@ TEST_CASE("tiles fit each arch's shared memory") {
     CHECK(generate_verify_attention(paged, arch_from_sm(90), w90).launch.kv_tma_box_rows == std::min(page, 64));
   }
   // The other families take one parameter and no descriptor.
-  CHECK(generate_verify_attention(mla_e4m3, arch_from_sm(90)).launch.kv_tma_box_rows == 0);
+  CHECK(generate_verify_attention(mla_e4m3, arch_from_sm(89)).launch.kv_tma_box_rows == 0);
   CHECK(generate_verify_attention(mla, arch_from_sm(120)).launch.kv_tma_box_rows == 0);
   CHECK(generate_verify_attention(mla, arch_from_sm(120)).source.find("verify_attention_tma.h") == std::string::npos);
-  CHECK(!generate_verify_attention(mla_e4m3, arch_from_sm(90)).arch_specific);
+  CHECK(!generate_verify_attention(mla_e4m3, arch_from_sm(89)).arch_specific);
   // Its layout: K stages, partial S, P, row stats, the segment walk in order; Q is staged over them first.
   const VerifyTiles q120 = choose_verify_tiles(mla, arch_from_sm(120));
   CHECK(q120.str() == "kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32");
@@ -288,7 +310,12 @@ TEST_CASE("KDTREE_VERIFY_TILES: every key is checked, nothing trailing, an overr
             .find("sm_90") != std::string::npos);
   VerifySpec mla8;
   mla8.kv_dtype = KDTREE_KV_DTYPE_E4M3;
-  CHECK(tiles_error("kernel=wgmma", mla8, sm90).find("16-bit caches") != std::string::npos);
+  // e4m3 caches: kernel=wgmma alone takes the native e4m3 form; the 16-bit form does not read them.
+  CHECK(tiles_error("kernel=wgmma", mla8, sm90).empty());
+  CHECK(parse_verify_tiles("kernel=wgmma", mla8, sm90).str() ==
+        "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16,mma=e4m3");
+  CHECK(tiles_error("kernel=wgmma,mma=16bit", mla8, sm90).find("mma=e4m3") != std::string::npos);
+  CHECK(tiles_error("kernel=wgmma,mma=e4m3", mla, sm90).find("e4m3 caches") != std::string::npos);
   VerifySpec gqa;
   gqa.head_dim_qk = gqa.head_dim_v = 128;
   CHECK(tiles_error("kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16", gqa, sm90).find("MLA") !=

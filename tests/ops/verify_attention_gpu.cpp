@@ -444,10 +444,11 @@ std::vector<kdtree_verify_spec> error_specs() {
 }
 
 // Checks request `good` against the reference rows of `ref` (same layout as c).
-void check_request(const VerifyCase& c, const kdtree::ref::VerifyReference& ref, const Launch& r, int good) {
+void check_request(const VerifyCase& c, const kdtree::ref::VerifyReference& ref, const Launch& r, int good,
+                   bool e4m3_mma) {
   const auto cmp = kdtree::ref::compare_verify(c, ref, r.out, r.lse.data());
   INFO("unaffected request " << good << ": " << cmp.summary());
-  CHECK(cmp.rel_err[good] < rel_tolerance(c.spec.dtype));
+  CHECK(cmp.rel_err[good] < rel_tolerance(c.spec.dtype, e4m3_mma));
 }
 
 }  // namespace
@@ -528,7 +529,7 @@ void check_page_index_errors(Session& s, const std::vector<kdtree_verify_spec>& 
         CHECK(r.status == KDTREE_OK);  // checked on the device: no host synchronisation
         CHECK((r.flags & KDTREE_DEVICE_ERROR_PAGE_INDEX) != 0);
         CHECK(kdtree::ref::request_all_nan(m, 1, r.out, r.lse.data()));
-        check_request(m, ref, r, 0);
+        check_request(m, ref, r, 0, s.e4m3_mma);
       }
     }
   }
@@ -571,7 +572,7 @@ void check_node_count_errors(Session& s, const std::vector<kdtree_verify_spec>& 
       CHECK(r.status == KDTREE_OK);
       CHECK((r.flags & KDTREE_DEVICE_ERROR_NODE_COUNT) != 0);
       CHECK(kdtree::ref::request_all_nan(m, 0, r.out, r.lse.data()));  // all W + 1 rows, none stale
-      check_request(m, ref_m, r, 1);
+      check_request(m, ref_m, r, 1, s.e4m3_mma);
     }
     // kv_len smaller than the node count.
     VerifyCase short_kv = c;
@@ -583,7 +584,7 @@ void check_node_count_errors(Session& s, const std::vector<kdtree_verify_spec>& 
       CHECK(r.status == KDTREE_OK);
       CHECK((r.flags & KDTREE_DEVICE_ERROR_NODE_COUNT) != 0);
       CHECK(kdtree::ref::request_all_nan(short_kv, 0, r.out, r.lse.data()));
-      check_request(short_kv, ref, r, 1);
+      check_request(short_kv, ref, r, 1, s.e4m3_mma);
     }
   }
 }
@@ -623,18 +624,19 @@ TEST_CASE("verify_attention GPU parity: mla576/512 qsplit stream-K (KDTREE_VERIF
 
 // Stream-K with fewer units than SMs: one CTA (a single KV tile, no workspace),
 // and a few CTAs whose ranges cut one item into one-tile pieces.
-void check_stream_few_ctas(Session& s, uint64_t seed) {
+void check_stream_few_ctas(Session& s, uint64_t seed, kdtree_kv_dtype kv_dtype = KDTREE_KV_DTYPE_AS_Q) {
   s.bind();
   for (const auto& shape : {std::pair<int, int>{0, 1}, {40, 3}, {70, 16}}) {  // prefix, nodes
     VerifyCaseOptions o;
     o.prefix_lens = {shape.first};
     o.node_counts = {shape.second};
-    const VerifyCase c =
-        kdtree::ref::build_verify_case(make_verify_spec(576, 512, 16, 1, 16, 16, KDTREE_DTYPE_BF16), 1, seed++, o);
+    kdtree_verify_spec spec = make_verify_spec(576, 512, 16, 1, 16, 16, KDTREE_DTYPE_BF16);
+    spec.kv_dtype = kv_dtype;
+    const VerifyCase c = kdtree::ref::build_verify_case(spec, 1, seed++, o);
     const auto ref = kdtree::ref::verify_attention(c.host_inputs());
     DeviceCase d = upload(s.rt, c, 3);
-    check_launch(s.rt, c, ref, d, 0, true);
-    check_launch(s.rt, c, ref, d, 0, false);
+    check_launch(s.rt, c, ref, d, 0, true, s.e4m3_mma);
+    check_launch(s.rt, c, ref, d, 0, false, s.e4m3_mma);
   }
 }
 
@@ -670,7 +672,7 @@ TEST_CASE("verify_attention GPU: kv_len over max_kv_len flags KV_LEN and NaNs th
       CHECK(r.status == KDTREE_OK);
       CHECK((r.flags & KDTREE_DEVICE_ERROR_KV_LEN) != 0);
       CHECK(kdtree::ref::request_all_nan(c, 0, r.out, r.lse.data()));
-      check_request(c, ref, r, 1);
+      check_request(c, ref, r, 1, s.e4m3_mma);
     }
   }
 }
@@ -760,6 +762,48 @@ TEST_CASE("verify_attention GPU: wgmma kernel flags and NaNs bad pages and node 
     if (!w.runs()) return;
     check_page_index_errors(w.session, mla);
     check_node_count_errors(w.session, mla);
+  }
+}
+
+// The wgmma family over e4m3 caches (templates/verify_attention_wgmma_e4m3.cu: native
+// e4m3 wgmma, Q and P quantised): the grid's e4m3 points, the e4m3 MMA tolerance.
+constexpr const char* kWgmmaE4m3Tiles =
+    "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16,mma=e4m3";
+struct WgmmaE4m3Session : Sm90TilesSession {
+  explicit WgmmaE4m3Session(const char* schedule_value = "") : Sm90TilesSession(schedule_value, kWgmmaE4m3Tiles, false) {
+    session.e4m3_mma = true;
+  }
+};
+
+TEST_CASE(
+    "verify_attention GPU parity: mla576/512 wgmma e4m3 (tiles "
+    "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16,mma=e4m3)") {
+  WgmmaE4m3Session w;
+  if (!w.runs()) return;
+  run_head_grid(576, 512, 14, w.session);
+}
+
+TEST_CASE("verify_attention GPU parity: mla576/512 wgmma e4m3 stream-K (KDTREE_VERIFY_SCHEDULE=stream)") {
+  WgmmaE4m3Session w("stream");
+  if (!w.runs()) return;
+  run_head_grid(576, 512, 15, w.session);
+}
+
+TEST_CASE("verify_attention GPU parity: wgmma e4m3 stream-K with one and with a few CTAs") {
+  WgmmaE4m3Session w("stream");
+  if (!w.runs()) return;
+  check_stream_few_ctas(w.session, base_seed() * 1000 + 970, KDTREE_KV_DTYPE_E4M3);
+}
+
+TEST_CASE("verify_attention GPU: wgmma e4m3 kernel flags and NaNs bad pages and node counts") {
+  kdtree_verify_spec spec = error_specs()[0];
+  spec.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  for (const char* schedule : {"splits", "stream"}) {
+    INFO("KDTREE_VERIFY_SCHEDULE=" << schedule);
+    WgmmaE4m3Session w(schedule);
+    if (!w.runs()) return;
+    check_page_index_errors(w.session, {spec});
+    check_node_count_errors(w.session, {spec});
   }
 }
 
