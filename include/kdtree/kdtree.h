@@ -75,13 +75,13 @@ typedef enum kdtree_kv_dtype {
  *    1, 576] (V = the first 512 bytes of each row, with v_scale); GQA k_cache and
  *    v_cache [num_pages, page_size, num_kv_heads, 64/128/256]. Caches 16-byte aligned.
  *  - Every supported arch (sm_80+) takes them, by one of two paths:
- *    dequantising (sm_80 .. sm_110): the rows are dequantised exactly to q's 16-bit
- *    type on their way to the tensor cores (16-bit tensor rate); the e4m3 MMA path
- *    (sm_120/sm_121; KDTREE_VERIFY_TILES "mma=e4m3" forces it on sm_89 and newer,
- *    "mma=16bit" the other): q quantised to e4m3 per (node, head) row (scale =
- *    max |q| / 448) and P (the softmax numerators, <= 256) to e4m3, QK and PV on
- *    e4m3 tensor cores with fp32 accumulation (sm_120/sm_121: the block-scaled
- *    form at twice the bf16 rate).
+ *    dequantising (sm_80 .. sm_110, sm_90's GQA): the rows are dequantised exactly
+ *    to q's 16-bit type on their way to the tensor cores (16-bit tensor rate); the
+ *    e4m3 MMA path (sm_120/sm_121 and sm_90's MLA; KDTREE_VERIFY_TILES "mma=e4m3"
+ *    forces it on sm_89 and newer, "mma=16bit" the other): q quantised to e4m3 per
+ *    (node, head) row (scale = max |q| / 448) and P (the softmax numerators,
+ *    <= 256) to e4m3, QK and PV on e4m3 tensor cores with fp32 accumulation at
+ *    twice the bf16 rate (sm_120/sm_121: the block-scaled mma.sync; sm_90: wgmma).
  *  - Accuracy against a float64 reference over the dequantised cache:
  *    dequantising path: that of a 16-bit cache holding the dequantised values
  *    (Q and P stay 16-bit): relative error of out within 1e-2 (measured worst on
