@@ -130,8 +130,8 @@ std::string FlashSmemLayout::str() const {
 }
 
 std::string WgmmaSmemLayout::str() const {
-  return fmt::format("q={},p1={},k={},p={},red={},scale={},bar={},rows={},walk={},bytes={}", q, p1, k, p, red, scale, bar,
-                     rows, walk, bytes);
+  return fmt::format("q={},p1={},k={},p={},red={},scale={},bar={},rows={},walk={},bytes={}", q, p1, k, p, red, scale,
+                     bar, rows, walk, bytes);
 }
 
 std::string QsplitSmemLayout::str() const {
@@ -321,8 +321,13 @@ void check_tiles(const VerifyTiles& t, const VerifySpec& spec, const Arch& arch,
                             "path is kernel=flash)"
                           : "the wgmma kernel reads 16-bit caches with mma=16bit");
       }
-      if (t.block_m != 64 || t.block_n != 64 || t.warps != 8 || t.stages != 2 || t.warp_rows != 16) {
-        bad("the wgmma kernel has one tiling: kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16");
+      // Two slots a pair of tiles; e4m3's smaller slots leave room for a second pair in flight.
+      if (t.block_m != 64 || t.block_n != 64 || t.warps != 8 || t.warp_rows != 16 ||
+          (t.mma_e4m3 ? t.stages != 2 && t.stages != 4 : t.stages != 2)) {
+        bad(t.mma_e4m3 ? "the wgmma kernel over e4m3 caches has one tiling: kernel=wgmma,block_m=64,block_n=64,"
+                         "warps=8,stages=4,warp_rows=16,mma=e4m3 (stages 2: one pair in flight)"
+                       : "the wgmma kernel has one tiling: kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,"
+                         "warp_rows=16");
       }
       break;
   }
@@ -349,8 +354,7 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
   // Keys left out keep the generator's choice, or with kernel=wgmma that family's one tiling.
   VerifyTiles t = choose_verify_tiles(spec, arch);
   if (std::find(fields.begin(), fields.end(), "kernel=wgmma") != fields.end()) {
-    t = {VerifyKernel::wgmma, 64, 64, 8, 2, 16};
-    t.mma_e4m3 = spec.kv_fp8();  // the family's one form for each cache type
+    t = {VerifyKernel::wgmma, 64, 64, 8, spec.kv_fp8() ? 4 : 2, 16, spec.kv_fp8()};  // the family's form for the cache
   }
   std::vector<std::string> seen;
   for (const std::string& field : fields) {
@@ -400,7 +404,9 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
     // is capped there by ldmatrix's shared-memory traffic. H200: 1.2-1.8x the flash
     // kernel on bench_verify's MLA shapes (docs/PERFORMANCE.md). e4m3 caches on the
     // native e4m3 wgmma (mma=e4m3), where mma.sync's e4m3 is emulated with f16 MMAs.
-    candidates = {{VerifyKernel::wgmma, 64, 64, 8, 2, 16, spec.kv_fp8()}, {flash, 64, 64, 8, 2, 32}};
+    // e4m3 slots are half the size: four, two pairs of tiles in flight.
+    candidates = {{VerifyKernel::wgmma, 64, 64, 8, spec.kv_fp8() ? 4 : 2, 16, spec.kv_fp8()},
+                  {flash, 64, 64, 8, 2, 32}};
   } else if (spec.mla()) {
     // MLA's 576-wide rows make Q and K tiles large: V columns are split over
     // column warps so the O accumulator (64 x 512 fp32 per CTA) fits in registers;

@@ -148,8 +148,9 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch);
 // warps 1..32, a multiple of block_m / warp_rows; stages 2..8; warp_rows 16 or 32; head_dim_v a multiple of 64 x the
 // column warps; qsplit is MLA only, with block_n 16 and warp_rows = 8 x the column warps (mma=e4m3: block_n 32,
 // warp_rows 32, 2 warp rows of 4 column warps, stages >= 3); wgmma is MLA on sm_90 only, mma=16bit over 16-bit
-// caches and mma=e4m3 over e4m3 ones (kernel=wgmma alone picks the cache's), with exactly block_m=64,block_n=64,warps=8,stages=2,warp_rows=16; mma 16bit or e4m3 (e4m3 caches, block_n a multiple of
-// 32, sm_89 and newer). The tiles must fit the arch's shared memory. Throws KDTREE_ERROR_INVALID_ARGUMENT naming
+// caches and mma=e4m3 over e4m3 ones (kernel=wgmma alone picks the cache's), with exactly
+// block_m=64,block_n=64,warps=8,stages=2,warp_rows=16; mma 16bit or e4m3 (e4m3 caches, block_n a multiple of 32, sm_89
+// and newer). The tiles must fit the arch's shared memory. Throws KDTREE_ERROR_INVALID_ARGUMENT naming
 // KDTREE_VERIFY_TILES and the key otherwise; the old positional form ("64,16,8,4,32,qsplit") is refused with its
 // key=value spelling.
 VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, const Arch& arch);

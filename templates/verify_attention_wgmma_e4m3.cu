@@ -2,8 +2,10 @@
 // native fp8 warpgroup MMA (sm_90a, wgmma .e4m3, fp32 accumulation: twice the
 // bf16 rate). The schedule is verify_attention_wgmma.cu's (tile pairs, one slot
 // per warpgroup, the row maxima exchanged once a pair, each column range refilled
-// by its last reader, verify_attention_wgmma_copy.cuh); what differs is that every
-// operand is e4m3:
+// by its last reader, verify_attention_wgmma_copy.cuh), with four slots instead of
+// two: e4m3 slots are half the size, so a second pair's copies are in flight while
+// a pair is computed (pair j on slots 2 (j % 2), + 1). What differs besides is that
+// every operand is e4m3:
 //   - Q is quantised per (node, head) row as it is staged, scale = amax / 448 over
 //     all 576 dims (kd_e4m3x4_pack), and the row's scale joins the softmax scale
 //     (p.scale_log2 holds sm_scale x log2(e) x k_scale). Its 512 latent dims lie
@@ -25,7 +27,8 @@
 //     as in the mma.sync e4m3 path. v_scale is applied to O at the end.
 // Per pair, warpgroup g: compute_qk over its own slot, logits_mask on edge tiles,
 // the row max exchange, the lazy online softmax (write_p, alpha), one CTA barrier,
-// the O^T rescale, compute_pv over slot 0 and slot 1 (V dims 256g ..), refills.
+// the O^T rescale, compute_pv over the pair's two slots (V dims 256g ..), each
+// followed by the refill of its V half with the tile SLOTS on.
 
 #include "verify_attention_wgmma_e4m3_config.h"
 #include "verify_attention_common.cuh"
@@ -45,7 +48,8 @@ constexpr int SMEM_ROWS = KD_SMEM_ROWS;    // [SLOTS][BLOCK_N] cache slot indice
 constexpr int SMEM_WALK = KD_SMEM_WALK;
 
 constexpr int WGS = THREADS / WG_THREADS;
-constexpr int SLOTS = STAGES;
+constexpr int SLOTS = STAGES;            // K slots: SLOTS / 2 pairs in flight
+constexpr int PAIR_SETS = SLOTS / 2;     // pair j runs on slots 2 (j % PAIR_SETS) and the one after
 constexpr int S_TILES = BLOCK_N / 8;          // n8 tiles of S
 constexpr int V_COLS = HEAD_DIM_V / WGS;      // a warpgroup's O columns (O^T rows)
 constexpr int O_BLOCKS = V_COLS / 64;         // its m64 blocks of O^T
@@ -54,7 +58,8 @@ constexpr int PV_STEPS = BLOCK_N / 32;
 static_assert(IS_MLA && KV_FP8 && MMA_E4M3, "the wgmma e4m3 kernel: MLA over e4m3 caches");
 static_assert(BLOCK_M == 64 && WARPS_M == 4 && WARP_ROWS == 16 && WGS == 2 && WARPS_N == WGS,
               "two warpgroups, each all 64 rows (wgmma m64)");
-static_assert(BLOCK_N == 64 && SLOTS == 2 && V_COLS == 256 && ROW_ELEMS == 128, "the MMA shapes, one slot per warpgroup");
+static_assert(BLOCK_N == 64 && (SLOTS == 2 || SLOTS == 4) && V_COLS == 256 && ROW_ELEMS == 128,
+              "the MMA shapes, one slot per warpgroup and pair");
 static_assert(HEAD_DIM == HEAD_DIM_V + 64 && HEAD_DIM_V == 2 * V_COLS, "MLA: 512 latent dims and 64 rope dims");
 static_assert(SMEM_K == V_BLOCKS * Q_BLOCK_BYTES && SMEM_P == SMEM_K + SLOTS * K_SLOT_BYTES &&
                   SMEM_P1 == SMEM_P + BLOCK_M * ROW_BYTES && SMEM_RED >= SMEM_P1 + BLOCK_M * ROW_BYTES &&
@@ -247,11 +252,8 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
   const int r_lo = w * 16 + lane / 4;  // this thread's S rows: r_lo and r_lo + 8
   const kd_u32 sk = sq + SMEM_K;
   const kd_u32 bar0 = sq + SMEM_BAR;  // slot s, range r at bar0 + (s * RANGES + r) * 8
-  const kd_u32 my_slot = sk + WG * K_SLOT_BYTES;
-  const kd_u32 my_bars = bar0 + WG * RANGES * 8;
   const kd_u32 my_p = sq + (WG == 0 ? SMEM_P : SMEM_P1);
-  const kd_u32 rows0 = sq + SMEM_ROWS;  // slot 0's row table; slot 1's BLOCK_N * 4 on
-  const kd_u32 my_rows = rows0 + WG * BLOCK_N * 4;
+  const kd_u32 rows0 = sq + SMEM_ROWS;  // slot s's row table at rows0 + s * BLOCK_N * 4
   float* alpha_tab = sc + WG * BLOCK_M;  // this warpgroup's copy of the rows' rescale factors
   const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
   const int n_pairs = (n_tiles + 1) / 2;
@@ -269,7 +271,17 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
     const int my_tile = 2 * j + WG;
     const bool mine = my_tile < n_tiles;
     const bool has_1 = 2 * j + 1 < n_tiles;  // slot 1's tile of this pair
-    const kd_u32 parity0 = kd_u32(fills[0] + j) & 1u, parity1 = kd_u32(fills[1] + j) & 1u;
+    // This pair's slots (tile 2j in s0, 2j + 1 in s0 + 1), each filled once per PAIR_SETS pairs.
+    const int set = j % PAIR_SETS, s0 = 2 * set;
+    const int uses = j / PAIR_SETS;
+    const kd_u32 parity0 = kd_u32((set ? fills[SLOTS - 2] : fills[0]) + uses) & 1u;
+    const kd_u32 parity1 = kd_u32((set ? fills[SLOTS - 1] : fills[1]) + uses) & 1u;
+    const kd_u32 slot0 = sk + s0 * K_SLOT_BYTES, slot1 = slot0 + K_SLOT_BYTES;
+    const kd_u32 bars0 = bar0 + s0 * RANGES * 8, bars1 = bars0 + RANGES * 8;
+    const kd_u32 rows_0 = rows0 + s0 * BLOCK_N * 4, rows_1 = rows_0 + BLOCK_N * 4;
+    const kd_u32 my_slot = WG == 0 ? slot0 : slot1;
+    const kd_u32 my_bars = WG == 0 ? bars0 : bars1;
+    const kd_u32 my_rows = WG == 0 ? rows_0 : rows_1;
     const int t0 = t_begin + my_tile * BLOCK_N;
 
     float s[S_TILES][4];
@@ -362,30 +374,29 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
     // V^T fragments at a time: both in flight would not leave ptxas the registers
     // to keep the MMAs asynchronous.
     pin_o(o);
-    if (WG == 1) wait_range(bar0 + 1 * 8, parity0);
-    compute_pv(o, sk, sq + SMEM_P, WG);
+    if (WG == 1) wait_range(bars0 + 1 * 8, parity0);
+    compute_pv(o, slot0, sq + SMEM_P, WG);
     kd_wgmma_wait<0>();
     pin_o(o);
-    if (2 * j + 2 < n_tiles) {
-      const int tn = t_begin + (2 * j + 2) * BLOCK_N;
-      if (WG == 0) fill_v_range<0, false>(p, kv_tma, kv_src, tn, t_end, sk, bar0, rows0, wt, bad_page);
-      if (WG == 1) fill_v_range<1, false>(p, kv_tma, kv_src, tn, t_end, sk, bar0 + 8, rows0, wt, bad_page);
+    if (2 * j + SLOTS < n_tiles) {
+      const int tn = t_begin + (2 * j + SLOTS) * BLOCK_N;
+      if (WG == 0) fill_v_range<0, false>(p, kv_tma, kv_src, tn, t_end, slot0, bars0, rows_0, wt, bad_page);
+      if (WG == 1) fill_v_range<1, false>(p, kv_tma, kv_src, tn, t_end, slot0, bars0 + 8, rows_0, wt, bad_page);
     }
     if (has_1) {
-      if (WG == 0) wait_range(bar0 + RANGES * 8, parity1);
-      compute_pv(o, sk + K_SLOT_BYTES, sq + SMEM_P1, WG);
+      if (WG == 0) wait_range(bars1, parity1);
+      compute_pv(o, slot1, sq + SMEM_P1, WG);
       kd_wgmma_wait<0>();
       pin_o(o);
     }
-    if (2 * j + 3 < n_tiles) {
-      const int tn = t_begin + (2 * j + 3) * BLOCK_N;
-      const kd_u32 slot = sk + K_SLOT_BYTES, bars = bar0 + RANGES * 8;
-      if (WG == 0) fill_v_range<0, false>(p, kv_tma, kv_src, tn, t_end, slot, bars, rows0 + BLOCK_N * 4, wt, bad_page);
-      if (WG == 1) fill_v_range<1, false>(p, kv_tma, kv_src, tn, t_end, slot, bars + 8, rows0 + BLOCK_N * 4, wt, bad_page);
+    if (2 * j + 1 + SLOTS < n_tiles) {
+      const int tn = t_begin + (2 * j + 1 + SLOTS) * BLOCK_N;
+      if (WG == 0) fill_v_range<0, false>(p, kv_tma, kv_src, tn, t_end, slot1, bars1, rows_1, wt, bad_page);
+      if (WG == 1) fill_v_range<1, false>(p, kv_tma, kv_src, tn, t_end, slot1, bars1 + 8, rows_1, wt, bad_page);
     }
   }
-  fills[0] += n_pairs;
-  fills[1] += n_tiles / 2;
+#pragma unroll
+  for (int sl = 0; sl < SLOTS; ++sl) fills[sl] += (n_tiles - sl + SLOTS - 1) / SLOTS;  // the tiles slot sl took
 
   // ---- row sums over the row's 4 lanes (red[WG]): a thread's O^T columns are
   // rows it holds no S of.
@@ -469,7 +480,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   if (threadIdx.x == 0) {
     for (int i = 0; i < SLOTS * RANGES; ++i) kd_mbar_init(bar0 + i * 8, WG_THREADS);
   }
-  int fills[SLOTS] = {0, 0};  // fills of each slot before the current segment: phase parities
+  int fills[SLOTS] = {};  // fills of each slot before the current segment: phase parities
 
   SegmentWalk& walk = *(SegmentWalk*)(smem_raw + SMEM_WALK);
   walk_begin(p, walk, (long long*)smem_raw);
@@ -516,7 +527,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         const kd_u32 rows = sq + SMEM_ROWS + s * BLOCK_N * 4;
         if (wg == 0) fill_v_range<0, true>(p, kv_tma, kv_src, t0, t_end, slot, bars, rows, wt, bad_page);
         if (wg == 1) fill_v_range<1, true>(p, kv_tma, kv_src, t0, t_end, slot, bars + 8, rows, wt, bad_page);
-        if (wg == s) load_kv_range<2, true>(p, kv_src, t0, t_end, slot, bars + 16, rows, wt, bad_page);
+        if (wg == s % 2) load_kv_range<2, true>(p, kv_src, t0, t_end, slot, bars + 16, rows, wt, bad_page);
       }
     }
     load_q_e4m3(p, req, row0, rows_total, sq, q_scale);

@@ -1,7 +1,7 @@
 // Compile-time configuration of templates/verify_attention_wgmma_e4m3.cu. The generator defines
 // every KD_* value in the prelude it puts before the kernel source (codegen/verify_attention.cpp),
 // and must define exactly these. The defaults (MLA 576/512, W=64, page 64, bf16 q over an e4m3
-// cache, sm_90a's tiles kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16,mma=e4m3) only let editors and
+// cache, sm_90a's tiles kernel=wgmma,block_m=64,block_n=64,warps=8,stages=4,warp_rows=16,mma=e4m3) only let editors and
 // `nvcc -arch=sm_90a -fdevice-syntax-only -I templates -I include` read the template alone.
 
 #ifndef KD_HEAD_DIM_QK
@@ -50,31 +50,31 @@
 #define KD_WARP_ROWS 16  // rows per warp (wgmma's m64 over 4 warps)
 #endif
 #ifndef KD_STAGES
-#define KD_STAGES 2  // KV slots (a pair of tiles)
+#define KD_STAGES 4  // KV slots (two pairs of tiles in flight)
 #endif
 #ifndef KD_SMEM_K
-#define KD_SMEM_K 32768  // byte offset of the two K slots (Q's latent codes at 0)
+#define KD_SMEM_K 32768  // byte offset of the four K slots (Q's latent codes at 0)
 #endif
 #ifndef KD_SMEM_P
-#define KD_SMEM_P 114688  // of slot 0's P
+#define KD_SMEM_P 196608  // of slot 0's P
 #endif
 #ifndef KD_SMEM_P1
-#define KD_SMEM_P1 122880  // of slot 1's P
+#define KD_SMEM_P1 204800  // of slot 1's P
 #endif
 #ifndef KD_SMEM_RED
-#define KD_SMEM_RED 131072  // of the row exchange ([2][BLOCK_M] floats)
+#define KD_SMEM_RED 212992  // of the row exchange ([2][BLOCK_M] floats)
 #endif
 #ifndef KD_SMEM_SCALE
-#define KD_SMEM_SCALE 131584  // of the rows' rescale factors ([2][BLOCK_M]) and Q row scales ([BLOCK_M])
+#define KD_SMEM_SCALE 213504  // of the rows' rescale factors ([2][BLOCK_M]) and Q row scales ([BLOCK_M])
 #endif
 #ifndef KD_SMEM_BAR
-#define KD_SMEM_BAR 132352  // of the copies' mbarriers ([2 slots][3 column ranges])
+#define KD_SMEM_BAR 214272  // of the copies' mbarriers ([4 slots][3 column ranges])
 #endif
 #ifndef KD_SMEM_ROWS
-#define KD_SMEM_ROWS 132400  // of each slot's token rows as cache slot indices ([2][BLOCK_N] u32)
+#define KD_SMEM_ROWS 214368  // of each slot's token rows as cache slot indices ([4][BLOCK_N] u32)
 #endif
 #ifndef KD_SMEM_WALK
-#define KD_SMEM_WALK 132912  // of the CTA's segment walk (KDTREE_SEGMENT_WALK_BYTES)
+#define KD_SMEM_WALK 215392  // of the CTA's segment walk (KDTREE_SEGMENT_WALK_BYTES)
 #endif
 #ifndef KD_KV_TMA_BOX_ROWS
 #define KD_KV_TMA_BOX_ROWS 64  // rows per TMA box of kdtree_kv_tma's descriptor: min(page size, BLOCK_N)

@@ -91,29 +91,29 @@ TEST_CASE("templates: the config defaults are a shape the generator produces") {
   std::set<std::string> checked;
   for (int sm : {120, 90, 80}) {
     for (const OpInfo& op : operations()) {
-    for (kdtree_kv_dtype kv : {KDTREE_KV_DTYPE_AS_Q, KDTREE_KV_DTYPE_E4M3}) {
-      if (kv == KDTREE_KV_DTYPE_E4M3 && (sm != 90 || std::string(op.name) != "verify_attention")) continue;
-      OpPoint point;
-      point.kv_dtype = kv;  // e4m3: sm_90's verify_attention_wgmma_e4m3
-      if (std::string(op.name) == "sample_tokens") point.dtype = KDTREE_DTYPE_BF16;
-      const KernelSource ks = op.generate(point, arch_from_sm(sm));
-      const auto config = std::find_if(ks.headers.begin(), ks.headers.end(), [](const auto& h) {
-        return h.first.size() > 9 && h.first.compare(h.first.size() - 9, 9, "_config.h") == 0;
-      });
-      REQUIRE(config != ks.headers.end());
-      INFO(op.name << " sm_" << sm << ": " << config->first);
-      // Each "#define KD_X v" of the prelude appears in the header as "#define KD_X v  //".
-      size_t at = 0;
-      int defines = 0, found = 0;
-      while ((at = ks.source.find("#define KD_", at)) != std::string::npos) {
-        const size_t end = ks.source.find('\n', at);
-        found += config->second.find(ks.source.substr(at, end - at) + "  //") != std::string::npos;
-        at = end;
-        ++defines;
+      for (kdtree_kv_dtype kv : {KDTREE_KV_DTYPE_AS_Q, KDTREE_KV_DTYPE_E4M3}) {
+        if (kv == KDTREE_KV_DTYPE_E4M3 && (sm != 90 || std::string(op.name) != "verify_attention")) continue;
+        OpPoint point;
+        point.kv_dtype = kv;  // e4m3: sm_90's verify_attention_wgmma_e4m3
+        if (std::string(op.name) == "sample_tokens") point.dtype = KDTREE_DTYPE_BF16;
+        const KernelSource ks = op.generate(point, arch_from_sm(sm));
+        const auto config = std::find_if(ks.headers.begin(), ks.headers.end(), [](const auto& h) {
+          return h.first.size() > 9 && h.first.compare(h.first.size() - 9, 9, "_config.h") == 0;
+        });
+        REQUIRE(config != ks.headers.end());
+        INFO(op.name << " sm_" << sm << ": " << config->first);
+        // Each "#define KD_X v" of the prelude appears in the header as "#define KD_X v  //".
+        size_t at = 0;
+        int defines = 0, found = 0;
+        while ((at = ks.source.find("#define KD_", at)) != std::string::npos) {
+          const size_t end = ks.source.find('\n', at);
+          found += config->second.find(ks.source.substr(at, end - at) + "  //") != std::string::npos;
+          at = end;
+          ++defines;
+        }
+        CHECK(defines > 0);
+        if (found == defines) checked.insert(config->first);
       }
-      CHECK(defines > 0);
-      if (found == defines) checked.insert(config->first);
-    }
     }
   }
   for (const std::string& n : template_names()) {

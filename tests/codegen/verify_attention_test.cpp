@@ -154,17 +154,18 @@ TEST_CASE("tiles fit each arch's shared memory") {
   CHECK(wl.bytes <= arch_from_sm(90).max_smem_per_block);
   CHECK(wl.str() == fmt::format("q=0,p1={},k={},p={},red={},scale=0,bar={},rows={},walk={},bytes={}", wl.p1, wl.k, wl.p,
                                 wl.red, wl.bar, wl.rows, wl.walk, wl.bytes));
-  // Over e4m3 caches (mma=e4m3): Q's latent codes, two slots of 5 128-byte column blocks, both P tiles, the
+  // Over e4m3 caches (mma=e4m3): Q's latent codes, four slots of 5 128-byte column blocks, both P tiles, the
   // row exchange, the scales, then as above; its own template, sm_90a, TMA boxes of 128 e4m3 dims.
   const VerifyTiles w90e = parse_verify_tiles("kernel=wgmma", mla_e4m3, arch_from_sm(90));
   const WgmmaSmemLayout we = wgmma_smem_layout(mla_e4m3, w90e);
   CHECK(we.k == 64 * 512);
-  CHECK(we.p == we.k + 2 * 64 * 5 * 128);
+  CHECK(we.p == we.k + 4 * 64 * 5 * 128);
   CHECK(we.p1 == we.p + 64 * 128);
   CHECK(we.red == we.p1 + 64 * 128);
   CHECK(we.scale == we.red + 2 * 64 * 4);
   CHECK(we.bar == we.scale + 3 * 64 * 4);
-  CHECK(we.walk == we.bar + 2 * 3 * 8 + 2 * 64 * 4);
+  CHECK(we.walk == we.bar + 4 * 3 * 8 + 4 * 64 * 4);
+  CHECK(we.bytes <= arch_from_sm(90).max_smem_per_block);
   CHECK(we.bytes == we.walk + KDTREE_SEGMENT_WALK_BYTES);
   for (int off : {we.k, we.p, we.p1}) CHECK(off % 1024 == 0);
   const KernelSource wse = generate_verify_attention(mla_e4m3, arch_from_sm(90), w90e);
@@ -313,7 +314,9 @@ TEST_CASE("KDTREE_VERIFY_TILES: every key is checked, nothing trailing, an overr
   // e4m3 caches: kernel=wgmma alone takes the native e4m3 form; the 16-bit form does not read them.
   CHECK(tiles_error("kernel=wgmma", mla8, sm90).empty());
   CHECK(parse_verify_tiles("kernel=wgmma", mla8, sm90).str() ==
-        "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16,mma=e4m3");
+        "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=4,warp_rows=16,mma=e4m3");
+  CHECK(tiles_error("kernel=wgmma,stages=2", mla8, sm90).empty());
+  CHECK(tiles_error("kernel=wgmma,stages=3", mla8, sm90).find("stages=4") != std::string::npos);
   CHECK(tiles_error("kernel=wgmma,mma=16bit", mla8, sm90).find("mma=e4m3") != std::string::npos);
   CHECK(tiles_error("kernel=wgmma,mma=e4m3", mla, sm90).find("e4m3 caches") != std::string::npos);
   VerifySpec gqa;

@@ -767,17 +767,17 @@ TEST_CASE("verify_attention GPU: wgmma kernel flags and NaNs bad pages and node 
 
 // The wgmma family over e4m3 caches (templates/verify_attention_wgmma_e4m3.cu: native
 // e4m3 wgmma, Q and P quantised): the grid's e4m3 points, the e4m3 MMA tolerance.
-constexpr const char* kWgmmaE4m3Tiles =
-    "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16,mma=e4m3";
+constexpr const char* kWgmmaE4m3Tiles = "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=4,warp_rows=16,mma=e4m3";
 struct WgmmaE4m3Session : Sm90TilesSession {
-  explicit WgmmaE4m3Session(const char* schedule_value = "") : Sm90TilesSession(schedule_value, kWgmmaE4m3Tiles, false) {
+  explicit WgmmaE4m3Session(const char* schedule_value = "")
+      : Sm90TilesSession(schedule_value, kWgmmaE4m3Tiles, false) {
     session.e4m3_mma = true;
   }
 };
 
 TEST_CASE(
     "verify_attention GPU parity: mla576/512 wgmma e4m3 (tiles "
-    "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16,mma=e4m3)") {
+    "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=4,warp_rows=16,mma=e4m3)") {
   WgmmaE4m3Session w;
   if (!w.runs()) return;
   run_head_grid(576, 512, 14, w.session);
