@@ -571,7 +571,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       runs_stream_k();
       headers.push_back("wgmma.cuh");
       headers.push_back("verify_attention_tma.h");
-      headers.push_back("verify_attention_wgmma_copy.cuh");
+      headers.push_back("verify_attention_wgmma_common.cuh");
       break;
     }
     case VerifyKernel::qsplit: {

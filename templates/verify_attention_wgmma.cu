@@ -39,7 +39,7 @@
 #include "verify_attention_combine_stream.cuh"
 #include "wgmma.cuh"
 #include "verify_attention_tma.h"
-#include "verify_attention_wgmma_copy.cuh"
+#include "verify_attention_wgmma_common.cuh"
 
 // Byte offsets in dynamic shared memory (codegen's WgmmaSmemLayout): Q at 0.
 constexpr int SMEM_K = KD_SMEM_K;      // the two K slots
@@ -209,34 +209,11 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
       if (my_tile + SLOTS < n_tiles)
         load_kv_range<2, true>(p, kv_src, t0 + SLOTS * BLOCK_N, t_end, my_slot, my_bars + 16, my_rows, wt, bad_page);
 
-      // ---- logits_mask: prefix tokens visible; tree tokens by the mask bits; none past t_end.
-      if (is_edge_tile(t0, req, t_end)) {
-#pragma unroll
-        for (int jt = 0; jt < S_TILES; ++jt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int t = t0 + jt * 8 + (lane % 4) * 2 + (e & 1);
-            if (!token_visible(t, t_end, req, words[e >> 1])) s[jt][e] = -KD_INF;
-          }
-        }
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int jt = 0; jt < S_TILES; ++jt) mx[h] = fmaxf(mx[h], fmaxf(s[jt][2 * h], s[jt][2 * h + 1]));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      }
+      logits_mask_row_max(s, t0, req, t_end, words, mx);
     }
 
-    // ---- row max over both tiles of the pair (shared memory).
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (lane % 4 == 0) red[WG * BLOCK_M + r_lo + 8 * h] = mx[h];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], red[(1 - WG) * BLOCK_M + r_lo + 8 * h]);
+    // ---- row max over both tiles of the pair.
+    exchange_row_max<WG>(mx, red, r_lo);
 
     // ---- P: the lazy online softmax of both rows (log2 domain), to registers
     // (pf: the A fragments of this tile's PV) and to shared memory.

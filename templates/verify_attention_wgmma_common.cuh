@@ -1,12 +1,15 @@
-// The wgmma verify_attention kernels' KV copies (templates/verify_attention_wgmma.cu
-// over 16-bit caches, verify_attention_wgmma_e4m3.cu over e4m3 ones): a K slot of
+// What the wgmma verify_attention kernels share (templates/verify_attention_wgmma.cu
+// over 16-bit caches, verify_attention_wgmma_e4m3.cu over e4m3 ones): the KV copies,
+// the tree mask and the row maxima of S (wgmma's m64n64 fp32 layout).
+//
+// Copies: a K slot of
 // BLOCK_N token rows in column blocks of 128-byte rows in wgmma's 128-byte swizzle
 // (wgmma.cuh), 64 16-bit or 128 e4m3 dims a block, filled in three column ranges
 // that complete on one mbarrier each: range 0 = V's first half, 1 = its second
 // half, 2 = the rope (MLA: V is the first HEAD_DIM_V dims of the K row). Each range
 // is refilled by the warpgroup that reads it last (the kernels say when).
-#ifndef KDTREE_VERIFY_ATTENTION_WGMMA_COPY_CUH
-#define KDTREE_VERIFY_ATTENTION_WGMMA_COPY_CUH
+#ifndef KDTREE_VERIFY_ATTENTION_WGMMA_COMMON_CUH
+#define KDTREE_VERIFY_ATTENTION_WGMMA_COMMON_CUH
 
 #include "verify_attention_common.cuh"
 #include "verify_attention_tma.h"
@@ -128,4 +131,44 @@ static __device__ __forceinline__ void wait_range(kd_u32 bar, kd_u32 parity) {
   kd_fence_proxy_async();
 }
 
-#endif  // KDTREE_VERIFY_ATTENTION_WGMMA_COPY_CUH
+// ---- logits_mask on S (one 64-token tile, a thread's rows r_lo and r_lo + 8 as
+// m64n64's accumulator layout: s[jt][2h + e] is token t0 + 8 jt + 2 (lane % 4) + e
+// of row half h): prefix tokens visible, tree tokens by the rows' mask bits, none
+// past t_end; then each row's max over the tile (its 4 lanes).
+template <int S_TILES>
+static __device__ __forceinline__ void logits_mask_row_max(float (&s)[S_TILES][4], int t0, const Request& req, int t_end,
+                                                           const kd_u64 (&words)[2][MASK_WORDS], float (&mx)[2]) {
+  const int lane = threadIdx.x % 32;
+  if (is_edge_tile(t0, req, t_end)) {
+#pragma unroll
+    for (int jt = 0; jt < S_TILES; ++jt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int t = t0 + jt * 8 + (lane % 4) * 2 + (e & 1);
+        if (!token_visible(t, t_end, req, words[e >> 1])) s[jt][e] = -KD_INF;
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int jt = 0; jt < S_TILES; ++jt) mx[h] = fmaxf(mx[h], fmaxf(s[jt][2 * h], s[jt][2 * h + 1]));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+  }
+}
+
+// ---- The row maxima of a pair's two tiles (one per warpgroup) exchanged through
+// shared memory (red: [2][BLOCK_M] floats); a CTA barrier.
+template <int WG>
+static __device__ __forceinline__ void exchange_row_max(float (&mx)[2], float* red, int r_lo) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (threadIdx.x % 4 == 0) red[WG * BLOCK_M + r_lo + 8 * h] = mx[h];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], red[(1 - WG) * BLOCK_M + r_lo + 8 * h]);
+}
+
+#endif  // KDTREE_VERIFY_ATTENTION_WGMMA_COMMON_CUH
