@@ -382,6 +382,13 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
       bad(fmt::format("unknown key '{}' (keys: kernel, block_m, block_n, warps, stages, warp_rows, mma)", key));
     }
   }
+  // A family other than the generator's, its mma left out: the form the generator gives that family here
+  // (sm_90 e4m3 caches: the wgmma kernel's is e4m3, flash's and qsplit's dequantise).
+  const bool kernel_given = std::find(seen.begin(), seen.end(), "kernel") != seen.end();
+  const bool mma_given = std::find(seen.begin(), seen.end(), "mma") != seen.end();
+  if (kernel_given && !mma_given && t.kernel != choose_verify_tiles(spec, arch).kernel) {
+    t.mma_e4m3 = spec.kv_fp8() && (t.kernel == VerifyKernel::wgmma || prefers_e4m3_mma(arch));
+  }
   check_tiles(t, spec, arch, bad);
   return t;
 }

@@ -209,6 +209,16 @@ TEST_CASE("KDTREE_VERIFY_TILES mma=: e4m3 or 16bit, and mma=e4m3 only where it r
   // sm_90's MLA kernel over e4m3 caches is the native e4m3 wgmma; the dequantising path is flash's.
   refused("mma=16bit", fp8, 90, "kernel=flash");
   CHECK_FALSE(parse_verify_tiles("kernel=flash,stages=2,mma=16bit", fp8, arch_from_sm(90)).mma_e4m3);
+  // Another family named without mma takes the form the generator gives it there: on sm_90 flash and qsplit
+  // dequantise, on sm_120 they take the e4m3 MMA path.
+  CHECK_FALSE(
+      parse_verify_tiles("kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32", fp8, arch_from_sm(90))
+          .mma_e4m3);
+  CHECK_FALSE(
+      parse_verify_tiles("kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32", fp8, arch_from_sm(90))
+          .mma_e4m3);
+  CHECK(parse_verify_tiles("kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16", fp8, arch_from_sm(120))
+            .mma_e4m3);
   // sm_120's MLA dequantising kernel is qsplit: a 16-bit Q tile does not fit flash there.
   CHECK_FALSE(parse_verify_tiles("mma=16bit,kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32", fp8,
                                  arch_from_sm(120))
