@@ -16,7 +16,7 @@
 //     K-major only, which QK's are (S = Q K^T, 18 x m64n64k32).
 //   - PV is computed transposed, O^T = V^T P^T: V^T is the A operand, loaded from
 //     the slot into registers by transposing ldmatrix (8 tokens x 16 dims each)
-//     and two byte permutes (kv_fp8.cuh's E4M3_*_OF_PAIR), which leave a thread
+//     and byte permutes (kv_fp8.cuh's E4M3_*_OF_PAIR, four a load), which leave a thread
 //     dims 2j, 2j + 1 (j = lane / 4) of tokens {2t, 2t+1, 8+2t, 9+2t} (t = lane %
 //     4) in its k slots 4t .. 4t+3; P^T is the B operand, K-major = P as row-major
 //     rows of e4m3 codes, stored with its tokens in that same order within each
