@@ -171,4 +171,30 @@ static __device__ __forceinline__ void exchange_row_max(float (&mx)[2], float* r
   for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], red[(1 - WG) * BLOCK_M + r_lo + 8 * h]);
 }
 
+// ---- A segment's start, the same in both kernels.
+
+// The request's cache (MLA: K rows, V their first HEAD_DIM_V dims) and page-table row.
+static __device__ __forceinline__ KvSource wgmma_kv_source(const kdtree_verify_params& p, int b) {
+  KvSource src;
+  src.k_base = (const char*)p.k_cache;
+  src.v_base = src.k_base;
+  src.k_slot_bytes = (unsigned long long)HEAD_DIM * KV_ELEM_BYTES;
+  src.v_slot_bytes = src.k_slot_bytes;
+  src.pages = p.page_table + (long long)b * p.max_pages_per_req;
+  return src;
+}
+
+// This thread's two rows (r_lo, r_lo + 8 of the tile at row0): their tree nodes' mask
+// words (0 past the request's rows).
+static __device__ __forceinline__ void row_mask_words(const kdtree_verify_params& p, const Request& req, int row0,
+                                                      int rows_total, int r_lo, kd_u64 (&words)[2][MASK_WORDS]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int gr = row0 + r_lo + 8 * h;
+    const long long node = gr < rows_total ? req.node_base + gr / p.group : -1;
+#pragma unroll
+    for (int w = 0; w < MASK_WORDS; ++w) words[h][w] = node >= 0 ? __ldg(p.tree_mask + node * MASK_WORDS + w) : 0ull;
+  }
+}
+
 #endif  // KDTREE_VERIFY_ATTENTION_WGMMA_COMMON_CUH

@@ -490,12 +490,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 
     // The first pair's tiles (the slots start free), each range by its filler, then Q.
     bool bad_page = false;
-    KvSource kv_src;
-    kv_src.k_base = (const char*)p.k_cache;
-    kv_src.v_base = kv_src.k_base;
-    kv_src.k_slot_bytes = (unsigned long long)HEAD_DIM;
-    kv_src.v_slot_bytes = kv_src.k_slot_bytes;
-    kv_src.pages = p.page_table + (long long)sg.b * p.max_pages_per_req;
+    const KvSource kv_src = wgmma_kv_source(p, sg.b);
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) {
       if (s < n_tiles) {
@@ -511,7 +506,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     kd_fence_proxy_async();
     __syncthreads();
 
-    // This thread's two rows: scales, rope fragments, tree node (-1 past the rows) and mask words.
+    // This thread's two rows: scales, rope fragments and mask words.
     float row_scale[2], inv_scale[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -522,13 +517,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     kd_u32 qr[ROPE_STEPS][4];
     load_q_rope_e4m3(p, req, row0, rows_total, r_lo, inv_scale, qr);
     kd_u64 words[2][MASK_WORDS];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int gr = row0 + r_lo + 8 * h;
-      const long long node = gr < rows_total ? req.node_base + gr / p.group : -1;
-#pragma unroll
-      for (int w = 0; w < MASK_WORDS; ++w) words[h][w] = node >= 0 ? __ldg(p.tree_mask + node * MASK_WORDS + w) : 0ull;
-    }
+    row_mask_words(p, req, row0, rows_total, r_lo, words);
 
     if (wg == 0) {
       run_segment<0>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, row_scale, words,
