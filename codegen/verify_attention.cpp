@@ -272,6 +272,12 @@ std::string positional_to_keys(const std::vector<std::string>& fields) {
   return keys;
 }
 
+// The wgmma family's one tiling for the spec's cache: 16-bit, two K slots (one pair of tiles);
+// e4m3 (mma=e4m3), four: its slots are half the size, so two pairs are in flight.
+VerifyTiles wgmma_tiles(const VerifySpec& spec) {
+  return {VerifyKernel::wgmma, 64, 64, 8, spec.kv_fp8() ? 4 : 2, 16, spec.kv_fp8()};
+}
+
 // The rules of each family's template (see VerifyKernel and parse_verify_tiles).
 void check_tiles(const VerifyTiles& t, const VerifySpec& spec, const Arch& arch,
                  const std::function<void(const std::string&)>& bad) {
@@ -354,7 +360,7 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
   // Keys left out keep the generator's choice, or with kernel=wgmma that family's one tiling.
   VerifyTiles t = choose_verify_tiles(spec, arch);
   if (std::find(fields.begin(), fields.end(), "kernel=wgmma") != fields.end()) {
-    t = {VerifyKernel::wgmma, 64, 64, 8, spec.kv_fp8() ? 4 : 2, 16, spec.kv_fp8()};  // the family's form for the cache
+    t = wgmma_tiles(spec);
   }
   std::vector<std::string> seen;
   for (const std::string& field : fields) {
@@ -411,9 +417,7 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
     // is capped there by ldmatrix's shared-memory traffic. H200: 1.2-1.8x the flash
     // kernel on bench_verify's MLA shapes (docs/PERFORMANCE.md). e4m3 caches on the
     // native e4m3 wgmma (mma=e4m3), where mma.sync's e4m3 is emulated with f16 MMAs.
-    // e4m3 slots are half the size: four, two pairs of tiles in flight.
-    candidates = {{VerifyKernel::wgmma, 64, 64, 8, spec.kv_fp8() ? 4 : 2, 16, spec.kv_fp8()},
-                  {flash, 64, 64, 8, 2, 32}};
+    candidates = {wgmma_tiles(spec), {flash, 64, 64, 8, 2, 32}};
   } else if (spec.mla()) {
     // MLA's 576-wide rows make Q and K tiles large: V columns are split over
     // column warps so the O accumulator (64 x 512 fp32 per CTA) fits in registers;

@@ -149,9 +149,10 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch);
 // column warps; qsplit is MLA only, with block_n 16 and warp_rows = 8 x the column warps (mma=e4m3: block_n 32,
 // warp_rows 32, 2 warp rows of 4 column warps, stages >= 3); wgmma is MLA on sm_90 only, mma=16bit over 16-bit
 // caches and mma=e4m3 over e4m3 ones (kernel=wgmma alone picks the cache's), with exactly
-// block_m=64,block_n=64,warps=8,stages=2,warp_rows=16; mma 16bit or e4m3 (e4m3 caches, block_n a multiple of 32, sm_89
-// and newer). The tiles must fit the arch's shared memory. Throws KDTREE_ERROR_INVALID_ARGUMENT naming
-// KDTREE_VERIFY_TILES and the key otherwise; the old positional form ("64,16,8,4,32,qsplit") is refused with its
+// block_m=64,block_n=64,warps=8,warp_rows=16 and stages=2 (mma=e4m3: 4, or 2); a family other than the generator's
+// named without mma takes the form the generator gives that family on the arch; mma 16bit or e4m3 (e4m3 caches, block_n
+// a multiple of 32, sm_89 and newer). The tiles must fit the arch's shared memory. Throws KDTREE_ERROR_INVALID_ARGUMENT
+// naming KDTREE_VERIFY_TILES and the key otherwise; the old positional form ("64,16,8,4,32,qsplit") is refused with its
 // key=value spelling.
 VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, const Arch& arch);
 

@@ -543,7 +543,7 @@ void check_page_index_errors(Session& s, const std::vector<kdtree_verify_spec>& 
         CHECK(r.status == KDTREE_OK);  // checked on the device: no host synchronisation
         CHECK((r.flags & KDTREE_DEVICE_ERROR_PAGE_INDEX) != 0);
         CHECK(kdtree::ref::request_all_nan(m, 1, r.out, r.lse.data()));
-        check_request(m, ref, r, 0, s.e4m3_mma);
+        check_request(m, ref, r, 0, takes_e4m3_mma(s, m.spec));
       }
     }
   }
@@ -586,7 +586,7 @@ void check_node_count_errors(Session& s, const std::vector<kdtree_verify_spec>& 
       CHECK(r.status == KDTREE_OK);
       CHECK((r.flags & KDTREE_DEVICE_ERROR_NODE_COUNT) != 0);
       CHECK(kdtree::ref::request_all_nan(m, 0, r.out, r.lse.data()));  // all W + 1 rows, none stale
-      check_request(m, ref_m, r, 1, s.e4m3_mma);
+      check_request(m, ref_m, r, 1, takes_e4m3_mma(s, m.spec));
     }
     // kv_len smaller than the node count.
     VerifyCase short_kv = c;
@@ -598,7 +598,7 @@ void check_node_count_errors(Session& s, const std::vector<kdtree_verify_spec>& 
       CHECK(r.status == KDTREE_OK);
       CHECK((r.flags & KDTREE_DEVICE_ERROR_NODE_COUNT) != 0);
       CHECK(kdtree::ref::request_all_nan(short_kv, 0, r.out, r.lse.data()));
-      check_request(short_kv, ref, r, 1, s.e4m3_mma);
+      check_request(short_kv, ref, r, 1, takes_e4m3_mma(s, short_kv.spec));
     }
   }
 }
@@ -649,8 +649,8 @@ void check_stream_few_ctas(Session& s, uint64_t seed, kdtree_kv_dtype kv_dtype =
     const VerifyCase c = kdtree::ref::build_verify_case(spec, 1, seed++, o);
     const auto ref = kdtree::ref::verify_attention(c.host_inputs());
     DeviceCase d = upload(s.rt, c, 3);
-    check_launch(s.rt, c, ref, d, 0, true, s.e4m3_mma);
-    check_launch(s.rt, c, ref, d, 0, false, s.e4m3_mma);
+    check_launch(s.rt, c, ref, d, 0, true, takes_e4m3_mma(s, spec));
+    check_launch(s.rt, c, ref, d, 0, false, takes_e4m3_mma(s, spec));
   }
 }
 
@@ -686,7 +686,7 @@ TEST_CASE("verify_attention GPU: kv_len over max_kv_len flags KV_LEN and NaNs th
       CHECK(r.status == KDTREE_OK);
       CHECK((r.flags & KDTREE_DEVICE_ERROR_KV_LEN) != 0);
       CHECK(kdtree::ref::request_all_nan(c, 0, r.out, r.lse.data()));
-      check_request(c, ref, r, 1, s.e4m3_mma);
+      check_request(c, ref, r, 1, takes_e4m3_mma(s, c.spec));
     }
   }
 }
