@@ -203,7 +203,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
     plan.grid_y = 1;
     if (plan.stream_ctas > 1) {
       // A group of CTAs per boundary between stream-K CTAs, merging the rows of the item it cuts.
-      plan.combine_ctas = static_cast<unsigned>((stream_ctas - 1) * ceil_div(launch.block_m, launch.combine_rows));
+      plan.combine_grid_x = static_cast<unsigned>((stream_ctas - 1) * ceil_div(launch.block_m, launch.combine_rows));
     }
     return plan;
   }
@@ -215,7 +215,10 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   plan.grid_y = static_cast<unsigned>(batch_size * s.num_kv_heads);
   plan.grid_z = static_cast<unsigned>(plan.num_splits);
   if (plan.num_splits > 1) {
-    plan.combine_ctas = static_cast<unsigned>(ceil_div((long long)total_nodes * s.num_q_heads, launch.combine_rows));
+    // Row blocks enough for a request of average size; a larger request's CTAs loop.
+    const long long mean_rows = ceil_div((long long)total_nodes * s.num_q_heads, batch_size);
+    plan.combine_grid_x = static_cast<unsigned>(ceil_div(mean_rows, launch.combine_rows));
+    plan.combine_grid_y = static_cast<unsigned>(batch_size);
   }
   return plan;
 }
@@ -308,9 +311,10 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   main.dynamic_smem = static_cast<unsigned>(launch.dynamic_smem);
   rt.launch(module.function("kdtree_verify_attention", launch.dynamic_smem), main,
             launch.kv_tma_box_rows > 0 ? main_args : args, stream, "launching kdtree_verify_attention");
-  if (plan.combine_ctas > 0) {
+  if (plan.combine_grid_x > 0) {
     LaunchDims combine;
-    combine.grid_x = plan.combine_ctas;
+    combine.grid_x = plan.combine_grid_x;
+    combine.grid_y = plan.combine_grid_y;
     combine.block_x = static_cast<unsigned>(launch.combine_threads);
     const char* entry = plan.stream_ctas > 0 ? "kdtree_verify_combine_stream" : "kdtree_verify_combine";
     rt.launch(module.function(entry), combine, args, stream, "launching the split combine");

@@ -19,9 +19,10 @@ struct VerifyPlan {
   // The grids launched: the main kernel's x covers max_tree_nodes rows of a
   // (request, KV head) (CTAs past a request's rows exit at once), y the requests x
   // KV heads, z num_splits; stream-K a 1-D grid of stream_ctas. The combine runs
-  // only with more than one split or stream-K CTA.
+  // only with more than one split or stream-K CTA: uniform splits on a grid of
+  // (row blocks of a request, requests), stream-K on a 1-D grid.
   unsigned grid_x = 0, grid_y = 0, grid_z = 1;
-  unsigned combine_ctas = 0;
+  unsigned combine_grid_x = 0, combine_grid_y = 1;
 };
 
 // The host-known sizes of a call (batch_size, total_nodes, max_kv_len, a forced

@@ -12,7 +12,10 @@
 // The generator launches COMBINE_THREADS threads and COMBINE_ROWS rows per CTA.
 constexpr int COMBINE_THREADS = KD_COMBINE_THREADS;
 constexpr int COMBINE_ROW_THREADS = KD_COMBINE_ROW_THREADS;
-constexpr int COMBINE_BATCH = 16;
+// Splits whose loads a thread holds in flight at once: 8 keeps the kernel at 54
+// registers (16 took 90, 5 CTAs per SM, too few loads in flight for the common
+// 2-4 splits).
+constexpr int COMBINE_BATCH = 8;
 constexpr int COMBINE_ROWS = COMBINE_THREADS / COMBINE_ROW_THREADS;
 static_assert(HEAD_DIM_V % (4 * COMBINE_ROW_THREADS) == 0, "combine columns");
 
@@ -72,23 +75,22 @@ static __device__ __forceinline__ void merge_row(const kdtree_verify_params& p, 
   if (p.lse && col0 == 0) p.lse[row] = nan ? KD_NAN : (m_use + kd_log2(wsum)) * 0.69314718055994531f;
 }
 
-// Uniform splits: a CTA merges COMBINE_ROWS output rows; the grid covers all rows.
+// Uniform splits: the grid is (row blocks, requests), so a CTA finds its request
+// with one load rather than a search of node_indptr (a chain of dependent loads
+// that bound this kernel). CTA (x, b) merges request b's rows x * COMBINE_ROWS + r,
+// stepping by gridDim.x * COMBINE_ROWS.
 extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_combine(const kdtree_verify_params p) {
   const long long rows = (long long)p.total_nodes * p.num_q_heads;
-  const long long row = (long long)blockIdx.x * COMBINE_ROWS + threadIdx.x / COMBINE_ROW_THREADS;
-  if (row >= rows) return;
-  const int node = (int)(row / p.num_q_heads);
-  // The request that owns this node: binary search of node_indptr.
-  int lo = 0, hi = p.batch_size - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (p.node_indptr[mid] <= node) lo = mid; else hi = mid - 1;
-  }
-  const Request req = load_request(p, lo);
+  const Request req = load_request(p, blockIdx.y);
   if (!req.valid) return;  // the main kernel wrote its rows as NaN
   const int splits = min(p.num_splits, (req.kv_len + p.split_tokens - 1) / p.split_tokens);
-  merge_row<COMBINE_BATCH>(p, row, splits, (threadIdx.x % COMBINE_ROW_THREADS) * 4,
-                           [&](int s) { return (long long)s * rows + row; });
+  const int req_rows = req.n_nodes * p.num_q_heads;
+  for (int local = blockIdx.x * COMBINE_ROWS + threadIdx.x / COMBINE_ROW_THREADS; local < req_rows;
+       local += gridDim.x * COMBINE_ROWS) {
+    const long long row = (long long)req.node_base * p.num_q_heads + local;
+    merge_row<COMBINE_BATCH>(p, row, splits, (threadIdx.x % COMBINE_ROW_THREADS) * 4,
+                             [&](int s) { return (long long)s * rows + row; });
+  }
 }
 
 #endif  // KDTREE_VERIFY_ATTENTION_COMBINE_CUH

@@ -43,7 +43,7 @@ TEST_CASE("verify_plan[mla576/512,sm_120]: stream-K where waves would be partial
   CHECK(b8.grid_x == 188);
   CHECK(b8.grid_y == 1);
   CHECK(b8.grid_z == 1);
-  CHECK(b8.combine_ctas > 0);
+  CHECK(b8.combine_grid_x > 0);
   CHECK(b8.workspace_bytes == size_t(2) * 188 * 64 * 513 * 4 + size_t(188) * 64);
   // One request of 16 nodes: 4 row tiles, split evenly without the segments' cost.
   const VerifyPlan b1 = plan(120, mla(16, 16), 1, 16, 4096);
@@ -65,7 +65,7 @@ TEST_CASE("verify_plan: KDTREE_VERIFY_SCHEDULE forces stream-K or uniform splits
     const VerifyPlan tiny = plan(120, mla(16, 16), 1, 1, 0);
     CHECK(tiny.stream_ctas == 1);
     CHECK(tiny.workspace_bytes == 0);
-    CHECK(tiny.combine_ctas == 0);
+    CHECK(tiny.combine_grid_x == 0);
     CHECK(plan(120, mla(16, 32), 8, 32, 4096, 2).num_splits == 2);  // a forced count still wins
     CHECK(plan(90, mla(16, 32), 8, 32, 4096).stream_ctas == 132);   // sm_90's wgmma kernel runs it
     {

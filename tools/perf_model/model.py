@@ -151,9 +151,9 @@ class Model:
             main_us, binding = dram_us, "DRAM"
         combine_us = 0.0
         if plan["splits"] > 1 or (stream and ctas > 1):
-            # Each combine thread holds 16 splits' loads in flight per round trip;
+            # Each combine thread holds 8 splits' loads in flight per round trip;
             # the partials were just written and are read from L2.
-            batches = math.ceil(max(1, pieces) / 16) * max(1, plan["head_v"] // 512)
+            batches = math.ceil(max(1, pieces) / 8) * max(1, plan["head_v"] // 512)
             combine_us = (r["launch_us"] + batches * r["mem_latency"] / clk * 1e6 +
                           (partial_bytes + rows * plan["head_v"] * 2) / r["l2_bytes_per_s"] * 1e6)
         total = r["launch_us"] + main_us + combine_us
