@@ -130,8 +130,8 @@ std::string FlashSmemLayout::str() const {
 }
 
 std::string WgmmaSmemLayout::str() const {
-  return fmt::format("q={},p1={},k={},p={},red={},scale={},bar={},rows={},walk={},bytes={}", q, p1, k, p, red, scale,
-                     bar, rows, walk, bytes);
+  return fmt::format("q={},p1={},k={},v={},p={},red={},scale={},bar={},rows={},walk={},bytes={}", q, p1, k, v, p, red,
+                     scale, bar, rows, walk, bytes);
 }
 
 std::string QsplitSmemLayout::str() const {
@@ -201,6 +201,14 @@ QsplitSmemLayout qsplit_smem_layout(const VerifySpec& spec, const VerifyTiles& t
 WgmmaSmemLayout wgmma_smem_layout(const VerifySpec& spec, const VerifyTiles& t) {
   WgmmaSmemLayout l;
   l.q = 0;
+  if (!spec.mla()) {
+    const int tile = t.block_n * spec.head_dim_qk * 2;  // 16-bit K or V rows
+    l.k = t.block_m * spec.head_dim_qk * 2;
+    l.v = l.k + t.stages * tile;
+    l.bar = l.v + t.stages * tile;
+    l.bytes = l.bar + 2 * t.stages * 8;  // one segment a CTA: no walk
+    return l;
+  }
   if (t.mma_e4m3) {
     // e4m3 codes: Q's latent dims, the K slots (5 column blocks of 128-byte rows: 576 bytes padded
     // to 640), both P tiles (a row's 64 codes in a 128-byte swizzled row), then the row exchange
@@ -274,7 +282,14 @@ std::string positional_to_keys(const std::vector<std::string>& fields) {
 
 // The wgmma family's one tiling for the spec's cache: 16-bit, two K slots (one pair of tiles);
 // e4m3 (mma=e4m3), four: its slots are half the size, so two pairs are in flight.
+// GQA (templates/verify_attention_wgmma_gqa.cu): 128 rows (a warpgroup's 64 each, the
+// producer warpgroup beyond `warps`), 128-token tiles (64 for 256-dim heads, whose O takes
+// 128 registers) in as many stages as fit beside Q.
 VerifyTiles wgmma_tiles(const VerifySpec& spec) {
+  if (!spec.mla()) {
+    const int d = spec.head_dim_qk;
+    return {VerifyKernel::wgmma, 128, d == 256 ? 64 : 128, 8, d == 64 ? 4 : 2, 16, spec.kv_fp8()};
+  }
   return {VerifyKernel::wgmma, 64, 64, 8, spec.kv_fp8() ? 4 : 2, 16, spec.kv_fp8()};
 }
 
@@ -320,7 +335,15 @@ void check_tiles(const VerifyTiles& t, const VerifySpec& spec, const Arch& arch,
       break;
     case VerifyKernel::wgmma:  // one shape: two warpgroups over 64 rows, the MMA shapes of templates/wgmma.cuh
       if (arch.sm != 90) bad(fmt::format("the wgmma kernel needs sm_90 (wgmma is sm_90a only), not {}", arch.name()));
-      if (!spec.mla()) bad("the wgmma kernel is for MLA");
+      if (!spec.mla()) {
+        if (spec.kv_fp8()) bad("the wgmma kernel reads GQA's 16-bit caches only (e4m3 GQA caches: kernel=flash)");
+        const VerifyTiles g = wgmma_tiles(spec);
+        if (t.block_m != g.block_m || t.block_n != g.block_n || t.warps != g.warps || t.stages != g.stages ||
+            t.warp_rows != g.warp_rows || t.mma_e4m3) {
+          bad(fmt::format("the GQA wgmma kernel has one tiling for head dim {}: {}", spec.head_dim_qk, g.str()));
+        }
+        break;
+      }
       // 16-bit caches on bf16/f16 wgmma; e4m3 caches on the native e4m3 wgmma (mma=e4m3).
       if (spec.kv_fp8() != t.mma_e4m3) {
         bad(spec.kv_fp8() ? "the wgmma kernel reads e4m3 caches with mma=e4m3 (native e4m3 wgmma; the dequantising "
@@ -448,6 +471,9 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
                   {flash, 64, 32, 4, 3, 16},
                   {flash, 64, 32, 4, 2, 16}};
   }
+  // Hopper, GQA over 16-bit caches: the wgmma family's GQA kernel (H200: 1.2-1.9x the
+  // flash kernel on bench_verify's GQA shapes, docs/PERFORMANCE.md).
+  if (!spec.mla() && arch.sm == 90 && !spec.kv_fp8()) candidates.insert(candidates.begin(), wgmma_tiles(spec));
   // e4m3 caches where mma.sync takes e4m3 natively (sm_120/sm_121, block-scaled at
   // twice the bf16 rate; elsewhere ptxas emulates it with f16 MMAs): Q and P
   // quantised, QK and PV on e4m3 MMAs, tried first with the flash candidates that
@@ -474,13 +500,14 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   for (const VerifyTiles& c : candidates) {
     const int bytes = verify_smem_bytes(spec, c);
     if (bytes > arch.max_smem_per_block) continue;
-    // One stage fewer where that fits a second CTA on the SM (gqa64 on the 100 KB
+    // One stage fewer where that fits a second CTA on the SM (not the wgmma family's one
+    // tiling, whose registers hold one CTA an SM; gqa64 on the 100 KB
     // parts: 8 warps instead of 4 hide the latency a deeper pipeline would;
     // tools/perf_model predicts 191 -> 164 us for bench_verify's gqa64 on the RTX PRO 6000).
     VerifyTiles shallower = c;
     shallower.stages = c.stages - 1;
     const int threads = c.warps * 32;
-    if (shallower.stages >= 2 && ctas_per_sm(arch, bytes, threads) == 1 &&
+    if (c.kernel != VerifyKernel::wgmma && shallower.stages >= 2 && ctas_per_sm(arch, bytes, threads) == 1 &&
         ctas_per_sm(arch, verify_smem_bytes(spec, shallower), threads) >= 2) {
       return shallower;
     }
@@ -537,6 +564,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       spec.mla() ? fmt::format("mla{}x{}", spec.head_dim_qk, spec.head_dim_v) : fmt::format("gqa{}", spec.head_dim_qk),
       spec.max_tree_nodes, spec.page_size, dtype_name(spec.dtype), spec.kv_fp8() ? "-kv_e4m3" : "");
   std::string kernel_template;
+  int producer_threads = 0;  // beyond tiles.warps (the GQA wgmma kernel's producer warp)
   std::vector<std::string> headers = {"verify_attention_params.h", "verify_attention_layout.h", "kv_fp8.cuh",
                                       "verify_attention_common.cuh", "verify_attention_combine.cuh"};
   // A family whose segment walk runs stream-K plans, merged by their own combine.
@@ -560,6 +588,18 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
     }
     case VerifyKernel::wgmma: {
       const WgmmaSmemLayout smem = wgmma_smem_layout(spec, tiles);
+      if (!spec.mla()) {
+        kernel_template = "verify_attention_wgmma_gqa";
+        params["SMEM_K"] = std::to_string(smem.k);
+        params["SMEM_V"] = std::to_string(smem.v);
+        params["SMEM_BAR"] = std::to_string(smem.bar);
+        src.launch.dynamic_smem = smem.bytes;
+        producer_threads = 128;  // the producer warpgroup (one warp copies; setmaxnreg gives the rest away)
+        src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine"};
+        headers.push_back("wgmma.cuh");
+        headers.push_back("verify_attention_wgmma_rows.cuh");
+        break;
+      }
       kernel_template = tiles.mma_e4m3 ? "verify_attention_wgmma_e4m3" : "verify_attention_wgmma";
       if (tiles.mma_e4m3) {
         params["SMEM_P1"] = std::to_string(smem.p1);
@@ -582,6 +622,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       runs_stream_k();
       headers.push_back("wgmma.cuh");
       headers.push_back("verify_attention_tma.h");
+      headers.push_back("verify_attention_wgmma_rows.cuh");
       headers.push_back("verify_attention_wgmma_common.cuh");
       break;
     }
@@ -602,7 +643,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
   // wgmma exists on sm_90a only; the block-scaled e4m3 MMA on sm_120a/sm_121a.
   src.arch_specific = block_scaled || tiles.kernel == VerifyKernel::wgmma;
   src.launch.kernel = tiles.str();
-  src.launch.threads = tiles.warps * 32;
+  src.launch.threads = tiles.warps * 32 + producer_threads;
   src.launch.block_m = tiles.block_m;
   src.launch.block_n = tiles.block_n;
   src.launch.combine_threads = kCombineThreads;

@@ -121,8 +121,11 @@ struct QsplitSmemLayout {
 // the row exchange | the scales ([2][block_m] rescale factors, [block_m] Q row
 // scales) | the mbarriers, rows and walk as above.
 // Every operand buffer starts on a 1024-byte swizzle atom.
+// GQA (templates/verify_attention_wgmma_gqa.cu): Q (block_m x head_dim 16-bit) | K
+// stages | V stages (block_n x head_dim each) | mbarriers ([stages] full, [stages]
+// empty); no segment walk (uniform splits: a CTA's one segment is its grid point).
 struct WgmmaSmemLayout {
-  int q = 0, p1 = 0, k = 0, p = 0, red = 0, scale = 0, bar = 0, rows = 0, walk = 0;
+  int q = 0, p1 = 0, k = 0, v = 0, p = 0, red = 0, scale = 0, bar = 0, rows = 0, walk = 0;
   int bytes = 0;
   std::string str() const;
 };

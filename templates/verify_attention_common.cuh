@@ -533,18 +533,26 @@ static __device__ __forceinline__ void walk_end(const kdtree_verify_params& p, c
   ((CutItem*)p.cut_items)[blockIdx.x] = cut;
 }
 
+// Uniform splits (stream_ctas 0): the CTA's one segment, its grid point (x the row
+// tile, y the request x KV head, z the split).
+static __device__ __forceinline__ Segment grid_segment(const kdtree_verify_params& p) {
+  Segment sg;
+  sg.b = blockIdx.y / p.num_kv_heads;
+  sg.kv_head = blockIdx.y % p.num_kv_heads;
+  sg.m_tile = blockIdx.x;
+  sg.t_begin = blockIdx.z * p.split_tokens;
+  sg.t_end = sg.t_begin + p.split_tokens;
+  sg.partial_split = p.num_splits > 1 ? (int)blockIdx.z : -1;
+  sg.partial_slot = -1;
+  return sg;
+}
+
 // Thread 0: the CTA's first segment (first) or its next one, into w.seg (or w.done).
 static __device__ __forceinline__ void walk_next(const kdtree_verify_params& p, SegmentWalk& w, bool first) {
   Segment& sg = w.seg;
   if (p.stream_ctas == 0) {
     w.done = !first;
-    sg.b = blockIdx.y / p.num_kv_heads;
-    sg.kv_head = blockIdx.y % p.num_kv_heads;
-    sg.m_tile = blockIdx.x;
-    sg.t_begin = blockIdx.z * p.split_tokens;
-    sg.t_end = sg.t_begin + p.split_tokens;
-    sg.partial_split = p.num_splits > 1 ? (int)blockIdx.z : -1;
-    sg.partial_slot = -1;
+    sg = grid_segment(p);
     return;
   }
   w.done = w.u >= w.u_end;

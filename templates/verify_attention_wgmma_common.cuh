@@ -1,6 +1,6 @@
 // What the wgmma verify_attention kernels share (templates/verify_attention_wgmma.cu
-// over 16-bit caches, verify_attention_wgmma_e4m3.cu over e4m3 ones): the KV copies,
-// the tree mask and the row maxima of S (wgmma's m64n64 fp32 layout).
+// over 16-bit caches, verify_attention_wgmma_e4m3.cu over e4m3 ones): the KV copies
+// and the row-max exchange (the tree mask: verify_attention_wgmma_rows.cuh).
 //
 // Copies: a K slot of
 // BLOCK_N token rows in column blocks of 128-byte rows in wgmma's 128-byte swizzle
@@ -14,11 +14,11 @@
 #include "verify_attention_common.cuh"
 #include "verify_attention_tma.h"
 #include "wgmma.cuh"
+#include "verify_attention_wgmma_rows.cuh"
 
 constexpr int WG_THREADS = 128;
 constexpr int KV_TMA_BOX_ROWS = KD_KV_TMA_BOX_ROWS;  // rows per TMA box: min(page size, BLOCK_N)
 constexpr int RANGES = 3;
-constexpr int ROW_BYTES = 128;                            // a swizzled row
 constexpr int ROW_ELEMS = ROW_BYTES / KV_ELEM_BYTES;      // cache values in it
 constexpr int DIM_BLOCKS = (HEAD_DIM + ROW_ELEMS - 1) / ROW_ELEMS;  // column blocks of a K row
 constexpr int V_BLOCKS = HEAD_DIM_V / ROW_ELEMS;          // of its V part
@@ -27,9 +27,6 @@ constexpr int Q_BLOCK_BYTES = BLOCK_M * ROW_BYTES;        // one column block of
 constexpr int K_BLOCK_BYTES = BLOCK_N * ROW_BYTES;        // of a K slot
 constexpr int K_SLOT_BYTES = DIM_BLOCKS * K_BLOCK_BYTES;
 static_assert(HEAD_DIM_V % (2 * ROW_ELEMS) == 0 && ROPE_UNITS <= 8, "V halves of whole blocks; the rope in one block");
-
-// Byte offset of 16-byte unit u of row r in a column block of swizzled rows.
-static __device__ __forceinline__ kd_u32 sw128(int r, int u) { return r * ROW_BYTES + ((u ^ (r & 7)) << 4); }
 
 // The column blocks of range r of a slot: V's two halves, then the rope.
 static __host__ __device__ constexpr int range_lo(int r) { return r == 0 ? 0 : r == 1 ? V_BLOCKS / 2 : V_BLOCKS; }
@@ -131,33 +128,6 @@ static __device__ __forceinline__ void wait_range(kd_u32 bar, kd_u32 parity) {
   kd_fence_proxy_async();
 }
 
-// ---- logits_mask on S (one 64-token tile, a thread's rows r_lo and r_lo + 8 as
-// m64n64's accumulator layout: s[jt][2h + e] is token t0 + 8 jt + 2 (lane % 4) + e
-// of row half h): prefix tokens visible, tree tokens by the rows' mask bits, none
-// past t_end; then each row's max over the tile (its 4 lanes).
-template <int S_TILES>
-static __device__ __forceinline__ void logits_mask_row_max(float (&s)[S_TILES][4], int t0, const Request& req, int t_end,
-                                                           const kd_u64 (&words)[2][MASK_WORDS], float (&mx)[2]) {
-  const int lane = threadIdx.x % 32;
-  if (is_edge_tile(t0, req, t_end)) {
-#pragma unroll
-    for (int jt = 0; jt < S_TILES; ++jt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int t = t0 + jt * 8 + (lane % 4) * 2 + (e & 1);
-        if (!token_visible(t, t_end, req, words[e >> 1])) s[jt][e] = -KD_INF;
-      }
-    }
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int jt = 0; jt < S_TILES; ++jt) mx[h] = fmaxf(mx[h], fmaxf(s[jt][2 * h], s[jt][2 * h + 1]));
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-  }
-}
-
 // ---- The row maxima of a pair's two tiles (one per warpgroup) exchanged through
 // shared memory (red: [2][BLOCK_M] floats); a CTA barrier.
 template <int WG>
@@ -182,19 +152,6 @@ static __device__ __forceinline__ KvSource wgmma_kv_source(const kdtree_verify_p
   src.v_slot_bytes = src.k_slot_bytes;
   src.pages = p.page_table + (long long)b * p.max_pages_per_req;
   return src;
-}
-
-// This thread's two rows (r_lo, r_lo + 8 of the tile at row0): their tree nodes' mask
-// words (0 past the request's rows).
-static __device__ __forceinline__ void row_mask_words(const kdtree_verify_params& p, const Request& req, int row0,
-                                                      int rows_total, int r_lo, kd_u64 (&words)[2][MASK_WORDS]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int gr = row0 + r_lo + 8 * h;
-    const long long node = gr < rows_total ? req.node_base + gr / p.group : -1;
-#pragma unroll
-    for (int w = 0; w < MASK_WORDS; ++w) words[h][w] = node >= 0 ? __ldg(p.tree_mask + node * MASK_WORDS + w) : 0ull;
-  }
 }
 
 #endif  // KDTREE_VERIFY_ATTENTION_WGMMA_COMMON_CUH

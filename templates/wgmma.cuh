@@ -63,6 +63,20 @@ static __device__ __forceinline__ void kd_wgmma_pin(float (&d)[N][4]) {
 #define KD_WGMMA_D32_LIST \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define KD_WGMMA_D64 \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]) \
+    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]) \
+    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]) \
+    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
+    "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]) \
+    "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]) \
+    "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]) \
+    "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+#define KD_WGMMA_D64_LIST \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define KD_WGMMA_D128 \
     "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
     "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
@@ -138,6 +152,42 @@ static __device__ __forceinline__ void kd_wgmma_m64n256k16_bt_rs(float (&d)[32][
   } else {
     asm volatile(KD_WGMMA_ASM("m64n256k16", "f16", KD_WGMMA_D128_LIST, "{%128, %129, %130, %131}, %132, p, 1, 1, 1", "133")
                  : KD_WGMMA_D128 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+  }
+}
+
+// D[64x128] (+)= A[64x16] B[16x128], both K-major: GQA's QK over one k16 step of a 128-token tile.
+template <bool BF16>
+static __device__ __forceinline__ void kd_wgmma_m64n128k16(float (&d)[16][4], kd_u64 desc_a, kd_u64 desc_b, bool accumulate) {
+  if constexpr (BF16) {
+    asm volatile(KD_WGMMA_ASM("m64n128k16", "bf16", KD_WGMMA_D64_LIST, "%64, %65, p, 1, 1, 0, 0", "66")
+                 : KD_WGMMA_D64 : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+  } else {
+    asm volatile(KD_WGMMA_ASM("m64n128k16", "f16", KD_WGMMA_D64_LIST, "%64, %65, p, 1, 1, 0, 0", "66")
+                 : KD_WGMMA_D64 : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+  }
+}
+
+// PV of GQA's 64- and 128-dim heads over one k16 step, A (P) from registers, B (V) MN-major.
+template <bool BF16>
+static __device__ __forceinline__ void kd_wgmma_m64n64k16_bt_rs(float (&d)[8][4], const kd_u32 (&a)[4], kd_u64 desc_b,
+                                                                bool accumulate) {
+  if constexpr (BF16) {
+    asm volatile(KD_WGMMA_ASM("m64n64k16", "bf16", KD_WGMMA_D32_LIST, "{%32, %33, %34, %35}, %36, p, 1, 1, 1", "37")
+                 : KD_WGMMA_D32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+  } else {
+    asm volatile(KD_WGMMA_ASM("m64n64k16", "f16", KD_WGMMA_D32_LIST, "{%32, %33, %34, %35}, %36, p, 1, 1, 1", "37")
+                 : KD_WGMMA_D32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+  }
+}
+template <bool BF16>
+static __device__ __forceinline__ void kd_wgmma_m64n128k16_bt_rs(float (&d)[16][4], const kd_u32 (&a)[4], kd_u64 desc_b,
+                                                                 bool accumulate) {
+  if constexpr (BF16) {
+    asm volatile(KD_WGMMA_ASM("m64n128k16", "bf16", KD_WGMMA_D64_LIST, "{%64, %65, %66, %67}, %68, p, 1, 1, 1", "69")
+                 : KD_WGMMA_D64 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+  } else {
+    asm volatile(KD_WGMMA_ASM("m64n128k16", "f16", KD_WGMMA_D64_LIST, "{%64, %65, %66, %67}, %68, p, 1, 1, 1", "69")
+                 : KD_WGMMA_D64 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
   }
 }
 

@@ -87,8 +87,27 @@ TEST_CASE("templates: the device error header NVRTC receives is kdtree.h's, byte
 TEST_CASE("templates: the config defaults are a shape the generator produces") {
   // Each config header's defaults are one generated point's prelude: verify_attention
   // (flash) is sm_80's MLA 576/512, W=64, page 64, bf16; verify_attention_qsplit
-  // sm_120's; verify_attention_wgmma sm_90's (and _e4m3 its e4m3 cache point); the tree ops' any arch's default point.
+  // sm_120's; verify_attention_wgmma sm_90's (and _e4m3 its e4m3 cache point,
+  // _gqa its gqa128 point); the tree ops' any arch's default point.
   std::set<std::string> checked;
+  auto check_prelude = [&](const KernelSource& ks, const std::string& what) {
+    const auto config = std::find_if(ks.headers.begin(), ks.headers.end(), [](const auto& h) {
+      return h.first.size() > 9 && h.first.compare(h.first.size() - 9, 9, "_config.h") == 0;
+    });
+    REQUIRE(config != ks.headers.end());
+    INFO(what << ": " << config->first);
+    // Each "#define KD_X v" of the prelude appears in the header as "#define KD_X v  //".
+    size_t at = 0;
+    int defines = 0, found = 0;
+    while ((at = ks.source.find("#define KD_", at)) != std::string::npos) {
+      const size_t end = ks.source.find('\n', at);
+      found += config->second.find(ks.source.substr(at, end - at) + "  //") != std::string::npos;
+      at = end;
+      ++defines;
+    }
+    CHECK(defines > 0);
+    if (found == defines) checked.insert(config->first);
+  };
   for (int sm : {120, 90, 80}) {
     for (const OpInfo& op : operations()) {
       for (kdtree_kv_dtype kv : {KDTREE_KV_DTYPE_AS_Q, KDTREE_KV_DTYPE_E4M3}) {
@@ -96,26 +115,14 @@ TEST_CASE("templates: the config defaults are a shape the generator produces") {
         OpPoint point;
         point.kv_dtype = kv;  // e4m3: sm_90's verify_attention_wgmma_e4m3
         if (std::string(op.name) == "sample_tokens") point.dtype = KDTREE_DTYPE_BF16;
-        const KernelSource ks = op.generate(point, arch_from_sm(sm));
-        const auto config = std::find_if(ks.headers.begin(), ks.headers.end(), [](const auto& h) {
-          return h.first.size() > 9 && h.first.compare(h.first.size() - 9, 9, "_config.h") == 0;
-        });
-        REQUIRE(config != ks.headers.end());
-        INFO(op.name << " sm_" << sm << ": " << config->first);
-        // Each "#define KD_X v" of the prelude appears in the header as "#define KD_X v  //".
-        size_t at = 0;
-        int defines = 0, found = 0;
-        while ((at = ks.source.find("#define KD_", at)) != std::string::npos) {
-          const size_t end = ks.source.find('\n', at);
-          found += config->second.find(ks.source.substr(at, end - at) + "  //") != std::string::npos;
-          at = end;
-          ++defines;
-        }
-        CHECK(defines > 0);
-        if (found == defines) checked.insert(config->first);
+        check_prelude(op.generate(point, arch_from_sm(sm)), std::string(op.name) + " sm_" + std::to_string(sm));
       }
     }
   }
+  const VerifySpec gqa128 = validate_verify_spec({128, 128, 8, 1, 64, 64, KDTREE_DTYPE_BF16});
+  check_prelude(
+      generate_verify_attention(gqa128, arch_from_sm(90), parse_verify_tiles("kernel=wgmma", gqa128, arch_from_sm(90))),
+      "verify_attention gqa128 sm_90 kernel=wgmma");
   for (const std::string& n : template_names()) {
     if (n.size() > 9 && n.compare(n.size() - 9, 9, "_config.h") == 0) CHECK_MESSAGE(checked.count(n), n);
   }

@@ -107,14 +107,20 @@ TEST_CASE("tiles fit each arch's shared memory") {
       CHECK(t.stages >= 2);
     }
   }
-  // gqa64 on the 100 KB parts drops a stage to fit two CTAs per SM; sm_90 keeps three.
+  // gqa64 on the 100 KB parts drops a stage to fit two CTAs per SM; sm_90's GQA over 16-bit caches is the
+  // wgmma family's one tiling (its registers hold one CTA an SM), over e4m3 caches flash's three stages.
   VerifySpec gqa64;
   gqa64.head_dim_qk = gqa64.head_dim_v = 64;
   VerifyTiles g120 = choose_verify_tiles(gqa64, arch_from_sm(120));
   CHECK(g120.block_m == 128);
   CHECK(g120.stages == 2);
   CHECK(ctas_per_sm(arch_from_sm(120), verify_smem_bytes(gqa64, g120), g120.warps * 32) == 2);
-  CHECK(choose_verify_tiles(gqa64, arch_from_sm(90)).stages == 3);
+  CHECK(choose_verify_tiles(gqa64, arch_from_sm(90)).str() ==
+        "kernel=wgmma,block_m=128,block_n=128,warps=8,stages=4,warp_rows=16");
+  VerifySpec gqa64_e4m3 = gqa64;
+  gqa64_e4m3.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  CHECK(choose_verify_tiles(gqa64_e4m3, arch_from_sm(90)).kernel == VerifyKernel::flash);
+  CHECK(choose_verify_tiles(gqa64_e4m3, arch_from_sm(90)).stages == 3);
   // MLA on the 99 KB parts: Q in registers (qsplit) keeps 64 rows in 2 x 4 warps.
   VerifySpec mla;
   for (int sm : {86, 89, 120}) {
@@ -152,8 +158,8 @@ TEST_CASE("tiles fit each arch's shared memory") {
   CHECK(wl.p % 1024 == 0);
   CHECK(wl.bar % 8 == 0);
   CHECK(wl.bytes <= arch_from_sm(90).max_smem_per_block);
-  CHECK(wl.str() == fmt::format("q=0,p1={},k={},p={},red={},scale=0,bar={},rows={},walk={},bytes={}", wl.p1, wl.k, wl.p,
-                                wl.red, wl.bar, wl.rows, wl.walk, wl.bytes));
+  CHECK(wl.str() == fmt::format("q=0,p1={},k={},v=0,p={},red={},scale=0,bar={},rows={},walk={},bytes={}", wl.p1, wl.k,
+                                wl.p, wl.red, wl.bar, wl.rows, wl.walk, wl.bytes));
   // Over e4m3 caches (mma=e4m3): Q's latent codes, four slots of 5 128-byte column blocks, both P tiles, the
   // row exchange, the scales, then as above; its own template, sm_90a, TMA boxes of 128 e4m3 dims.
   const VerifyTiles w90e = parse_verify_tiles("kernel=wgmma", mla_e4m3, arch_from_sm(90));
@@ -185,6 +191,31 @@ TEST_CASE("tiles fit each arch's shared memory") {
   // Whole tiles by TMA: boxes of one page run (at most a tile) x 64 dims, the descriptor as a second parameter.
   CHECK(ws.launch.kv_tma_box_rows == 64);
   CHECK(ws.source.find("verify_attention_tma.h") != std::string::npos);
+  // GQA on the wgmma family (templates/verify_attention_wgmma_gqa.cu): Q | K stages | V stages | full and
+  // empty mbarriers; 128 rows, a producer warpgroup beyond the 8 consumer warps; uniform splits, no TMA.
+  for (int d : {64, 128, 256}) {
+    VerifySpec g;
+    g.head_dim_qk = g.head_dim_v = d;
+    const VerifyTiles gt = parse_verify_tiles("kernel=wgmma", g, arch_from_sm(90));
+    INFO("gqa" << d << " " << gt.str());
+    CHECK(gt.block_m == 128);
+    CHECK(gt.block_n == (d == 256 ? 64 : 128));
+    const WgmmaSmemLayout gl = wgmma_smem_layout(g, gt);
+    const int tile = gt.block_n * d * 2;
+    CHECK(gl.k == 128 * d * 2);
+    CHECK(gl.v == gl.k + gt.stages * tile);
+    CHECK(gl.bar == gl.v + gt.stages * tile);
+    CHECK(gl.bytes == gl.bar + 2 * gt.stages * 8);
+    CHECK(gl.bytes <= arch_from_sm(90).max_smem_per_block);
+    for (int off : {gl.k, gl.v, tile}) CHECK(off % 1024 == 0);
+    const KernelSource gs = generate_verify_attention(g, arch_from_sm(90), gt);
+    CHECK(gs.arch_specific);
+    CHECK(!gs.launch.stream_k);
+    CHECK(gs.launch.kv_tma_box_rows == 0);
+    CHECK(gs.launch.threads == 8 * 32 + 128);
+    CHECK(gs.launch.dynamic_smem == gl.bytes);
+    CHECK(gs.source.find("verify_attention_wgmma_gqa") != std::string::npos);
+  }
   for (int page : {1, 16, 64, 128}) {
     VerifySpec paged = mla;
     paged.page_size = page;
@@ -321,8 +352,14 @@ TEST_CASE("KDTREE_VERIFY_TILES: every key is checked, nothing trailing, an overr
   CHECK(tiles_error("kernel=wgmma,mma=e4m3", mla, sm90).find("e4m3 caches") != std::string::npos);
   VerifySpec gqa;
   gqa.head_dim_qk = gqa.head_dim_v = 128;
-  CHECK(tiles_error("kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16", gqa, sm90).find("MLA") !=
+  // GQA: the wgmma family's GQA kernel, one tiling per head dim, 16-bit caches only.
+  CHECK(tiles_error("kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16", gqa, sm90).find("one tiling") !=
         std::string::npos);
+  CHECK(parse_verify_tiles("kernel=wgmma", gqa, sm90).str() ==
+        "kernel=wgmma,block_m=128,block_n=128,warps=8,stages=2,warp_rows=16");
+  VerifySpec gqa8 = gqa;
+  gqa8.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  CHECK(tiles_error("kernel=wgmma", gqa8, sm90).find("16-bit caches only") != std::string::npos);
   CHECK(tiles_error("kernel=hopper", mla, sm90).find("flash, qsplit or wgmma") != std::string::npos);
   CHECK(tiles_error("kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32", mla, sm90).empty());
   CHECK(tiles_error("kernel=qsplit,block_m=64,block_n=16,warps=8,stages=3,warp_rows=32", mla, sm90).empty());

@@ -779,6 +779,24 @@ TEST_CASE("verify_attention GPU: wgmma kernel flags and NaNs bad pages and node 
   }
 }
 
+// The wgmma family's GQA kernel (templates/verify_attention_wgmma_gqa.cu: a producer
+// warp and two consumer warpgroups of 64 rows, 16-bit caches, uniform splits).
+TEST_CASE("verify_attention GPU parity: gqa64, gqa128, gqa256 wgmma (tiles kernel=wgmma)") {
+  Sm90TilesSession w("", "kernel=wgmma", true);
+  if (!w.runs()) return;
+  run_head_grid(64, 64, 16, w.session);
+  run_head_grid(128, 128, 17, w.session);
+  run_head_grid(256, 256, 18, w.session);
+}
+
+TEST_CASE("verify_attention GPU: GQA wgmma kernel flags and NaNs bad pages and node counts") {
+  const std::vector<kdtree_verify_spec> gqa = {error_specs()[1], error_specs()[2]};
+  Sm90TilesSession w("", "kernel=wgmma", true);
+  if (!w.runs()) return;
+  check_page_index_errors(w.session, gqa);
+  check_node_count_errors(w.session, gqa);
+}
+
 // The wgmma family over e4m3 caches (templates/verify_attention_wgmma_e4m3.cu: native
 // e4m3 wgmma, Q and P quantised): the grid's e4m3 points, the e4m3 MMA tolerance.
 constexpr const char* kWgmmaE4m3Tiles = "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=4,warp_rows=16,mma=e4m3";

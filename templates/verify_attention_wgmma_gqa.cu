@@ -1,0 +1,328 @@
+// verify_attention_wgmma_gqa: GQA tree attention (64-, 128- and 256-dim heads,
+// 16-bit caches) on Hopper's warpgroup MMA (sm_90a). The contract, the uniform
+// KV splits and the combine are verify_attention.cu's; the MMAs read Q and the
+// K/V tiles from shared memory by descriptor (P from registers), so no warp loads
+// an operand fragment through the shared-memory port that caps mma.sync on Hopper.
+//
+// A CTA owns BLOCK_M = 128 rows (node x query head of one KV head) of one request:
+// two consumer warpgroups of 64 rows each (wgmma's m64), and a producer warpgroup
+// whose first warp copies the K and V tiles (BLOCK_N tokens, all HEAD_DIM dims)
+// into STAGES stages. The producer warpgroup gives its registers to the consumers
+// (setmaxnreg): three warps per SM sub-partition would otherwise cap every thread
+// at 168 registers, and a 256-dim head's O alone takes 128.
+// Unlike MLA's kernels, whose two warpgroups share 64 rows and split the V columns,
+// each warpgroup here owns its rows outright: no row max crosses warpgroups, and
+// the only CTA barrier after the start is the one that ends the tiles. The stages are handed over by
+// mbarriers: `full` (the producer's cp.async landed) and `empty` (all 256 consumer
+// threads are past their PV over the stage). Per tile, a consumer warpgroup runs
+//   compute_qk     S = Q_g K^T (m64nBLOCK_Nk16 over HEAD_DIM / 16 steps, both
+//                  operands K-major in shared memory)
+//   logits_mask    edge tiles only (is_edge_tile), then the row maxima
+//   softmax        the lazy online update; P to registers as PV's A fragments
+//   compute_pv     O = alpha O + P V (m64nHEAD_DIMk16, V MN-major as it lies)
+// and the other warpgroup's MMAs fill the tensor core while one runs its softmax.
+// Shared memory: Q | K stages | V stages | mbarriers, each
+// operand in 64-dim column blocks of 128-byte swizzled rows (wgmma.cuh).
+
+#include "verify_attention_wgmma_gqa_config.h"
+#include "verify_attention_common.cuh"
+#include "verify_attention_combine.cuh"
+#include "wgmma.cuh"
+#include "verify_attention_wgmma_rows.cuh"
+
+constexpr int SMEM_K = KD_SMEM_K;
+constexpr int SMEM_V = KD_SMEM_V;
+constexpr int SMEM_BAR = KD_SMEM_BAR;  // [STAGES] full, [STAGES] empty
+
+constexpr int WG_THREADS = 128;
+constexpr int WGS = THREADS / WG_THREADS;  // consumer warpgroups; THREADS counts consumers only
+// The registers a CTA launches with (384 threads x 168) are the pool setmaxnreg moves
+// between its warpgroups: 128 x 56 + 256 x 224 is all of it (asking for more waits forever).
+constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
+constexpr int DIM_BLOCKS = HEAD_DIM / 64;  // 64-dim column blocks of a row
+constexpr int Q_BLOCK_BYTES = BLOCK_M * ROW_BYTES;
+constexpr int KV_BLOCK_BYTES = BLOCK_N * ROW_BYTES;
+constexpr int KV_TILE_BYTES = DIM_BLOCKS * KV_BLOCK_BYTES;
+constexpr int S_TILES = BLOCK_N / 8;  // n8 tiles of S
+constexpr int O_TILES = HEAD_DIM / 8;
+constexpr int QK_STEPS = HEAD_DIM / 16;
+constexpr int PV_STEPS = BLOCK_N / 16;
+constexpr int ROWS_PER_LANE = BLOCK_N / 32;  // the producer's page lookups per lane and tile
+static_assert(!IS_MLA && !KV_FP8 && HEAD_DIM == HEAD_DIM_V, "the GQA wgmma kernel: 16-bit K and V caches");
+static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256, "PV's N is the head dim (wgmma.cuh's shapes)");
+static_assert(BLOCK_N == 64 || BLOCK_N == 128, "QK's N is the tile (wgmma.cuh's shapes)");
+static_assert(WARP_ROWS == 16 && WARPS_N == 1 && BLOCK_M == WGS * 64 && WGS == 2, "two warpgroups of 64 rows");
+static_assert(SMEM_K == BLOCK_M * HEAD_DIM * 2 && SMEM_V == SMEM_K + STAGES * KV_TILE_BYTES &&
+                  SMEM_BAR == SMEM_V + STAGES * KV_TILE_BYTES,
+              "the generator's layout");
+static_assert(SMEM_K % 1024 == 0 && KV_TILE_BYTES % 1024 == 0 && Q_BLOCK_BYTES % 1024 == 0, "swizzle atoms");
+
+// ---- Copies.
+
+// Q's tile (BLOCK_M rows from row0; rows past rows_total zero-filled, their results
+// dropped) by the consumer threads: a row is 8 threads, one 16-byte unit of each
+// column block apiece. The caller commits and waits.
+static __device__ __forceinline__ void load_q(const kdtree_verify_params& p, const Request& req, int row0,
+                                              int rows_total, int kv_head, kd_u32 sq) {
+  const int unit = threadIdx.x % 8;
+  for (int r = threadIdx.x / 8; r < BLOCK_M; r += THREADS / 8) {
+    const int gr = row0 + r;
+    const bool ok = gr < rows_total;
+    const kd_u16* src =
+        (const kd_u16*)p.q + (ok ? out_row(p, req.node_base, gr, kv_head * p.group) : 0) * HEAD_DIM + unit * 8;
+#pragma unroll
+    for (int c = 0; c < DIM_BLOCKS; ++c) kd_cp_async16(sq + c * Q_BLOCK_BYTES + sw128(r, unit), src + c * 64, ok ? 16 : 0);
+  }
+}
+
+// The producer warp: KV tile t0 .. t0 + BLOCK_N into a stage's K and V, completing
+// on its full barrier. Lane l looks up the cache slots of rows l, l + 32, ... first
+// (all page-table loads in flight at once), then a row is 8 lanes, one 16-byte unit
+// of each column block apiece, its slot taken from the looking-up lane. Tokens at
+// or past t_end are zero-filled (masked; 0 x 0 stays 0 in PV); a page id outside
+// the cache sets bad_page and reads nothing.
+static __device__ __forceinline__ void produce_tile(const kdtree_verify_params& p, const KvSource& src, int t0,
+                                                    int t_end, kd_u32 sk, kd_u32 sv, kd_u32 full, bool& bad_page) {
+  const int lane = threadIdx.x % 32;
+  kd_u32 slots[ROWS_PER_LANE];
+#pragma unroll
+  for (int i = 0; i < ROWS_PER_LANE; ++i) {
+    const unsigned t = unsigned(t0 + lane + 32 * i);
+    const bool in_range = t < unsigned(t_end);
+    const unsigned page = in_range ? unsigned(__ldg(src.pages + t / PAGE_SIZE)) : 0u;
+    const bool ok = in_range && page < unsigned(p.num_pages);
+    bad_page |= in_range && !ok;
+    slots[i] = ok ? page * PAGE_SIZE + t % PAGE_SIZE : 0xffffffffu;
+  }
+  const int unit = lane % 8;
+#pragma unroll
+  for (int i = 0; i < ROWS_PER_LANE; ++i) {
+#pragma unroll 2
+    for (int r = lane / 8; r < 32; r += 4) {  // rows 32 i + r, four at a time
+      const int row = 32 * i + r;
+      const kd_u32 slot = __shfl_sync(0xffffffffu, slots[i], r);
+      const bool ok = slot != 0xffffffffu;
+      const unsigned long long s = ok ? slot : 0u;
+      const char* krow = src.k_base + s * src.k_slot_bytes + unit * 16;
+      const char* vrow = src.v_base + s * src.v_slot_bytes + unit * 16;
+#pragma unroll
+      for (int c = 0; c < DIM_BLOCKS; ++c) {
+        kd_cp_async16(sk + c * KV_BLOCK_BYTES + sw128(row, unit), krow + c * ROW_BYTES, ok ? 16 : 0);
+        kd_cp_async16(sv + c * KV_BLOCK_BYTES + sw128(row, unit), vrow + c * ROW_BYTES, ok ? 16 : 0);
+      }
+    }
+  }
+  kd_cp_async_mbar_arrive(full);
+}
+
+// ---- compute_qk: S = Q_g K^T over all HEAD_DIM dims (a k16 step is 32 bytes into a
+// column block's rows). Committed, not waited. (A template, so that only the
+// shape of this N is instantiated.)
+template <int N_TILES>
+static __device__ __forceinline__ void compute_qk(float (&s)[N_TILES][4], kd_u32 sq_g, kd_u32 sk) {
+  const kd_u64 a0 = kd_wgmma_desc(sq_g, 16, 1024);
+  const kd_u64 b0 = kd_wgmma_desc(sk, 16, 1024);
+  kd_wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < QK_STEPS; ++ks) {
+    const kd_u64 a = a0 + (kd_u64)(((ks / 4) * Q_BLOCK_BYTES + (ks % 4) * 32) >> 4);
+    const kd_u64 b = b0 + (kd_u64)(((ks / 4) * KV_BLOCK_BYTES + (ks % 4) * 32) >> 4);
+    if constexpr (N_TILES == 16) {
+      kd_wgmma_m64n128k16<IS_BF16>(s, a, b, ks > 0);
+    } else {
+      kd_wgmma_m64n64k16<IS_BF16>(s, a, b, ks > 0);
+    }
+  }
+  kd_wgmma_commit();
+}
+
+// ---- compute_pv: O += P V over one tile. B is V as it lies (MN-major): 16 token rows
+// per step, 64-column blocks KV_BLOCK_BYTES apart. Committed, not waited.
+template <int N_TILES>
+static __device__ __forceinline__ void compute_pv(float (&o)[N_TILES][4], const kd_u32 (&pf)[PV_STEPS][4], kd_u32 sv) {
+  const kd_u64 b0 = kd_wgmma_desc(sv, KV_BLOCK_BYTES, 1024);
+  kd_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < PV_STEPS; ++kk) {
+    const kd_u64 b = b0 + (kd_u64)((kk * 16 * ROW_BYTES) >> 4);
+    if constexpr (N_TILES == 32) {
+      kd_wgmma_m64n256k16_bt_rs<IS_BF16>(o, pf[kk], b, true);
+    } else if constexpr (N_TILES == 16) {
+      kd_wgmma_m64n128k16_bt_rs<IS_BF16>(o, pf[kk], b, true);
+    } else {
+      kd_wgmma_m64n64k16_bt_rs<IS_BF16>(o, pf[kk], b, true);
+    }
+  }
+  kd_wgmma_commit();
+}
+
+// ---- The segment's tiles and its rows, as consumer warpgroup WG (a template parameter,
+// so that ptxas sees no thread-dependent branch around a wgmma: it would serialise them).
+template <int WG>
+static __device__ __forceinline__ void consume_segment(const kdtree_verify_params& p, const Segment& sg,
+                                                       const Request& req, int row0, int rows_total, int t_begin,
+                                                       int t_end, bool bad_page, kd_u32 sq) {
+  const int lane = threadIdx.x % 32;
+  const int r_lo = ((threadIdx.x / 32) % 4) * 16 + lane / 4;  // this thread's rows in its warpgroup's 64
+  const kd_u32 bar_full = sq + SMEM_BAR, bar_empty = bar_full + STAGES * 8;
+  const kd_u32 sq_g = sq + WG * 64 * ROW_BYTES;
+  const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
+
+  kd_u64 words[2][MASK_WORDS];
+  row_mask_words(p, req, row0 + WG * 64, rows_total, r_lo, words);
+
+  float o[O_TILES][4];
+#pragma unroll
+  for (int j = 0; j < O_TILES; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m_run[2] = {-KD_INF, -KD_INF}, l_run[2] = {0.f, 0.f};  // l: this thread's columns' share
+
+#pragma unroll 1
+  for (int i = 0; i < n_tiles; ++i) {
+    const int stage = i % STAGES;
+    const kd_u32 parity = kd_u32(i / STAGES) & 1u;
+    const int t0 = t_begin + i * BLOCK_N;
+    kd_mbar_wait(bar_full + stage * 8, parity);
+    kd_fence_proxy_async();  // hands what cp.async wrote to the async proxy wgmma reads through
+
+    float s[S_TILES][4];
+    kd_wgmma_pin(s);
+    compute_qk(s, sq_g, sq + SMEM_K + stage * KV_TILE_BYTES);
+    kd_wgmma_wait<0>();
+    kd_wgmma_pin(s);
+
+    float mx[2] = {-KD_INF, -KD_INF};
+    logits_mask_row_max(s, t0, req, t_end, words, mx);
+
+    // ---- softmax: the lazy online update (log2 domain); P to PV's A fragments.
+    float alpha[2];
+    kd_u32 pf[PV_STEPS][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m_use = lazy_max_update(mx[h], p.scale_log2, m_run[h], l_run[h], alpha[h]);
+#pragma unroll
+      for (int jt = 0; jt < S_TILES; ++jt) {
+        const float p0 = lazy_exp(s[jt][2 * h], p.scale_log2, m_use);
+        const float p1 = lazy_exp(s[jt][2 * h + 1], p.scale_log2, m_use);
+        l_run[h] += p0 + p1;
+        pf[jt / 2][(jt % 2) * 2 + h] = kd_pack2<IS_BF16>(p0, p1);
+      }
+    }
+    if (alpha[0] != 1.f || alpha[1] != 1.f) {  // most tiles of a long prefix skip it
+#pragma unroll
+      for (int jt = 0; jt < O_TILES; ++jt) {
+        o[jt][0] *= alpha[0];
+        o[jt][1] *= alpha[0];
+        o[jt][2] *= alpha[1];
+        o[jt][3] *= alpha[1];
+      }
+    }
+    kd_wgmma_pin(o);
+    compute_pv(o, pf, sq + SMEM_V + stage * KV_TILE_BYTES);
+    kd_wgmma_wait<0>();
+    kd_wgmma_pin(o);
+    kd_mbar_arrive(bar_empty + stage * 8, false, 0);  // this thread is done with the stage
+  }
+
+  // ---- row sums over the row's 4 lanes.
+  float l_row[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_row[h] = l_run[h];
+    l_row[h] += __shfl_xor_sync(0xffffffffu, l_row[h], 1);
+    l_row[h] += __shfl_xor_sync(0xffffffffu, l_row[h], 2);
+  }
+  const bool poisoned = bad_page_seen(p, bad_page);
+
+  // ---- writing rows (16-bit out and natural-log LSE, or a split's fp32 partials
+  // and log2-domain LSE), as the other families.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = WG * 64 + r_lo + 8 * h;
+    const int gr = row0 + r;
+    if (gr >= rows_total) continue;
+    const long long orow = out_row(p, req.node_base, gr, sg.kv_head * p.group);
+    const long long prow = sg.partial_split >= 0 ? partial_row(p, sg, r, orow) : -1;
+    write_row(p, o, h, orow, prow, l_row[h], m_run[h], poisoned, (lane % 4) * 2, lane % 4 == 0);
+  }
+}
+
+// ---- The CTA's one segment (uniform splits: its grid point) as one role: consumer
+// warpgroup 0 or 1, or the producer warpgroup (ROLE == WGS). Each role has its own
+// copy of the code, so what follows each setmaxnreg is that role's alone; the roles
+// meet at one CTA barrier, bad_page_seen's after the tiles.
+template <int ROLE>
+static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p, kd_u32 sq) {
+  const kd_u32 bar_full = sq + SMEM_BAR, bar_empty = bar_full + STAGES * 8;
+  const Segment sg = grid_segment(p);
+  const Request req = load_request(p, sg.b);
+  if (!req.valid) {
+    // Malformed request: the segment of each KV head's first row tile and split writes NaN to
+    // its rows (the flag says why).
+    if (ROLE < WGS && sg.m_tile == 0 && sg.t_begin == 0) {
+      if (p.error_flags && threadIdx.x == 0) atomicOr(p.error_flags, request_errors(p, req));
+      poison_request(p, req, sg.kv_head);
+    }
+    return;
+  }
+  const int rows_total = req.n_nodes * p.group;
+  const int row0 = sg.m_tile * BLOCK_M;
+  const int t_begin = sg.t_begin;
+  const int t_end = min(req.kv_len, sg.t_end);
+  // Rows past the request's, or a split past kv_len (the combine skips it): nothing to do.
+  if (row0 >= rows_total || t_begin >= t_end) return;
+  const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
+
+  bool bad_page = false;
+  if constexpr (ROLE == WGS) {
+    // ---- the producer warp: each tile once its stage is free.
+    if (__shfl_sync(0xffffffffu, threadIdx.x / 32, 0) == WGS * 4) {
+      KvSource src;
+      src.k_base = (const char*)p.k_cache + (long long)sg.kv_head * HEAD_DIM * 2;
+      src.v_base = (const char*)p.v_cache + (long long)sg.kv_head * HEAD_DIM * 2;
+      src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * 2;
+      src.v_slot_bytes = src.k_slot_bytes;
+      src.pages = p.page_table + (long long)sg.b * p.max_pages_per_req;
+#pragma unroll 1
+      for (int i = 0; i < n_tiles; ++i) {
+        const int stage = i % STAGES, fill = i / STAGES;
+        if (fill > 0) kd_mbar_wait(bar_empty + stage * 8, kd_u32(fill - 1) & 1u);
+        produce_tile(p, src, t_begin + i * BLOCK_N, t_end, sq + SMEM_K + stage * KV_TILE_BYTES,
+                     sq + SMEM_V + stage * KV_TILE_BYTES, bar_full + stage * 8, bad_page);
+      }
+    }
+    bad_page_seen(p, bad_page);  // the CTA barrier the consumers meet after their tiles
+  } else {
+    load_q(p, req, row0, rows_total, sg.kv_head, sq);
+    kd_cp_async_commit();
+    kd_cp_async_wait<0>();
+    kd_fence_proxy_async();
+    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");  // Q is in shared memory for both warpgroups
+    consume_segment<ROLE>(p, sg, req, row0, rows_total, t_begin, t_end, bad_page, sq);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS + WG_THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const kd_u32 sq = kd_smem_addr(smem_raw);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      kd_mbar_init(sq + SMEM_BAR + s * 8, 32);                   // full: the producer's lanes, once their copies land
+      kd_mbar_init(sq + SMEM_BAR + (STAGES + s) * 8, THREADS);  // empty: every consumer thread, past its PV
+    }
+  }
+  __syncthreads();  // the mbarriers are initialised
+  // Warp-uniform to ptxas by the shuffle: a wgmma under a branch it must treat as
+  // divergent is serialised. Warpgroup WGS is the producer.
+  const int wg = __shfl_sync(0xffffffffu, threadIdx.x / WG_THREADS, 0);
+  if (wg == WGS) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+    run_segment<WGS>(p, sq);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+    if (wg == 0) {
+      run_segment<0>(p, sq);
+    } else {
+      run_segment<1>(p, sq);
+    }
+  }
+}
