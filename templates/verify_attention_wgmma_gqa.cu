@@ -20,7 +20,9 @@
 //   logits_mask    edge tiles only (is_edge_tile), then the row maxima
 //   softmax        the lazy online update; P to registers as PV's A fragments
 //   compute_pv     O = alpha O + P V (m64nHEAD_DIMk16, V MN-major as it lies)
-// and the other warpgroup's MMAs fill the tensor core while one runs its softmax.
+// with tile i's QK issued ahead of tile i - 1's PV, so that each warpgroup's softmax
+// runs under its own PV (64- and 128-dim heads), and the other warpgroup's MMAs fill
+// the tensor core too.
 // Shared memory: Q | K stages | V stages | mbarriers, each
 // operand in 64-dim column blocks of 128-byte swizzled rows (wgmma.cuh).
 
@@ -48,6 +50,9 @@ constexpr int O_TILES = HEAD_DIM / 8;
 constexpr int QK_STEPS = HEAD_DIM / 16;
 constexpr int PV_STEPS = BLOCK_N / 16;
 constexpr int ROWS_PER_LANE = BLOCK_N / 32;  // the producer's page lookups per lane and tile
+// A tile's softmax under the previous tile's PV, which keeps two P tiles live: not
+// for 256-dim heads, whose O takes 128 of a consumer's 224 registers.
+constexpr bool OVERLAP_PV = HEAD_DIM <= 128;
 static_assert(!IS_MLA && !KV_FP8 && HEAD_DIM == HEAD_DIM_V, "the GQA wgmma kernel: 16-bit K and V caches");
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256, "PV's N is the head dim (wgmma.cuh's shapes)");
 static_assert(BLOCK_N == 64 || BLOCK_N == 128, "QK's N is the tile (wgmma.cuh's shapes)");
@@ -156,6 +161,28 @@ static __device__ __forceinline__ void compute_pv(float (&o)[N_TILES][4], const 
   kd_wgmma_commit();
 }
 
+// ---- logits_mask and softmax of one tile's S (tile t0): the lazy online update (log2
+// domain) of this thread's two rows, P to PV's A fragments, alpha the factor O takes.
+template <int N_TILES>
+static __device__ __forceinline__ void softmax_tile(const kdtree_verify_params& p, float (&s)[N_TILES][4], int t0,
+                                                    const Request& req, int t_end, const kd_u64 (&words)[2][MASK_WORDS],
+                                                    float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
+                                                    kd_u32 (&pf)[PV_STEPS][4]) {
+  float mx[2] = {-KD_INF, -KD_INF};
+  logits_mask_row_max(s, t0, req, t_end, words, mx);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float m_use = lazy_max_update(mx[h], p.scale_log2, m_run[h], l_run[h], alpha[h]);
+#pragma unroll
+    for (int jt = 0; jt < N_TILES; ++jt) {
+      const float p0 = lazy_exp(s[jt][2 * h], p.scale_log2, m_use);
+      const float p1 = lazy_exp(s[jt][2 * h + 1], p.scale_log2, m_use);
+      l_run[h] += p0 + p1;
+      pf[jt / 2][(jt % 2) * 2 + h] = kd_pack2<IS_BF16>(p0, p1);
+    }
+  }
+}
+
 // ---- The segment's tiles and its rows, as consumer warpgroup WG (a template parameter,
 // so that ptxas sees no thread-dependent branch around a wgmma: it would serialise them).
 template <int WG>
@@ -176,36 +203,51 @@ static __device__ __forceinline__ void consume_segment(const kdtree_verify_param
   for (int j = 0; j < O_TILES; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   float m_run[2] = {-KD_INF, -KD_INF}, l_run[2] = {0.f, 0.f};  // l: this thread's columns' share
 
-#pragma unroll 1
-  for (int i = 0; i < n_tiles; ++i) {
-    const int stage = i % STAGES;
-    const kd_u32 parity = kd_u32(i / STAGES) & 1u;
-    const int t0 = t_begin + i * BLOCK_N;
-    kd_mbar_wait(bar_full + stage * 8, parity);
-    kd_fence_proxy_async();  // hands what cp.async wrote to the async proxy wgmma reads through
-
+  // OVERLAP_PV: tile i's QK is issued before tile i - 1's PV, and its softmax runs while that PV
+  // is on the tensor core (wgmma groups retire in order: waiting for all but the
+  // newest group waits for the QK). P of two tiles is live meanwhile, in two
+  // buffers (even tiles' and odd tiles'), never copied: a P written while a PV
+  // reads the registers it came from would serialise the wgmmas.
+  kd_u32 pf_even[PV_STEPS][4], pf_odd[PV_STEPS][4];
+  {
     float s[S_TILES][4];
+    kd_mbar_wait(bar_full, 0u);
+    kd_fence_proxy_async();  // hands what cp.async wrote to the async proxy wgmma reads through
     kd_wgmma_pin(s);
-    compute_qk(s, sq_g, sq + SMEM_K + stage * KV_TILE_BYTES);
+    compute_qk(s, sq_g, sq + SMEM_K);
     kd_wgmma_wait<0>();
     kd_wgmma_pin(s);
-
-    float mx[2] = {-KD_INF, -KD_INF};
-    logits_mask_row_max(s, t0, req, t_end, words, mx);
-
-    // ---- softmax: the lazy online update (log2 domain); P to PV's A fragments.
+    float alpha[2];  // O is still 0
+    softmax_tile(p, s, t_begin, req, t_end, words, m_run, l_run, alpha, pf_even);
+  }
+  // Tile i (>= 1): its QK, tile i - 1's PV (P in pf_in), its softmax into pf_out.
+  auto step = [&](int i, const kd_u32(&pf_in)[PV_STEPS][4], kd_u32(&pf_out)[PV_STEPS][4]) {
+    const int stage = i % STAGES, prev = (i - 1) % STAGES;
+    if constexpr (!OVERLAP_PV) {
+      compute_pv(o, pf_in, sq + SMEM_V + prev * KV_TILE_BYTES);
+      kd_wgmma_wait<0>();
+      kd_wgmma_pin(o);
+      kd_mbar_arrive(bar_empty + prev * 8, false, 0);
+    }
+    float s[S_TILES][4];
+    kd_mbar_wait(bar_full + stage * 8, kd_u32(i / STAGES) & 1u);
+    kd_fence_proxy_async();
+    kd_wgmma_pin(s);
+    compute_qk(s, sq_g, sq + SMEM_K + stage * KV_TILE_BYTES);
+    if constexpr (OVERLAP_PV) {
+      compute_pv(o, pf_in, sq + SMEM_V + prev * KV_TILE_BYTES);
+      kd_wgmma_wait<1>();  // the QK
+    } else {
+      kd_wgmma_wait<0>();
+    }
+    kd_wgmma_pin(s);
     float alpha[2];
-    kd_u32 pf[PV_STEPS][4];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float m_use = lazy_max_update(mx[h], p.scale_log2, m_run[h], l_run[h], alpha[h]);
-#pragma unroll
-      for (int jt = 0; jt < S_TILES; ++jt) {
-        const float p0 = lazy_exp(s[jt][2 * h], p.scale_log2, m_use);
-        const float p1 = lazy_exp(s[jt][2 * h + 1], p.scale_log2, m_use);
-        l_run[h] += p0 + p1;
-        pf[jt / 2][(jt % 2) * 2 + h] = kd_pack2<IS_BF16>(p0, p1);
-      }
+    softmax_tile(p, s, t_begin + i * BLOCK_N, req, t_end, words, m_run, l_run, alpha, pf_out);
+    if constexpr (OVERLAP_PV) {
+      // ---- the previous tile's PV retired: its stage is free, and O takes this tile's rescale.
+      kd_wgmma_wait<0>();
+      kd_wgmma_pin(o);
+      kd_mbar_arrive(bar_empty + prev * 8, false, 0);
     }
     if (alpha[0] != 1.f || alpha[1] != 1.f) {  // most tiles of a long prefix skip it
 #pragma unroll
@@ -216,12 +258,24 @@ static __device__ __forceinline__ void consume_segment(const kdtree_verify_param
         o[jt][3] *= alpha[1];
       }
     }
-    kd_wgmma_pin(o);
-    compute_pv(o, pf, sq + SMEM_V + stage * KV_TILE_BYTES);
-    kd_wgmma_wait<0>();
-    kd_wgmma_pin(o);
-    kd_mbar_arrive(bar_empty + stage * 8, false, 0);  // this thread is done with the stage
+    kd_wgmma_pin(o);  // the rescale stays before the next PV
+  };
+  // Without the overlap, tile i - 1's PV has retired before tile i's P is written: one buffer.
+  kd_u32(&pf_b)[PV_STEPS][4] = OVERLAP_PV ? pf_odd : pf_even;
+#pragma unroll 1
+  for (int i = 1; i < n_tiles; i += 2) {
+    step(i, pf_even, pf_b);
+    if (i + 1 < n_tiles) step(i + 1, pf_b, pf_even);
   }
+  const int last = (n_tiles - 1) % STAGES;
+  if (n_tiles % 2 || !OVERLAP_PV) {
+    compute_pv(o, pf_even, sq + SMEM_V + last * KV_TILE_BYTES);
+  } else {
+    compute_pv(o, pf_b, sq + SMEM_V + last * KV_TILE_BYTES);
+  }
+  kd_wgmma_wait<0>();
+  kd_wgmma_pin(o);
+  kd_mbar_arrive(bar_empty + last * 8, false, 0);
 
   // ---- row sums over the row's 4 lanes.
   float l_row[2];
