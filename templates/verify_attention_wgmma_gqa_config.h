@@ -1,7 +1,7 @@
 // Compile-time configuration of templates/verify_attention_wgmma_gqa.cu. The generator defines
 // every KD_* value in the prelude it puts before the kernel source (codegen/verify_attention.cpp),
 // and must define exactly these. The defaults (gqa128, W=64, page 64, bf16, sm_90a's tiles
-// kernel=wgmma,block_m=128,block_n=128,warps=8,stages=2,warp_rows=16) only let editors and
+// kernel=wgmma,block_m=128,block_n=128,warps=8,stages=3,warp_rows=16) only let editors and
 // `nvcc -arch=sm_90a -fdevice-syntax-only -I templates -I include` read the template alone.
 
 #ifndef KD_HEAD_DIM_QK
@@ -50,16 +50,16 @@
 #define KD_WARP_ROWS 16  // rows per warp (wgmma's m64 over 4 warps)
 #endif
 #ifndef KD_STAGES
-#define KD_STAGES 2  // K/V tile stages the producer warp fills ahead
+#define KD_STAGES 3  // K/V tile stages the producer warp fills ahead
 #endif
 #ifndef KD_SMEM_K
 #define KD_SMEM_K 32768  // byte offset of the K stages (Q's tile at 0)
 #endif
 #ifndef KD_SMEM_V
-#define KD_SMEM_V 98304  // of the V stages
+#define KD_SMEM_V 131072  // of the V stages
 #endif
 #ifndef KD_SMEM_BAR
-#define KD_SMEM_BAR 163840  // of the stages' mbarriers ([STAGES] full, then [STAGES] empty)
+#define KD_SMEM_BAR 229376  // of the stages' mbarriers ([STAGES] full, then [STAGES] empty)
 #endif
 #ifndef KD_COMBINE_THREADS
 #define KD_COMBINE_THREADS 128  // threads per combine CTA

@@ -356,7 +356,9 @@ TEST_CASE("KDTREE_VERIFY_TILES: every key is checked, nothing trailing, an overr
   CHECK(tiles_error("kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16", gqa, sm90).find("one tiling") !=
         std::string::npos);
   CHECK(parse_verify_tiles("kernel=wgmma", gqa, sm90).str() ==
-        "kernel=wgmma,block_m=128,block_n=128,warps=8,stages=2,warp_rows=16");
+        "kernel=wgmma,block_m=128,block_n=128,warps=8,stages=3,warp_rows=16");
+  CHECK(tiles_error("kernel=wgmma,stages=2", gqa, sm90).empty());  // fewer stages: tuning
+  CHECK(tiles_error("kernel=wgmma,stages=4", gqa, sm90).find("stages 2 to 3") != std::string::npos);
   VerifySpec gqa8 = gqa;
   gqa8.kv_dtype = KDTREE_KV_DTYPE_E4M3;
   CHECK(tiles_error("kernel=wgmma", gqa8, sm90).find("16-bit caches only") != std::string::npos);
