@@ -563,7 +563,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       spec.mla() ? fmt::format("mla{}x{}", spec.head_dim_qk, spec.head_dim_v) : fmt::format("gqa{}", spec.head_dim_qk),
       spec.max_tree_nodes, spec.page_size, dtype_name(spec.dtype), spec.kv_fp8() ? "-kv_e4m3" : "");
   std::string kernel_template;
-  int producer_threads = 0;  // beyond tiles.warps (the GQA wgmma kernel's producer warp)
+  int producer_threads = 0;  // beyond tiles.warps (the GQA wgmma kernel's producer warpgroup)
   std::vector<std::string> headers = {"verify_attention_params.h", "verify_attention_layout.h", "kv_fp8.cuh",
                                       "verify_attention_common.cuh", "verify_attention_combine.cuh"};
   // A family whose segment walk runs stream-K plans, merged by their own combine.
