@@ -473,6 +473,9 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
                   {flash, 64, 32, 4, 3, 16},
                   {flash, 64, 32, 4, 2, 16}};
   }
+  // Hopper, GQA over 16-bit caches: the wgmma family's GQA kernel (H200: 1.2-1.9x the
+  // flash kernel on bench_verify's GQA shapes, docs/PERFORMANCE.md).
+  if (!spec.mla() && arch.sm == 90 && !spec.kv_fp8()) candidates.insert(candidates.begin(), wgmma_tiles(spec));
   // e4m3 caches where mma.sync takes e4m3 natively (sm_120/sm_121, block-scaled at
   // twice the bf16 rate; elsewhere ptxas emulates it with f16 MMAs): Q and P
   // quantised, QK and PV on e4m3 MMAs, tried first with the flash candidates that

@@ -107,15 +107,16 @@ TEST_CASE("tiles fit each arch's shared memory") {
       CHECK(t.stages >= 2);
     }
   }
-  // gqa64 on the 100 KB parts drops a stage to fit two CTAs per SM; sm_90 keeps three (its GQA wgmma kernel
-  // is KDTREE_VERIFY_TILES=kernel=wgmma until the H200 has measured it).
+  // gqa64 on the 100 KB parts drops a stage to fit two CTAs per SM; sm_90's GQA over 16-bit caches is the
+  // wgmma family's one tiling (its registers hold one CTA an SM), over e4m3 caches flash's three stages.
   VerifySpec gqa64;
   gqa64.head_dim_qk = gqa64.head_dim_v = 64;
   VerifyTiles g120 = choose_verify_tiles(gqa64, arch_from_sm(120));
   CHECK(g120.block_m == 128);
   CHECK(g120.stages == 2);
   CHECK(ctas_per_sm(arch_from_sm(120), verify_smem_bytes(gqa64, g120), g120.warps * 32) == 2);
-  CHECK(choose_verify_tiles(gqa64, arch_from_sm(90)).stages == 3);
+  CHECK(choose_verify_tiles(gqa64, arch_from_sm(90)).str() ==
+        "kernel=wgmma,block_m=128,block_n=128,warps=8,stages=4,warp_rows=16");
   VerifySpec gqa64_e4m3 = gqa64;
   gqa64_e4m3.kv_dtype = KDTREE_KV_DTYPE_E4M3;
   CHECK(choose_verify_tiles(gqa64_e4m3, arch_from_sm(90)).kernel == VerifyKernel::flash);
