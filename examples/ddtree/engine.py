@@ -123,6 +123,7 @@ class Engine:
         self.max_steps = max_new + 1
         self.acc_log = z(self.max_steps + 1, batch_size)   # last row: steps past max_steps
         self.step_no = z(1)
+        self._minus1 = torch.full((), -1, dtype=torch.int32, device=dev)  # where(out=) takes no Python scalar
         self.indptr = torch.arange(batch_size + 1, dtype=torch.int32, device=dev) * self.N
         self.node = torch.arange(self.N, dtype=torch.int32, device=dev)
         self.req = torch.arange(batch_size, device=dev)
@@ -197,10 +198,11 @@ class Engine:
 
     # ------------------------------------------------------------------ the step, in stages
 
-    def _attend(self, kv_total, mask, W=None, indptr=None):
+    def _attend(self, kv_total, mask, W=None, indptr=None, max_kv_len=None):
         ops, cache = self.ops, self.cache
         W = self.W if W is None else W
         indptr = self.indptr if indptr is None else indptr
+        max_kv_len = self.M * self.page_size if max_kv_len is None else max_kv_len
 
         def attend(layer, q, row):
             cache.write(layer, self.s["slots"], row)
@@ -208,7 +210,7 @@ class Engine:
             v = None if self.row_split is None else k[..., : self.row_split]
             out = ops.verify_attention(q.to(self.dtype).contiguous(), k, self.page_table, kv_total, indptr,
                                        mask, max_tree_nodes=W, v_cache=v, sm_scale=self.cfg.sm_scale,
-                                       max_kv_len=self.M * self.page_size, **cache.attention_scales())
+                                       max_kv_len=max_kv_len, **cache.attention_scales())
             return out.to(self.model_dtype)
         return attend
 
@@ -219,19 +221,25 @@ class Engine:
         return self._spec_stages(budget) if self.mode == "spec" else self._ar_stages()
 
     def _geometry(self, budget):
-        """(N, W, MW, indptr, node) of a tree of `budget` draft nodes (made once, before any capture)."""
+        """(N, W, MW, indptr, node, max_kv_len) of a tree of `budget` draft nodes (made once, before any capture).
+        max_kv_len is the bound a fixed-budget engine at `budget` passes (its longest KV in pages), not the
+        auto engine's cache bound (sized for the largest budget): verify_attention plans its KV split and
+        stream-K work from it, so a larger bound made auto's small-budget rounds dearer than the same round
+        of a fixed budget."""
         if budget not in self._geo:
             N, W = budget + 1, tree_width(budget)
+            pages = math.ceil((self.max_kv - self.N + N) / self.page_size)
             self._geo[budget] = (N, W, (W + 63) // 64,
                                  torch.arange(self.B + 1, dtype=torch.int32, device=self.device) * N,
-                                 torch.arange(N, dtype=torch.int32, device=self.device))
+                                 torch.arange(N, dtype=torch.int32, device=self.device),
+                                 min(pages, self.M) * self.page_size)
         return self._geo[budget]
 
     def _spec_stages(self, budget=None):
         """The DDTree round at `budget`."""
         s, ops, B = self.s, self.ops, self.B
         budget = self.budget if budget is None else budget
-        N, W, MW, indptr, node = self._geometry(budget)
+        N, W, MW, indptr, node, max_kv_len = self._geometry(budget)
 
         def drafter():
             s["active"] = self.gen < self.max_new
@@ -249,7 +257,7 @@ class Engine:
                                           (self.kv_lens[:, None] + node[None, :]).long()).flatten()
             mask = t.tree_mask[:, :N].reshape(B * N, MW)
             s["logits"], s["h"] = self.target.forward_nodes(t.tokens[:, :N].flatten(), s["pos"].flatten(),
-                                                            self._attend(s["kv_total"], mask, W, indptr))
+                                                            self._attend(s["kv_total"], mask, W, indptr, max_kv_len))
 
         def sample_tokens():
             s["ttok"] = ops.sample_tokens(s["logits"], temperature=self.temperature, seed=self.seed,
@@ -268,7 +276,9 @@ class Engine:
             rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
                                self.cfg.draft_depth)
             row = self.step_no.clamp(max=self.max_steps).long()
-            logged = torch.where(act, acc, -1)
+            # auto: the accepted counts go straight into the policy's record (one kernel fewer per round)
+            logged = (torch.where(act, acc, self._minus1, out=self.autob.accepted) if self.auto
+                      else torch.where(act, acc, -1))
             self.acc_log.index_copy_(0, row, logged[None])
             self.step_no.add_(1)
             if self.auto:  # the round's accepted paths for the budget policy, read by the host lag steps later

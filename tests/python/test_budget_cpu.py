@@ -139,6 +139,23 @@ def test_auto_budget_records_paths_and_tracks_the_end():
     assert auto.gen.tolist() == [6, 6, 7]
 
 
+def test_auto_budget_record_takes_counts_written_in_place():
+    """A round that writes its accepted counts into auto.accepted (the engine's torch.where(..., out=)) leaves
+    record only the path to copy; counts from elsewhere are still copied."""
+    costs = _cost_table(2, (4, 8), (1.0, 1.1))
+    auto = kb.AutoBudget((4, 8), costs, "cpu", depth=3)
+    auto.reset(2, max_new=6)
+    col = auto.accepted
+    assert col.data_ptr() == auto.stats.data_ptr() and col.shape == (2,)
+    path = torch.tensor([[0, 2, 5, 7], [0, 1, -1, -1]], dtype=torch.int32)
+    torch.where(torch.tensor([True, False]), torch.tensor([3, 2], dtype=torch.int32),
+                torch.full((), -1, dtype=torch.int32), out=auto.accepted)
+    auto.record(auto.accepted, path)
+    assert auto.stats.tolist() == [[3, 2, 5, 7], [-1, 1, -1, -1]]
+    auto.record(torch.tensor([1, 0], dtype=torch.int32), path)
+    assert auto.stats[:, 0].tolist() == [1, 0]
+
+
 class _Sim:
     """Synthetic rounds: each request's accepted path at an unbounded budget is a chain of node indices, the
     d-th at index idx[d-1] + 1 when the target takes the drafter's next best guess (probability `top`), else

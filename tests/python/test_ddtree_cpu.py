@@ -418,6 +418,43 @@ def test_auto_warm_up_rounds_stay_within_the_requests_pages_and_columns(models):
     assert len(r.budgets) == r.steps and set(r.budgets) <= set(e.budgets)
 
 
+def test_auto_rounds_attend_as_the_fixed_budgets_rounds_do(models):
+    """An auto round at budget n passes verify_attention the max_kv_len a fixed-budget engine at n passes (the
+    auto cache is sized for the largest budget; verify_attention plans its KV split from this bound, so the
+    cache's bound made auto's small-budget rounds dearer than the fixed ones). And the round's accepted
+    counts are written into the policy's record in place (AutoBudget.accepted): stats[:, 0] is the step's
+    acc_log row."""
+    import types
+    target, drafter, cfg = models
+    seen = []
+
+    def verify_attention(*a, **kw):
+        seen.append((kw["max_tree_nodes"], kw["max_kv_len"]))
+        return torch_ops.verify_attention(*a, **kw)
+
+    ops = types.SimpleNamespace(**{n: getattr(torch_ops, n) for n in dir(torch_ops) if not n.startswith("_")})
+    ops.verify_attention = verify_attention
+    kw = dict(batch_size=2, max_prompt=40, max_new=12, top_k=8, **CPU)
+    ps = train.corpus_prompts("tiny", [30, 37], seed=6)
+    e = engine.Engine(target, drafter, cfg, ops, mode="spec", budget="auto", **kw)
+    assert e.budgets[-1] > 16
+    want = {}
+    for b in e.budgets:
+        f = engine.Engine(target, drafter, cfg, torch_ops, mode="spec", budget=b, **kw)
+        want[b] = f.M * f.page_size
+        assert e._geometry(b)[5] == want[b]
+    assert want[e.budgets[0]] < e.M * e.page_size  # the case this is about
+    e.admit(ps)
+    for b in e.budgets:
+        seen.clear()
+        e._run_round(b)
+        assert seen and all(m == want[b] for _, m in seen), (b, seen)
+        row = int(e.step_no) - 1
+        assert e.autob.stats[:, 0].tolist() == e.acc_log[row].tolist()
+    r = e.generate(ps)
+    assert all(len(t) == 12 for t in r.tokens)
+
+
 def test_alternate_takes_the_engines_in_turn_then_in_reverse(monkeypatch):
     """bench.alternate (run.py --auto-reps): each repetition measures every engine once, every other one in
     reverse order, so a machine that speeds up or slows down during the comparison favours none."""

@@ -389,11 +389,20 @@ class AutoBudget:
         self.policy.history.append(b)
         return b
 
+    @property
+    def accepted(self) -> torch.Tensor:
+        """self.stats' column 0 (a view): a round that computes its accepted counts into it
+        (`torch.where(..., out=auto.accepted)`) saves record's copy of them."""
+        return self.stats[:, 0]
+
     def record(self, accepted, path):
-        """The round's numbers into self.stats (on the device, two copies). accepted [B]: the accepted draft
-        tokens of the requests the round decoded, -1 for the others; path [B, W]: tree_accept's path."""
+        """The round's numbers into self.stats (on the device, one copy each, none for `accepted` when it is
+        self.accepted already). accepted [B]: the accepted draft tokens of the requests the round decoded, -1
+        for the others; path [B, W]: tree_accept's path."""
         L = min(path.shape[1] - 1, self.depth)
-        self.stats[:, 0].copy_(accepted)
+        col = self.stats[:, 0]
+        if not (accepted.data_ptr() == col.data_ptr() and accepted.stride() == col.stride()):
+            col.copy_(accepted)
         self.stats[:, 1:1 + L].copy_(path[:, 1:1 + L])
 
     def observe(self, row, used: int, advance: bool = True, seconds: float | None = None) -> bool:
