@@ -171,6 +171,7 @@ class _Step:
     W: int
     dense: bool = False        # SDPA over a dense ancestor mask (the reference method) instead of verify_attention
     nodes: int = 0             # nodes per request (dense only: equal for every request)
+    max_kv: int = 0            # verify_attention's max_kv_len; 0: the cache's (dec.max_kv)
     _dense_mask: torch.Tensor | None = field(default=None, repr=False)
 
     def write(self, layer, k_rows, v_rows=None):
@@ -190,7 +191,7 @@ class _Step:
             v = k[..., : d.spec.v_dim]  # the torch backend's small MLA rows: V = the latent part
         return d.ops.verify_attention(q.to(d.cache_dtype).contiguous(), k, self.page_table, self.kv_total, self.indptr,
                                       self.mask, max_tree_nodes=self.W, v_cache=v, sm_scale=scale,
-                                      max_kv_len=d.max_kv)
+                                      max_kv_len=self.max_kv or d.max_kv)
 
     def _visible(self, L):
         """[B, 1, N, L] bool: a node sees the committed prefix and its ancestors (the tree's mask bits)."""
@@ -390,6 +391,7 @@ class DDTreeDecoder:
                              f"model's max_position_embeddings {spec.max_positions}")
         self.M = math.ceil(need_len / ps)
         self.max_kv = self.M * ps
+        self._kv_base = need_len - Wmax  # + a round's tree width: that round's bound on a request's KV
         need = B * self.M
         if num_pages is None:
             num_pages = need
@@ -501,8 +503,11 @@ class DDTreeDecoder:
             s["slots"] = self._slots(self.req[:, None], self.kv_lens[:, None].long() + node[None, :]).flatten()
             s["indptr"] = torch.arange(B + 1, dtype=torch.int32, device=self.device) * N
             mask = t.tree_mask[:, :N].reshape(B * N, -1)
+            # a round's bound, as a decoder with this fixed budget has it (auto's cache bound is the largest
+            # budget's; verify_attention plans its KV split from this)
+            max_kv = min(self.max_kv, math.ceil((self._kv_base + W) / self.page_size) * self.page_size)
             step = _Step(self, s["slots"], self.page_table, s["kv_total"], s["indptr"], mask, W,
-                         dense=self.attention == "sdpa", nodes=N)
+                         dense=self.attention == "sdpa", nodes=N, max_kv=max_kv)
             s["logits"], s["h"] = self.forward_nodes(t.tokens[:, :N].flatten(), s["pos"].flatten(), step)
 
         def sample():
