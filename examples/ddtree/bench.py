@@ -72,7 +72,15 @@ def measure(e: Engine, groups, *, repeats=2):
             # budget "auto": the budget of every step, and the measured step cost (ms) by candidate budget
             "budgets_used": used,
             "costs_ms": ({b: round(1e3 * t, 4) for b, t in e.costs.row(B).items()} if e.auto else None),
+            # and the policy's estimate of the batch's tokens per request and step by budget (1 + a(n)): beside
+            # the fixed budgets' measured tokens/step it tells a choice's acceptance side from its cost side
+            "estimated_tokens_per_step": _estimates(e),
             "engine": e}
+
+
+def _estimates(e: Engine):
+    a = e.autob.policy.estimates() if e.auto else None
+    return None if a is None else {b: round(1.0 + float(x), 3) for b, x in zip(e.budgets, a)}
 
 
 def alternate(engines, groups, *, reps, repeats=2):

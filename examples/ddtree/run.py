@@ -283,7 +283,8 @@ def main(argv=None):
                     f"{sp['tokens_per_step']:.2f} tok/step  speedup {row['auto']['speedup']:.2f}x; "
                     f"{row['auto']['vs_best_fixed']:.3f}x the best fixed budget ({best['budget']}) "
                     f"{'>=' if row['auto']['vs_best_fixed'] >= 1 else '<'} 1; budgets chosen {hist}; "
-                    f"measured step ms by budget {sp['costs_ms']}" + eager_note(sp))
+                    f"measured step ms by budget {sp['costs_ms']}; estimated tok/step by budget "
+                    f"{sp['estimated_tokens_per_step']}" + eager_note(sp))
                 if a.auto_reps > 1:
                     top = sorted(row["spec"], key=lambda e: -e["tokens_per_s"])[:2]
                     contenders = {f"budget {e['budget']}": engines[e["budget"]] for e in top}

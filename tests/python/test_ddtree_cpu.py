@@ -470,6 +470,10 @@ def test_alternate_takes_the_engines_in_turn_then_in_reverse(monkeypatch):
     assert out == {"budget 16": [1.0, 6.0, 7.0], "budget 32": [2.0, 5.0, 8.0], "auto": [3.0, 4.0, 9.0]}
 
 
+def cfg_depth(e):
+    return e.cfg.draft_depth
+
+
 def test_measure_runs_a_built_engine_again(models, prompts):
     """bench.measure re-measures an engine throughput built (auto: its cost table, calibrated once, kept)."""
     groups = [prompts[:2]]
@@ -477,6 +481,8 @@ def test_measure_runs_a_built_engine_again(models, prompts):
     r = bench.throughput(models, torch_ops, groups, mode="spec", budget="auto", graphs=False, repeats=1, **kw)
     e = r["engine"]
     assert r["budget"] == "auto" and set(r["costs_ms"]) == set(e.budgets)
+    est = r["estimated_tokens_per_step"]
+    assert list(est) == list(e.budgets) and all(1.0 <= x <= 1 + cfg_depth(e) for x in est.values())
     again = bench.measure(e, groups, repeats=1)
     assert again["engine"] is e and again["budget"] == "auto" and set(again["budgets_used"]) <= set(e.budgets)
     assert again["tokens_per_s"] == pytest.approx(2 * 12 / again["seconds"])
