@@ -206,7 +206,7 @@ WgmmaSmemLayout wgmma_smem_layout(const VerifySpec& spec, const VerifyTiles& t) 
     l.k = t.block_m * spec.head_dim_qk * 2;
     l.v = l.k + t.stages * tile;
     l.bar = l.v + t.stages * tile;
-    l.bytes = l.bar + 2 * t.stages * 8;  // one segment a CTA: no walk
+    l.bytes = l.bar + 4 * t.stages * 8;  // K and V full/empty mbarriers; one segment a CTA: no walk
     return l;
   }
   if (t.mma_e4m3) {
@@ -596,7 +596,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
         params["SMEM_V"] = std::to_string(smem.v);
         params["SMEM_BAR"] = std::to_string(smem.bar);
         src.launch.dynamic_smem = smem.bytes;
-        producer_threads = 128;  // the producer warpgroup (one warp copies; setmaxnreg gives the rest away)
+        producer_threads = 128;  // the producer warpgroup (it copies; setmaxnreg gives its registers away)
         src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine"};
         headers.push_back("wgmma.cuh");
         headers.push_back("verify_attention_wgmma_rows.cuh");

@@ -6,15 +6,14 @@
 //
 // A CTA owns BLOCK_M = 128 rows (node x query head of one KV head) of one request:
 // two consumer warpgroups of 64 rows each (wgmma's m64), and a producer warpgroup
-// whose first warp copies the K and V tiles (BLOCK_N tokens, all HEAD_DIM dims)
-// into STAGES stages. The producer warpgroup gives its registers to the consumers
+// that copies the K and V tiles (BLOCK_N tokens, all HEAD_DIM dims) into STAGES
+// stages, a quarter of the rows a warp. The producer warpgroup gives its registers to the consumers
 // (setmaxnreg): three warps per SM sub-partition would otherwise cap every thread
 // at 168 registers, and a 256-dim head's O alone takes 128.
 // Unlike MLA's kernels, whose two warpgroups share 64 rows and split the V columns,
 // each warpgroup here owns its rows outright: no row max crosses warpgroups, and
 // the only CTA barrier after the start is the one that ends the tiles. The stages are handed over by
-// mbarriers: `full` (the producer's cp.async landed) and `empty` (all 256 consumer
-// threads are past their PV over the stage). Per tile, a consumer warpgroup runs
+// mbarriers, K's and V's apart (StageBars). Per tile, a consumer warpgroup runs
 //   compute_qk     S = Q_g K^T (m64nBLOCK_Nk16 over HEAD_DIM / 16 steps, both
 //                  operands K-major in shared memory)
 //   logits_mask    edge tiles only (is_edge_tile), then the row maxima
@@ -34,7 +33,7 @@
 
 constexpr int SMEM_K = KD_SMEM_K;
 constexpr int SMEM_V = KD_SMEM_V;
-constexpr int SMEM_BAR = KD_SMEM_BAR;  // [STAGES] full, [STAGES] empty
+constexpr int SMEM_BAR = KD_SMEM_BAR;  // [STAGES] each: K full, K empty, V full, V empty
 
 constexpr int WG_THREADS = 128;
 constexpr int WGS = THREADS / WG_THREADS;  // consumer warpgroups; THREADS counts consumers only
@@ -49,7 +48,6 @@ constexpr int S_TILES = BLOCK_N / 8;  // n8 tiles of S
 constexpr int O_TILES = HEAD_DIM / 8;
 constexpr int QK_STEPS = HEAD_DIM / 16;
 constexpr int PV_STEPS = BLOCK_N / 16;
-constexpr int ROWS_PER_LANE = BLOCK_N / 32;  // the producer's page lookups per lane and tile
 // A tile's softmax under the previous tile's PV, which keeps two P tiles live: not
 // for 256-dim heads, whose O takes 128 of a consumer's 224 registers.
 constexpr bool OVERLAP_PV = HEAD_DIM <= 128;
@@ -61,6 +59,24 @@ static_assert(SMEM_K == BLOCK_M * HEAD_DIM * 2 && SMEM_V == SMEM_K + STAGES * KV
                   SMEM_BAR == SMEM_V + STAGES * KV_TILE_BYTES,
               "the generator's layout");
 static_assert(SMEM_K % 1024 == 0 && KV_TILE_BYTES % 1024 == 0 && Q_BLOCK_BYTES % 1024 == 0, "swizzle atoms");
+
+// The stages' mbarriers. K and V have their own, so that a stage's K is refilled as
+// soon as its QK retired while its V still waits for the PV that follows the next QK.
+// `full`: the producer warpgroup's copies landed (128 arrivals); `empty`: all 256
+// consumer threads are past their MMA over it.
+struct StageBars {
+  kd_u32 base;
+  __device__ kd_u32 k_full(int s) const { return base + s * 8; }
+  __device__ kd_u32 k_empty(int s) const { return base + (STAGES + s) * 8; }
+  __device__ kd_u32 v_full(int s) const { return base + (2 * STAGES + s) * 8; }
+  __device__ kd_u32 v_empty(int s) const { return base + (3 * STAGES + s) * 8; }
+};
+
+// Waits for a stage's copies and hands what cp.async wrote to the async proxy wgmma reads through.
+static __device__ __forceinline__ void wait_full(kd_u32 bar, int i) {
+  kd_mbar_wait(bar, kd_u32(i / STAGES) & 1u);
+  kd_fence_proxy_async();
+}
 
 // ---- Copies.
 
@@ -80,41 +96,41 @@ static __device__ __forceinline__ void load_q(const kdtree_verify_params& p, con
   }
 }
 
-// The producer warp: KV tile t0 .. t0 + BLOCK_N into a stage's K and V, completing
-// on its full barrier. Lane l looks up the cache slots of rows l, l + 32, ... first
-// (all page-table loads in flight at once), then a row is 8 lanes, one 16-byte unit
-// of each column block apiece, its slot taken from the looking-up lane. Tokens at
-// or past t_end are zero-filled (masked; 0 x 0 stays 0 in PV); a page id outside
-// the cache sets bad_page and reads nothing.
-static __device__ __forceinline__ void produce_tile(const kdtree_verify_params& p, const KvSource& src, int t0,
-                                                    int t_end, kd_u32 sk, kd_u32 sv, kd_u32 full, bool& bad_page) {
+// The producer warpgroup: its four warps each own a quarter of a tile's rows. Per tile,
+// lane l of warp w looks up the cache slot of row w * PRODUCER_ROWS + l one tile ahead
+// (the page-table load's latency hides under the wait for a free stage); a row is then
+// copied by 8 lanes, one 16-byte unit of each column block apiece, its slot taken from
+// the looking-up lane. Tokens at or past t_end are zero-filled (masked; 0 x 0 stays 0
+// in PV); a page id outside the cache sets bad_page and reads nothing.
+constexpr int PRODUCER_ROWS = BLOCK_N / 4;  // a producer warp's rows of a tile
+static_assert(PRODUCER_ROWS <= 32 && PRODUCER_ROWS % 4 == 0, "one lookup per lane, four rows per copy step");
+
+static __device__ __forceinline__ kd_u32 lookup_slot(const kdtree_verify_params& p, const KvSource& src, int t0,
+                                                     int t_end, bool& bad_page) {
   const int lane = threadIdx.x % 32;
-  kd_u32 slots[ROWS_PER_LANE];
-#pragma unroll
-  for (int i = 0; i < ROWS_PER_LANE; ++i) {
-    const unsigned t = unsigned(t0 + lane + 32 * i);
-    const bool in_range = t < unsigned(t_end);
-    const unsigned page = in_range ? unsigned(__ldg(src.pages + t / PAGE_SIZE)) : 0u;
-    const bool ok = in_range && page < unsigned(p.num_pages);
-    bad_page |= in_range && !ok;
-    slots[i] = ok ? page * PAGE_SIZE + t % PAGE_SIZE : 0xffffffffu;
-  }
+  const unsigned t = unsigned(t0 + (threadIdx.x / 32 % 4) * PRODUCER_ROWS + lane);
+  const bool in_range = lane < PRODUCER_ROWS && t < unsigned(t_end);
+  const unsigned page = in_range ? unsigned(__ldg(src.pages + t / PAGE_SIZE)) : 0u;
+  const bool ok = in_range && page < unsigned(p.num_pages);
+  bad_page |= in_range && !ok;
+  return ok ? page * PAGE_SIZE + t % PAGE_SIZE : 0xffffffffu;
+}
+
+// This warp's rows of one K or V tile (base: the cache at the KV head) into a stage,
+// completing on its full barrier.
+static __device__ __forceinline__ void produce_rows(const char* base, unsigned long long slot_bytes, kd_u32 slot,
+                                                    kd_u32 stage, kd_u32 full) {
+  const int lane = threadIdx.x % 32;
   const int unit = lane % 8;
+  const int row_base = (threadIdx.x / 32 % 4) * PRODUCER_ROWS;
 #pragma unroll
-  for (int i = 0; i < ROWS_PER_LANE; ++i) {
-#pragma unroll 2
-    for (int r = lane / 8; r < 32; r += 4) {  // rows 32 i + r, four at a time
-      const int row = 32 * i + r;
-      const kd_u32 slot = __shfl_sync(0xffffffffu, slots[i], r);
-      const bool ok = slot != 0xffffffffu;
-      const unsigned long long s = ok ? slot : 0u;
-      const char* krow = src.k_base + s * src.k_slot_bytes + unit * 16;
-      const char* vrow = src.v_base + s * src.v_slot_bytes + unit * 16;
+  for (int r = lane / 8; r < PRODUCER_ROWS; r += 4) {
+    const kd_u32 s = __shfl_sync(0xffffffffu, slot, r);
+    const bool ok = s != 0xffffffffu;
+    const char* row = base + (ok ? (unsigned long long)s : 0ull) * slot_bytes + unit * 16;
 #pragma unroll
-      for (int c = 0; c < DIM_BLOCKS; ++c) {
-        kd_cp_async16(sk + c * KV_BLOCK_BYTES + sw128(row, unit), krow + c * ROW_BYTES, ok ? 16 : 0);
-        kd_cp_async16(sv + c * KV_BLOCK_BYTES + sw128(row, unit), vrow + c * ROW_BYTES, ok ? 16 : 0);
-      }
+    for (int c = 0; c < DIM_BLOCKS; ++c) {
+      kd_cp_async16(stage + c * KV_BLOCK_BYTES + sw128(row_base + r, unit), row + c * ROW_BYTES, ok ? 16 : 0);
     }
   }
   kd_cp_async_mbar_arrive(full);
@@ -188,10 +204,9 @@ static __device__ __forceinline__ void softmax_tile(const kdtree_verify_params& 
 template <int WG>
 static __device__ __forceinline__ void consume_segment(const kdtree_verify_params& p, const Segment& sg,
                                                        const Request& req, int row0, int rows_total, int t_begin,
-                                                       int t_end, bool bad_page, kd_u32 sq) {
+                                                       int t_end, bool bad_page, kd_u32 sq, StageBars bars) {
   const int lane = threadIdx.x % 32;
   const int r_lo = ((threadIdx.x / 32) % 4) * 16 + lane / 4;  // this thread's rows in its warpgroup's 64
-  const kd_u32 bar_full = sq + SMEM_BAR, bar_empty = bar_full + STAGES * 8;
   const kd_u32 sq_g = sq + WG * 64 * ROW_BYTES;
   const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
 
@@ -211,12 +226,12 @@ static __device__ __forceinline__ void consume_segment(const kdtree_verify_param
   kd_u32 pf_even[PV_STEPS][4], pf_odd[PV_STEPS][4];
   {
     float s[S_TILES][4];
-    kd_mbar_wait(bar_full, 0u);
-    kd_fence_proxy_async();  // hands what cp.async wrote to the async proxy wgmma reads through
+    wait_full(bars.k_full(0), 0);
     kd_wgmma_pin(s);
     compute_qk(s, sq_g, sq + SMEM_K);
     kd_wgmma_wait<0>();
     kd_wgmma_pin(s);
+    kd_mbar_arrive(bars.k_empty(0), false, 0);
     float alpha[2];  // O is still 0
     softmax_tile(p, s, t_begin, req, t_end, words, m_run, l_run, alpha, pf_even);
   }
@@ -224,30 +239,32 @@ static __device__ __forceinline__ void consume_segment(const kdtree_verify_param
   auto step = [&](int i, const kd_u32(&pf_in)[PV_STEPS][4], kd_u32(&pf_out)[PV_STEPS][4]) {
     const int stage = i % STAGES, prev = (i - 1) % STAGES;
     if constexpr (!OVERLAP_PV) {
+      wait_full(bars.v_full(prev), i - 1);
       compute_pv(o, pf_in, sq + SMEM_V + prev * KV_TILE_BYTES);
       kd_wgmma_wait<0>();
       kd_wgmma_pin(o);
-      kd_mbar_arrive(bar_empty + prev * 8, false, 0);
+      kd_mbar_arrive(bars.v_empty(prev), false, 0);
     }
     float s[S_TILES][4];
-    kd_mbar_wait(bar_full + stage * 8, kd_u32(i / STAGES) & 1u);
-    kd_fence_proxy_async();
+    wait_full(bars.k_full(stage), i);
     kd_wgmma_pin(s);
     compute_qk(s, sq_g, sq + SMEM_K + stage * KV_TILE_BYTES);
     if constexpr (OVERLAP_PV) {
+      wait_full(bars.v_full(prev), i - 1);
       compute_pv(o, pf_in, sq + SMEM_V + prev * KV_TILE_BYTES);
       kd_wgmma_wait<1>();  // the QK
     } else {
       kd_wgmma_wait<0>();
     }
     kd_wgmma_pin(s);
+    kd_mbar_arrive(bars.k_empty(stage), false, 0);
     float alpha[2];
     softmax_tile(p, s, t_begin + i * BLOCK_N, req, t_end, words, m_run, l_run, alpha, pf_out);
     if constexpr (OVERLAP_PV) {
-      // ---- the previous tile's PV retired: its stage is free, and O takes this tile's rescale.
+      // ---- the previous tile's PV retired: its V stage is free, and O takes this tile's rescale.
       kd_wgmma_wait<0>();
       kd_wgmma_pin(o);
-      kd_mbar_arrive(bar_empty + prev * 8, false, 0);
+      kd_mbar_arrive(bars.v_empty(prev), false, 0);
     }
     if (alpha[0] != 1.f || alpha[1] != 1.f) {  // most tiles of a long prefix skip it
 #pragma unroll
@@ -268,6 +285,7 @@ static __device__ __forceinline__ void consume_segment(const kdtree_verify_param
     if (i + 1 < n_tiles) step(i + 1, pf_b, pf_even);
   }
   const int last = (n_tiles - 1) % STAGES;
+  wait_full(bars.v_full(last), n_tiles - 1);
   if (n_tiles % 2 || !OVERLAP_PV) {
     compute_pv(o, pf_even, sq + SMEM_V + last * KV_TILE_BYTES);
   } else {
@@ -275,7 +293,7 @@ static __device__ __forceinline__ void consume_segment(const kdtree_verify_param
   }
   kd_wgmma_wait<0>();
   kd_wgmma_pin(o);
-  kd_mbar_arrive(bar_empty + last * 8, false, 0);
+  kd_mbar_arrive(bars.v_empty(last), false, 0);
 
   // ---- row sums over the row's 4 lanes.
   float l_row[2];
@@ -306,7 +324,7 @@ static __device__ __forceinline__ void consume_segment(const kdtree_verify_param
 // meet at one CTA barrier, bad_page_seen's after the tiles.
 template <int ROLE>
 static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p, kd_u32 sq) {
-  const kd_u32 bar_full = sq + SMEM_BAR, bar_empty = bar_full + STAGES * 8;
+  const StageBars bars{sq + SMEM_BAR};
   const Segment sg = grid_segment(p);
   const Request req = load_request(p, sg.b);
   if (!req.valid) {
@@ -328,21 +346,23 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
 
   bool bad_page = false;
   if constexpr (ROLE == WGS) {
-    // ---- the producer warp: each tile once its stage is free.
-    if (__shfl_sync(0xffffffffu, threadIdx.x / 32, 0) == WGS * 4) {
-      KvSource src;
-      src.k_base = (const char*)p.k_cache + (long long)sg.kv_head * HEAD_DIM * 2;
-      src.v_base = (const char*)p.v_cache + (long long)sg.kv_head * HEAD_DIM * 2;
-      src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * 2;
-      src.v_slot_bytes = src.k_slot_bytes;
-      src.pages = p.page_table + (long long)sg.b * p.max_pages_per_req;
+    // ---- the producer warpgroup: each tile's K once its K stage is free, then its V.
+    KvSource src;
+    src.k_base = (const char*)p.k_cache + (long long)sg.kv_head * HEAD_DIM * 2;
+    src.v_base = (const char*)p.v_cache + (long long)sg.kv_head * HEAD_DIM * 2;
+    src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * 2;
+    src.v_slot_bytes = src.k_slot_bytes;
+    src.pages = p.page_table + (long long)sg.b * p.max_pages_per_req;
+    kd_u32 slot = lookup_slot(p, src, t_begin, t_end, bad_page);
 #pragma unroll 1
-      for (int i = 0; i < n_tiles; ++i) {
-        const int stage = i % STAGES, fill = i / STAGES;
-        if (fill > 0) kd_mbar_wait(bar_empty + stage * 8, kd_u32(fill - 1) & 1u);
-        produce_tile(p, src, t_begin + i * BLOCK_N, t_end, sq + SMEM_K + stage * KV_TILE_BYTES,
-                     sq + SMEM_V + stage * KV_TILE_BYTES, bar_full + stage * 8, bad_page);
-      }
+    for (int i = 0; i < n_tiles; ++i) {
+      const int stage = i % STAGES, fill = i / STAGES;
+      const kd_u32 next = i + 1 < n_tiles ? lookup_slot(p, src, t_begin + (i + 1) * BLOCK_N, t_end, bad_page) : 0u;
+      if (fill > 0) kd_mbar_wait(bars.k_empty(stage), kd_u32(fill - 1) & 1u);
+      produce_rows(src.k_base, src.k_slot_bytes, slot, sq + SMEM_K + stage * KV_TILE_BYTES, bars.k_full(stage));
+      if (fill > 0) kd_mbar_wait(bars.v_empty(stage), kd_u32(fill - 1) & 1u);
+      produce_rows(src.v_base, src.v_slot_bytes, slot, sq + SMEM_V + stage * KV_TILE_BYTES, bars.v_full(stage));
+      slot = next;
     }
     bad_page_seen(p, bad_page);  // the CTA barrier the consumers meet after their tiles
   } else {
@@ -351,7 +371,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
     kd_cp_async_wait<0>();
     kd_fence_proxy_async();
     asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");  // Q is in shared memory for both warpgroups
-    consume_segment<ROLE>(p, sg, req, row0, rows_total, t_begin, t_end, bad_page, sq);
+    consume_segment<ROLE>(p, sg, req, row0, rows_total, t_begin, t_end, bad_page, sq, bars);
   }
 }
 
@@ -359,9 +379,12 @@ extern "C" __global__ void __launch_bounds__(THREADS + WG_THREADS, 1) kdtree_ver
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const kd_u32 sq = kd_smem_addr(smem_raw);
   if (threadIdx.x == 0) {
+    const StageBars bars{sq + SMEM_BAR};
     for (int s = 0; s < STAGES; ++s) {
-      kd_mbar_init(sq + SMEM_BAR + s * 8, 32);                   // full: the producer's lanes, once their copies land
-      kd_mbar_init(sq + SMEM_BAR + (STAGES + s) * 8, THREADS);  // empty: every consumer thread, past its PV
+      kd_mbar_init(bars.k_full(s), WG_THREADS);  // the producer's threads, once their copies land
+      kd_mbar_init(bars.k_empty(s), THREADS);    // every consumer thread, past its QK
+      kd_mbar_init(bars.v_full(s), WG_THREADS);
+      kd_mbar_init(bars.v_empty(s), THREADS);    // every consumer thread, past its PV
     }
   }
   __syncthreads();  // the mbarriers are initialised

@@ -205,7 +205,7 @@ TEST_CASE("tiles fit each arch's shared memory") {
     CHECK(gl.k == 128 * d * 2);
     CHECK(gl.v == gl.k + gt.stages * tile);
     CHECK(gl.bar == gl.v + gt.stages * tile);
-    CHECK(gl.bytes == gl.bar + 2 * gt.stages * 8);
+    CHECK(gl.bytes == gl.bar + 4 * gt.stages * 8);
     CHECK(gl.bytes <= arch_from_sm(90).max_smem_per_block);
     for (int off : {gl.k, gl.v, tile}) CHECK(off % 1024 == 0);
     const KernelSource gs = generate_verify_attention(g, arch_from_sm(90), gt);
