@@ -130,8 +130,8 @@ std::string FlashSmemLayout::str() const {
 }
 
 std::string WgmmaSmemLayout::str() const {
-  return fmt::format("q={},p1={},k={},v={},p={},red={},scale={},bar={},rows={},walk={},bytes={}", q, p1, k, v, p, red,
-                     scale, bar, rows, walk, bytes);
+  return fmt::format("q={},p1={},k={},v={},p={},red={},scale={},bar={},rows={},walk={},raw={},raw_stages={},bytes={}",
+                     q, p1, k, v, p, red, scale, bar, rows, walk, raw, raw_stages, bytes);
 }
 
 std::string QsplitSmemLayout::str() const {
@@ -205,7 +205,16 @@ WgmmaSmemLayout wgmma_smem_layout(const VerifySpec& spec, const VerifyTiles& t) 
     const int tile = t.block_n * spec.head_dim_qk * 2;  // 16-bit K or V rows
     l.k = t.block_m * spec.head_dim_qk * 2;
     l.v = l.k + t.stages * tile;
-    l.bar = l.v + t.stages * tile;
+    l.raw = l.v + t.stages * tile;
+    l.bar = l.raw;
+    if (spec.kv_fp8()) {
+      // e4m3 caches: a tile's K and V rows as the cache holds them (cp.async lands them there, the
+      // producer dequantises them into a stage), two tiles ahead where they fit, else one.
+      const int raw_tile = 2 * t.block_n * spec.head_dim_qk;
+      const int room = (arch_from_sm(90).max_smem_per_block - l.raw - 4 * t.stages * 8) / raw_tile;
+      l.raw_stages = std::max(1, std::min(2, room));
+      l.bar = l.raw + l.raw_stages * raw_tile;
+    }
     l.bytes = l.bar + 4 * t.stages * 8;  // K and V full/empty mbarriers; one segment a CTA: no walk
     return l;
   }
@@ -284,11 +293,14 @@ std::string positional_to_keys(const std::vector<std::string>& fields) {
 // e4m3 (mma=e4m3), four: its slots are half the size, so two pairs are in flight.
 // GQA (templates/verify_attention_wgmma_gqa.cu): 128 rows (a warpgroup's 64 each, the
 // producer warpgroup beyond `warps`), 128-token tiles (64 for 256-dim heads, whose O takes
-// 128 registers) in as many stages as fit beside Q (gqa64: 4 of the 6 that fit).
+// 128 registers) in as many stages as fit beside Q (gqa64: 4 of the 6 that fit); over e4m3
+// caches (dequantised by the producer, 16-bit MMAs) gqa128 keeps 2 to leave room for the
+// cache bytes in flight (2 and 3 ran alike over 16-bit caches on the H200).
 VerifyTiles wgmma_tiles(const VerifySpec& spec) {
   if (!spec.mla()) {
     const int d = spec.head_dim_qk;
-    return {VerifyKernel::wgmma, 128, d == 256 ? 64 : 128, 8, d == 64 ? 4 : d == 128 ? 3 : 2, 16, spec.kv_fp8()};
+    const int stages = d == 64 ? 4 : d == 128 && !spec.kv_fp8() ? 3 : 2;
+    return {VerifyKernel::wgmma, 128, d == 256 ? 64 : 128, 8, stages, 16, false};
   }
   return {VerifyKernel::wgmma, 64, 64, 8, spec.kv_fp8() ? 4 : 2, 16, spec.kv_fp8()};
 }
@@ -336,7 +348,6 @@ void check_tiles(const VerifyTiles& t, const VerifySpec& spec, const Arch& arch,
     case VerifyKernel::wgmma:  // one shape: two warpgroups over 64 rows, the MMA shapes of templates/wgmma.cuh
       if (arch.sm != 90) bad(fmt::format("the wgmma kernel needs sm_90 (wgmma is sm_90a only), not {}", arch.name()));
       if (!spec.mla()) {
-        if (spec.kv_fp8()) bad("the wgmma kernel reads GQA's 16-bit caches only (e4m3 GQA caches: kernel=flash)");
         const VerifyTiles g = wgmma_tiles(spec);
         // One tiling; the stages may be fewer (tuning).
         if (t.block_m != g.block_m || t.block_n != g.block_n || t.warps != g.warps || t.stages > g.stages ||
@@ -418,7 +429,7 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
   const bool kernel_given = std::find(seen.begin(), seen.end(), "kernel") != seen.end();
   const bool mma_given = std::find(seen.begin(), seen.end(), "mma") != seen.end();
   if (kernel_given && !mma_given && t.kernel != choose_verify_tiles(spec, arch).kernel) {
-    t.mma_e4m3 = spec.kv_fp8() && (t.kernel == VerifyKernel::wgmma || prefers_e4m3_mma(arch));
+    t.mma_e4m3 = spec.kv_fp8() && ((t.kernel == VerifyKernel::wgmma && spec.mla()) || prefers_e4m3_mma(arch));
   }
   check_tiles(t, spec, arch, bad);
   return t;
@@ -473,9 +484,9 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
                   {flash, 64, 32, 4, 3, 16},
                   {flash, 64, 32, 4, 2, 16}};
   }
-  // Hopper, GQA over 16-bit caches: the wgmma family's GQA kernel (H200: 1.2-1.9x the
-  // flash kernel on bench_verify's GQA shapes, docs/PERFORMANCE.md).
-  if (!spec.mla() && arch.sm == 90 && !spec.kv_fp8()) candidates.insert(candidates.begin(), wgmma_tiles(spec));
+  // Hopper, GQA: the wgmma family's GQA kernel, its producer dequantising e4m3 caches (H200:
+  // 1.9-2.6x the flash kernel on bench_verify's GQA shapes over 16-bit caches, docs/PERFORMANCE.md).
+  if (!spec.mla() && arch.sm == 90) candidates.insert(candidates.begin(), wgmma_tiles(spec));
   // e4m3 caches where mma.sync takes e4m3 natively (sm_120/sm_121, block-scaled at
   // twice the bf16 rate; elsewhere ptxas emulates it with f16 MMAs): Q and P
   // quantised, QK and PV on e4m3 MMAs, tried first with the flash candidates that
@@ -595,6 +606,8 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
         params["SMEM_K"] = std::to_string(smem.k);
         params["SMEM_V"] = std::to_string(smem.v);
         params["SMEM_BAR"] = std::to_string(smem.bar);
+        params["SMEM_RAW"] = std::to_string(smem.raw);
+        params["RAW_STAGES"] = std::to_string(smem.raw_stages);
         src.launch.dynamic_smem = smem.bytes;
         producer_threads = 128;  // the producer warpgroup (it copies; setmaxnreg gives its registers away)
         src.entry_points = {"kdtree_verify_attention", "kdtree_verify_combine"};

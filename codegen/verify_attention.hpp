@@ -126,6 +126,7 @@ struct QsplitSmemLayout {
 // empty); no segment walk (uniform splits: a CTA's one segment is its grid point).
 struct WgmmaSmemLayout {
   int q = 0, p1 = 0, k = 0, v = 0, p = 0, red = 0, scale = 0, bar = 0, rows = 0, walk = 0;
+  int raw = 0, raw_stages = 0;  // GQA over e4m3 caches: the tiles' cache bytes before their dequantisation
   int bytes = 0;
   std::string str() const;
 };

@@ -34,6 +34,9 @@
 constexpr int SMEM_K = KD_SMEM_K;
 constexpr int SMEM_V = KD_SMEM_V;
 constexpr int SMEM_BAR = KD_SMEM_BAR;  // [STAGES] each: K full, K empty, V full, V empty
+constexpr int SMEM_RAW = KD_SMEM_RAW;  // e4m3 caches: [RAW_STAGES] tiles of cache bytes, K rows then V rows
+constexpr int RAW_STAGES = KD_RAW_STAGES;
+constexpr int RAW_SLOTS = RAW_STAGES > 0 ? RAW_STAGES : 1;  // (16-bit caches have none)
 
 constexpr int WG_THREADS = 128;
 constexpr int WGS = THREADS / WG_THREADS;  // consumer warpgroups; THREADS counts consumers only
@@ -51,12 +54,15 @@ constexpr int PV_STEPS = BLOCK_N / 16;
 // A tile's softmax under the previous tile's PV, which keeps two P tiles live: not
 // for 256-dim heads, whose O takes 128 of a consumer's 224 registers.
 constexpr bool OVERLAP_PV = HEAD_DIM <= 128;
-static_assert(!IS_MLA && !KV_FP8 && HEAD_DIM == HEAD_DIM_V, "the GQA wgmma kernel: 16-bit K and V caches");
+static_assert(!IS_MLA && !MMA_E4M3 && HEAD_DIM == HEAD_DIM_V, "the GQA wgmma kernel: K and V caches, 16-bit MMAs");
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256, "PV's N is the head dim (wgmma.cuh's shapes)");
 static_assert(BLOCK_N == 64 || BLOCK_N == 128, "QK's N is the tile (wgmma.cuh's shapes)");
 static_assert(WARP_ROWS == 16 && WARPS_N == 1 && BLOCK_M == WGS * 64 && WGS == 2, "two warpgroups of 64 rows");
+constexpr int RAW_ROWS_BYTES = BLOCK_N * HEAD_DIM;  // a tile's K (or V) rows in e4m3
 static_assert(SMEM_K == BLOCK_M * HEAD_DIM * 2 && SMEM_V == SMEM_K + STAGES * KV_TILE_BYTES &&
-                  SMEM_BAR == SMEM_V + STAGES * KV_TILE_BYTES,
+                  SMEM_RAW == SMEM_V + STAGES * KV_TILE_BYTES &&
+                  SMEM_BAR == SMEM_RAW + (KV_FP8 ? RAW_STAGES * 2 * RAW_ROWS_BYTES : 0) &&
+                  (KV_FP8 ? RAW_STAGES == 1 || RAW_STAGES == 2 : RAW_STAGES == 0),
               "the generator's layout");
 static_assert(SMEM_K % 1024 == 0 && KV_TILE_BYTES % 1024 == 0 && Q_BLOCK_BYTES % 1024 == 0, "swizzle atoms");
 
@@ -134,6 +140,66 @@ static __device__ __forceinline__ void produce_rows(const char* base, unsigned l
     }
   }
   kd_cp_async_mbar_arrive(full);
+}
+
+// ---- e4m3 caches: the producer dequantises. Its threads copy a tile's cache bytes (K rows,
+// then V rows, as the cache holds them) RAW_STAGES tiles ahead by cp.async, and once a
+// stage is free turn them into q's 16-bit type in the stage's swizzled rows (exact:
+// kv_fp8.cuh); k_scale is in the score scale and v_scale on O, as in the other kernels.
+// A thread reads back only the bytes it copied itself, so cp.async.wait_group is all
+// the synchronisation the cache bytes need. A warp step is RAW_ROWS_PER_STEP rows of
+// RAW_UNITS 16-byte units (16 codes each).
+constexpr int RAW_UNITS = HEAD_DIM / 16;
+constexpr int RAW_ROWS_PER_STEP = 32 / RAW_UNITS;
+constexpr int RAW_STEPS = PRODUCER_ROWS / RAW_ROWS_PER_STEP;
+static_assert(PRODUCER_ROWS % RAW_ROWS_PER_STEP == 0, "whole steps");
+
+static __device__ __forceinline__ void produce_raw(const KvSource& src, kd_u32 slot, kd_u32 raw) {
+  const int lane = threadIdx.x % 32;
+  const int unit = lane % RAW_UNITS;
+  const int row_base = (threadIdx.x / 32 % 4) * PRODUCER_ROWS;
+#pragma unroll
+  for (int j = 0; j < RAW_STEPS; ++j) {
+    const int r = j * RAW_ROWS_PER_STEP + lane / RAW_UNITS;
+    const kd_u32 s = __shfl_sync(0xffffffffu, slot, r);
+    const bool ok = s != 0xffffffffu;
+    const unsigned long long at = ok ? (unsigned long long)s : 0ull;
+    const kd_u32 dst = raw + (row_base + r) * HEAD_DIM + unit * 16;
+    kd_cp_async16(dst, src.k_base + at * src.k_slot_bytes + unit * 16, ok ? 16 : 0);
+    kd_cp_async16(dst + RAW_ROWS_BYTES, src.v_base + at * src.v_slot_bytes + unit * 16, ok ? 16 : 0);
+  }
+}
+
+// This thread's share of a tile's K or V codes (raw: their rows) into a stage, completing on
+// its full barrier (what was written reaches wgmma's async proxy through the fence).
+static __device__ __forceinline__ void dequantise_rows(kd_u32 raw, kd_u32 stage, kd_u32 full) {
+  const int lane = threadIdx.x % 32;
+  const int unit = lane % RAW_UNITS;
+  const int row_base = (threadIdx.x / 32 % 4) * PRODUCER_ROWS;
+#pragma unroll
+  for (int j = 0; j < RAW_STEPS; ++j) {
+    const int row = row_base + j * RAW_ROWS_PER_STEP + lane / RAW_UNITS;
+    kd_u32 w[4];
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "r"(raw + row * HEAD_DIM + unit * 16));
+    kd_u32 h[8];  // dims 16 unit .. 16 unit + 15 as 16-bit pairs
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      h[2 * k] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_01>(w[k]);
+      h[2 * k + 1] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_23>(w[k]);
+    }
+    // 16 dims are two 16-byte units of the 16-bit row: column block unit / 4, units 2 (unit % 4) and the next.
+    const kd_u32 dst = stage + (unit / 4) * KV_BLOCK_BYTES;
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst + sw128(row, (unit % 4) * 2 + x)),
+                   "r"(h[4 * x]), "r"(h[4 * x + 1]), "r"(h[4 * x + 2]), "r"(h[4 * x + 3])
+                   : "memory");
+    }
+  }
+  kd_fence_proxy_async();
+  kd_mbar_arrive(full, false, 0);
 }
 
 // ---- compute_qk: S = Q_g K^T over all HEAD_DIM dims (a k16 step is 32 bytes into a
@@ -348,21 +414,48 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
   if constexpr (ROLE == WGS) {
     // ---- the producer warpgroup: each tile's K once its K stage is free, then its V.
     KvSource src;
-    src.k_base = (const char*)p.k_cache + (long long)sg.kv_head * HEAD_DIM * 2;
-    src.v_base = (const char*)p.v_cache + (long long)sg.kv_head * HEAD_DIM * 2;
-    src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * 2;
+    src.k_base = (const char*)p.k_cache + (long long)sg.kv_head * HEAD_DIM * KV_ELEM_BYTES;
+    src.v_base = (const char*)p.v_cache + (long long)sg.kv_head * HEAD_DIM * KV_ELEM_BYTES;
+    src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * KV_ELEM_BYTES;
     src.v_slot_bytes = src.k_slot_bytes;
     src.pages = p.page_table + (long long)sg.b * p.max_pages_per_req;
     kd_u32 slot = lookup_slot(p, src, t_begin, t_end, bad_page);
+    if constexpr (KV_FP8) {
+      // The next tile's cache bytes into the raw slot it takes (an empty group past the last tile,
+      // so that wait_group's count stays RAW_STAGES - 1); its successor's slots looked up for later.
+      int issued = 0;
+      auto issue_raw = [&] {
+        if (issued < n_tiles) {
+          produce_raw(src, slot, sq + SMEM_RAW + (issued % RAW_SLOTS) * 2 * RAW_ROWS_BYTES);
+          ++issued;
+          if (issued < n_tiles) slot = lookup_slot(p, src, t_begin + issued * BLOCK_N, t_end, bad_page);
+        }
+        kd_cp_async_commit();
+      };
+#pragma unroll
+      for (int j = 0; j < RAW_STAGES; ++j) issue_raw();
 #pragma unroll 1
-    for (int i = 0; i < n_tiles; ++i) {
-      const int stage = i % STAGES, fill = i / STAGES;
-      const kd_u32 next = i + 1 < n_tiles ? lookup_slot(p, src, t_begin + (i + 1) * BLOCK_N, t_end, bad_page) : 0u;
-      if (fill > 0) kd_mbar_wait(bars.k_empty(stage), kd_u32(fill - 1) & 1u);
-      produce_rows(src.k_base, src.k_slot_bytes, slot, sq + SMEM_K + stage * KV_TILE_BYTES, bars.k_full(stage));
-      if (fill > 0) kd_mbar_wait(bars.v_empty(stage), kd_u32(fill - 1) & 1u);
-      produce_rows(src.v_base, src.v_slot_bytes, slot, sq + SMEM_V + stage * KV_TILE_BYTES, bars.v_full(stage));
-      slot = next;
+      for (int i = 0; i < n_tiles; ++i) {
+        const int stage = i % STAGES, fill = i / STAGES;
+        const kd_u32 raw = sq + SMEM_RAW + (i % RAW_SLOTS) * 2 * RAW_ROWS_BYTES;
+        kd_cp_async_wait<RAW_SLOTS - 1>();  // tile i's bytes (this thread's) landed
+        if (fill > 0) kd_mbar_wait(bars.k_empty(stage), kd_u32(fill - 1) & 1u);
+        dequantise_rows(raw, sq + SMEM_K + stage * KV_TILE_BYTES, bars.k_full(stage));
+        if (fill > 0) kd_mbar_wait(bars.v_empty(stage), kd_u32(fill - 1) & 1u);
+        dequantise_rows(raw + RAW_ROWS_BYTES, sq + SMEM_V + stage * KV_TILE_BYTES, bars.v_full(stage));
+        issue_raw();
+      }
+    } else {
+#pragma unroll 1
+      for (int i = 0; i < n_tiles; ++i) {
+        const int stage = i % STAGES, fill = i / STAGES;
+        const kd_u32 next = i + 1 < n_tiles ? lookup_slot(p, src, t_begin + (i + 1) * BLOCK_N, t_end, bad_page) : 0u;
+        if (fill > 0) kd_mbar_wait(bars.k_empty(stage), kd_u32(fill - 1) & 1u);
+        produce_rows(src.k_base, src.k_slot_bytes, slot, sq + SMEM_K + stage * KV_TILE_BYTES, bars.k_full(stage));
+        if (fill > 0) kd_mbar_wait(bars.v_empty(stage), kd_u32(fill - 1) & 1u);
+        produce_rows(src.v_base, src.v_slot_bytes, slot, sq + SMEM_V + stage * KV_TILE_BYTES, bars.v_full(stage));
+        slot = next;
+      }
     }
     bad_page_seen(p, bad_page);  // the CTA barrier the consumers meet after their tiles
   } else {

@@ -59,7 +59,13 @@
 #define KD_SMEM_V 131072  // of the V stages
 #endif
 #ifndef KD_SMEM_BAR
-#define KD_SMEM_BAR 229376  // of the stages' mbarriers ([STAGES] full, then [STAGES] empty)
+#define KD_SMEM_BAR 229376  // of the stages' mbarriers ([STAGES] each: K full, K empty, V full, V empty)
+#endif
+#ifndef KD_SMEM_RAW
+#define KD_SMEM_RAW 229376  // e4m3 caches: of the tiles' cache bytes (K rows, then V rows), before the mbarriers
+#endif
+#ifndef KD_RAW_STAGES
+#define KD_RAW_STAGES 0  // e4m3 caches: tiles of cache bytes in flight (1 or 2; 0 for 16-bit caches)
 #endif
 #ifndef KD_COMBINE_THREADS
 #define KD_COMBINE_THREADS 128  // threads per combine CTA

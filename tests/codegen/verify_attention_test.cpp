@@ -119,8 +119,8 @@ TEST_CASE("tiles fit each arch's shared memory") {
         "kernel=wgmma,block_m=128,block_n=128,warps=8,stages=4,warp_rows=16");
   VerifySpec gqa64_e4m3 = gqa64;
   gqa64_e4m3.kv_dtype = KDTREE_KV_DTYPE_E4M3;
-  CHECK(choose_verify_tiles(gqa64_e4m3, arch_from_sm(90)).kernel == VerifyKernel::flash);
-  CHECK(choose_verify_tiles(gqa64_e4m3, arch_from_sm(90)).stages == 3);
+  CHECK(choose_verify_tiles(gqa64_e4m3, arch_from_sm(90)).str() ==
+        "kernel=wgmma,block_m=128,block_n=128,warps=8,stages=4,warp_rows=16");
   // MLA on the 99 KB parts: Q in registers (qsplit) keeps 64 rows in 2 x 4 warps.
   VerifySpec mla;
   for (int sm : {86, 89, 120}) {
@@ -158,8 +158,9 @@ TEST_CASE("tiles fit each arch's shared memory") {
   CHECK(wl.p % 1024 == 0);
   CHECK(wl.bar % 8 == 0);
   CHECK(wl.bytes <= arch_from_sm(90).max_smem_per_block);
-  CHECK(wl.str() == fmt::format("q=0,p1={},k={},v=0,p={},red={},scale=0,bar={},rows={},walk={},bytes={}", wl.p1, wl.k,
-                                wl.p, wl.red, wl.bar, wl.rows, wl.walk, wl.bytes));
+  CHECK(wl.str() ==
+        fmt::format("q=0,p1={},k={},v=0,p={},red={},scale=0,bar={},rows={},walk={},raw=0,raw_stages=0,bytes={}", wl.p1,
+                    wl.k, wl.p, wl.red, wl.bar, wl.rows, wl.walk, wl.bytes));
   // Over e4m3 caches (mma=e4m3): Q's latent codes, four slots of 5 128-byte column blocks, both P tiles, the
   // row exchange, the scales, then as above; its own template, sm_90a, TMA boxes of 128 e4m3 dims.
   const VerifyTiles w90e = parse_verify_tiles("kernel=wgmma", mla_e4m3, arch_from_sm(90));
@@ -193,28 +194,36 @@ TEST_CASE("tiles fit each arch's shared memory") {
   CHECK(ws.source.find("verify_attention_tma.h") != std::string::npos);
   // GQA on the wgmma family (templates/verify_attention_wgmma_gqa.cu): Q | K stages | V stages | full and
   // empty mbarriers; 128 rows, a producer warpgroup beyond the 8 consumer warps; uniform splits, no TMA.
+  // Over e4m3 caches the stages stay 16-bit (the producer dequantises) and the tiles' cache bytes sit
+  // before the mbarriers, two tiles of them where they fit.
   for (int d : {64, 128, 256}) {
-    VerifySpec g;
-    g.head_dim_qk = g.head_dim_v = d;
-    const VerifyTiles gt = parse_verify_tiles("kernel=wgmma", g, arch_from_sm(90));
-    INFO("gqa" << d << " " << gt.str());
-    CHECK(gt.block_m == 128);
-    CHECK(gt.block_n == (d == 256 ? 64 : 128));
-    const WgmmaSmemLayout gl = wgmma_smem_layout(g, gt);
-    const int tile = gt.block_n * d * 2;
-    CHECK(gl.k == 128 * d * 2);
-    CHECK(gl.v == gl.k + gt.stages * tile);
-    CHECK(gl.bar == gl.v + gt.stages * tile);
-    CHECK(gl.bytes == gl.bar + 4 * gt.stages * 8);
-    CHECK(gl.bytes <= arch_from_sm(90).max_smem_per_block);
-    for (int off : {gl.k, gl.v, tile}) CHECK(off % 1024 == 0);
-    const KernelSource gs = generate_verify_attention(g, arch_from_sm(90), gt);
-    CHECK(gs.arch_specific);
-    CHECK(!gs.launch.stream_k);
-    CHECK(gs.launch.kv_tma_box_rows == 0);
-    CHECK(gs.launch.threads == 8 * 32 + 128);
-    CHECK(gs.launch.dynamic_smem == gl.bytes);
-    CHECK(gs.source.find("verify_attention_wgmma_gqa") != std::string::npos);
+    for (kdtree_kv_dtype kv : {KDTREE_KV_DTYPE_AS_Q, KDTREE_KV_DTYPE_E4M3}) {
+      VerifySpec g;
+      g.head_dim_qk = g.head_dim_v = d;
+      g.kv_dtype = kv;
+      const VerifyTiles gt = parse_verify_tiles("kernel=wgmma", g, arch_from_sm(90));
+      INFO("gqa" << d << " " << gt.str() << " kv_fp8 " << g.kv_fp8());
+      CHECK(gt.block_m == 128);
+      CHECK(gt.block_n == (d == 256 ? 64 : 128));
+      CHECK(!gt.mma_e4m3);
+      const WgmmaSmemLayout gl = wgmma_smem_layout(g, gt);
+      const int tile = gt.block_n * d * 2;
+      CHECK(gl.k == 128 * d * 2);
+      CHECK(gl.v == gl.k + gt.stages * tile);
+      CHECK(gl.raw == gl.v + gt.stages * tile);
+      CHECK(gl.raw_stages == (g.kv_fp8() ? (d == 256 ? 1 : 2) : 0));
+      CHECK(gl.bar == gl.raw + gl.raw_stages * 2 * gt.block_n * d);
+      CHECK(gl.bytes == gl.bar + 4 * gt.stages * 8);
+      CHECK(gl.bytes <= arch_from_sm(90).max_smem_per_block);
+      for (int off : {gl.k, gl.v, gl.raw, tile}) CHECK(off % 1024 == 0);
+      const KernelSource gs = generate_verify_attention(g, arch_from_sm(90), gt);
+      CHECK(gs.arch_specific);
+      CHECK(!gs.launch.stream_k);
+      CHECK(gs.launch.kv_tma_box_rows == 0);
+      CHECK(gs.launch.threads == 8 * 32 + 128);
+      CHECK(gs.launch.dynamic_smem == gl.bytes);
+      CHECK(gs.source.find("verify_attention_wgmma_gqa") != std::string::npos);
+    }
   }
   for (int page : {1, 16, 64, 128}) {
     VerifySpec paged = mla;
@@ -352,7 +361,7 @@ TEST_CASE("KDTREE_VERIFY_TILES: every key is checked, nothing trailing, an overr
   CHECK(tiles_error("kernel=wgmma,mma=e4m3", mla, sm90).find("e4m3 caches") != std::string::npos);
   VerifySpec gqa;
   gqa.head_dim_qk = gqa.head_dim_v = 128;
-  // GQA: the wgmma family's GQA kernel, one tiling per head dim, 16-bit caches only.
+  // GQA: the wgmma family's GQA kernel, one tiling per head dim.
   CHECK(tiles_error("kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16", gqa, sm90).find("one tiling") !=
         std::string::npos);
   CHECK(parse_verify_tiles("kernel=wgmma", gqa, sm90).str() ==
@@ -361,7 +370,13 @@ TEST_CASE("KDTREE_VERIFY_TILES: every key is checked, nothing trailing, an overr
   CHECK(tiles_error("kernel=wgmma,stages=4", gqa, sm90).find("stages 2 to 3") != std::string::npos);
   VerifySpec gqa8 = gqa;
   gqa8.kv_dtype = KDTREE_KV_DTYPE_E4M3;
-  CHECK(tiles_error("kernel=wgmma", gqa8, sm90).find("16-bit caches only") != std::string::npos);
+  // e4m3 GQA caches: the same kernel, its producer dequantising (16-bit MMAs, never mma=e4m3); gqa128 keeps
+  // two stages to leave room for two tiles of cache bytes.
+  const VerifyTiles t8 = parse_verify_tiles("kernel=wgmma", gqa8, sm90);
+  CHECK(t8.str() == "kernel=wgmma,block_m=128,block_n=128,warps=8,stages=2,warp_rows=16");
+  CHECK(wgmma_smem_layout(gqa8, t8).raw_stages == 2);
+  CHECK(wgmma_smem_layout(gqa8, t8).bar == wgmma_smem_layout(gqa8, t8).raw + 2 * 2 * 128 * 128);
+  CHECK(tiles_error("kernel=wgmma,mma=e4m3", gqa8, sm90).find("one tiling") != std::string::npos);
   CHECK(tiles_error("kernel=hopper", mla, sm90).find("flash, qsplit or wgmma") != std::string::npos);
   CHECK(tiles_error("kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32", mla, sm90).empty());
   CHECK(tiles_error("kernel=qsplit,block_m=64,block_n=16,warps=8,stages=3,warp_rows=32", mla, sm90).empty());
