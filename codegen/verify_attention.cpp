@@ -382,6 +382,10 @@ void check_tiles(const VerifyTiles& t, const VerifySpec& spec, const Arch& arch,
 
 }  // namespace
 
+namespace {
+VerifyTiles choose_tiles(const VerifySpec& spec, const Arch& arch, bool gqa_wgmma);
+}  // namespace
+
 VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, const Arch& arch) {
   auto bad = [&](const std::string& why) {
     fail(KDTREE_ERROR_INVALID_ARGUMENT, fmt::format("KDTREE_VERIFY_TILES='{}' for {}: {}", text, spec.label(), why));
@@ -397,6 +401,14 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
   VerifyTiles t = choose_verify_tiles(spec, arch);
   if (std::find(fields.begin(), fields.end(), "kernel=wgmma") != fields.end()) {
     t = wgmma_tiles(spec);
+  }
+  // mma=e4m3 without a kernel, where the generator's GQA kernel is the wgmma one (16-bit MMAs only): the
+  // portable families' choice takes it.
+  const bool kernel_named =
+      std::any_of(fields.begin(), fields.end(), [](const std::string& f) { return f.rfind("kernel=", 0) == 0; });
+  if (!kernel_named && t.kernel == VerifyKernel::wgmma && !spec.mla() &&
+      std::find(fields.begin(), fields.end(), "mma=e4m3") != fields.end()) {
+    t = choose_tiles(spec, arch, false);
   }
   std::vector<std::string> seen;
   for (const std::string& field : fields) {
@@ -443,7 +455,10 @@ VerifyTiles verify_tiles(const VerifySpec& spec, const Arch& arch) {
 
 bool prefers_e4m3_mma(const Arch& arch) { return has_block_scaled_e4m3_mma(arch); }
 
-VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
+namespace {
+
+// choose_verify_tiles, or with gqa_wgmma false the portable families' choice for GQA on sm_90.
+VerifyTiles choose_tiles(const VerifySpec& spec, const Arch& arch, bool gqa_wgmma) {
   // Candidates in order of preference; the first that fits the arch's shared memory wins.
   std::vector<VerifyTiles> candidates;
   constexpr VerifyKernel flash = VerifyKernel::flash, qsplit = VerifyKernel::qsplit;
@@ -486,7 +501,7 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   }
   // Hopper, GQA: the wgmma family's GQA kernel, its producer dequantising e4m3 caches (H200:
   // 1.9-2.6x the flash kernel on bench_verify's GQA shapes over 16-bit caches, docs/PERFORMANCE.md).
-  if (!spec.mla() && arch.sm == 90) candidates.insert(candidates.begin(), wgmma_tiles(spec));
+  if (!spec.mla() && arch.sm == 90 && gqa_wgmma) candidates.insert(candidates.begin(), wgmma_tiles(spec));
   // e4m3 caches where mma.sync takes e4m3 natively (sm_120/sm_121, block-scaled at
   // twice the bf16 rate; elsewhere ptxas emulates it with f16 MMAs): Q and P
   // quantised, QK and PV on e4m3 MMAs, tried first with the flash candidates that
@@ -529,6 +544,10 @@ VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) {
   fail(KDTREE_ERROR_UNSUPPORTED, fmt::format("{} does not fit {} ({} bytes of shared memory per block)", spec.label(),
                                              arch.name(), arch.max_smem_per_block));
 }
+
+}  // namespace
+
+VerifyTiles choose_verify_tiles(const VerifySpec& spec, const Arch& arch) { return choose_tiles(spec, arch, true); }
 
 KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch) {
   return generate_verify_attention(spec, arch, verify_tiles(spec, arch));

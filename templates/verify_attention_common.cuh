@@ -360,10 +360,11 @@ static __device__ __forceinline__ void rescale_o(float (&o)[MF][N_TILES][4], con
 // natural-log LSE, or (prow >= 0) as the fp32 partial and the log2-domain LSE of a
 // split or stream-K piece. l is the row sum, m_ref its reference max (log2
 // domain); lse_lane: the one lane of the row that writes the LSE.
-// e4m3 caches: the tiles come in (even dims, odd dims) pairs of a 16-dim block
-// (kv_fp8.cuh), and lane t's four columns 4t .. 4t+3 of block jp are
-// o[2jp][2h], o[2jp+1][2h], o[2jp][2h+1], o[2jp+1][2h+1]; O is scaled by v_scale.
-template <int N_TILES>
+// e4m3 caches: O is scaled by v_scale, and on the mma.sync dequantising path
+// (DIM_PAIRS) the tiles come in (even dims, odd dims) pairs of a 16-dim block
+// (kv_fp8.cuh): lane t's four columns 4t .. 4t+3 of block jp are
+// o[2jp][2h], o[2jp+1][2h], o[2jp][2h+1], o[2jp+1][2h+1].
+template <int N_TILES, bool DIM_PAIRS = KV_FP8>
 static __device__ __forceinline__ void write_row(const kdtree_verify_params& p, const float (&o)[N_TILES][4], int h,
                                                  long long orow, long long prow, float l, float m_ref, bool poisoned,
                                                  int col, bool lse_lane) {
@@ -372,7 +373,7 @@ static __device__ __forceinline__ void write_row(const kdtree_verify_params& p, 
   // log2-domain LSE of this row (over this split); -inf when nothing was visible.
   float lse2 = l > 0.f ? m_ref + kd_log2(l) : -KD_INF;
   if (poisoned) lse2 = KD_NAN;
-  if constexpr (KV_FP8) {
+  if constexpr (DIM_PAIRS) {
     const int col4 = col + col % 8;  // col is the tile's first column + 2t: 4t in the 16-dim block
     if (prow >= 0) {
       float* po = p.partial_o + prow * HEAD_DIM_V + col4;
@@ -396,6 +397,7 @@ static __device__ __forceinline__ void write_row(const kdtree_verify_params& p, 
     }
     return;
   }
+  if constexpr (KV_FP8) inv *= p.v_scale;  // (l == 0: NaN either way)
   if (prow >= 0) {
     float* po = p.partial_o + prow * HEAD_DIM_V + col;
 #pragma unroll

@@ -380,7 +380,7 @@ static __device__ __forceinline__ void consume_segment(const kdtree_verify_param
     if (gr >= rows_total) continue;
     const long long orow = out_row(p, req.node_base, gr, sg.kv_head * p.group);
     const long long prow = sg.partial_split >= 0 ? partial_row(p, sg, r, orow) : -1;
-    write_row(p, o, h, orow, prow, l_row[h], m_run[h], poisoned, (lane % 4) * 2, lane % 4 == 0);
+    write_row<O_TILES, false>(p, o, h, orow, prow, l_row[h], m_run[h], poisoned, (lane % 4) * 2, lane % 4 == 0);
   }
 }
 

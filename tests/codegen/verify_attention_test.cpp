@@ -377,6 +377,10 @@ TEST_CASE("KDTREE_VERIFY_TILES: every key is checked, nothing trailing, an overr
   CHECK(wgmma_smem_layout(gqa8, t8).raw_stages == 2);
   CHECK(wgmma_smem_layout(gqa8, t8).bar == wgmma_smem_layout(gqa8, t8).raw + 2 * 2 * 128 * 128);
   CHECK(tiles_error("kernel=wgmma,mma=e4m3", gqa8, sm90).find("one tiling") != std::string::npos);
+  // mma=e4m3 alone where the generator's GQA kernel is the wgmma one: the portable families' choice takes it.
+  const VerifyTiles m8 = parse_verify_tiles("mma=e4m3", gqa8, sm90);
+  CHECK(m8.kernel == VerifyKernel::flash);
+  CHECK(m8.mma_e4m3);
   CHECK(tiles_error("kernel=hopper", mla, sm90).find("flash, qsplit or wgmma") != std::string::npos);
   CHECK(tiles_error("kernel=flash,block_m=64,block_n=64,warps=8,stages=2,warp_rows=32", mla, sm90).empty());
   CHECK(tiles_error("kernel=qsplit,block_m=64,block_n=16,warps=8,stages=3,warp_rows=32", mla, sm90).empty());
