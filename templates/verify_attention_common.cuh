@@ -163,6 +163,23 @@ struct KvSource {
   const int* pages;          // this request's page-table row
 };
 
+// Request b's K/V rows at a KV head: token slots num_kv_heads heads apart; MLA's V is the
+// first HEAD_DIM_V dims of the K row (v_cache is NULL).
+static __device__ __forceinline__ KvSource kv_source(const kdtree_verify_params& p, int b, int kv_head) {
+  KvSource src;
+  src.k_base = (const char*)p.k_cache + (long long)kv_head * HEAD_DIM * KV_ELEM_BYTES;
+  src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * KV_ELEM_BYTES;
+  if constexpr (IS_MLA) {
+    src.v_base = src.k_base;
+    src.v_slot_bytes = src.k_slot_bytes;
+  } else {
+    src.v_base = (const char*)p.v_cache + (long long)kv_head * HEAD_DIM_V * KV_ELEM_BYTES;
+    src.v_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM_V * KV_ELEM_BYTES;
+  }
+  src.pages = p.page_table + (long long)b * p.max_pages_per_req;
+  return src;
+}
+
 static __device__ __forceinline__ void load_kv_tile(const kdtree_verify_params& p, const KvSource& src, int t0,
                                                     int t_end, kd_u32 sk, kd_u32 sv, bool& bad_page) {
   const int lane_chunk = threadIdx.x % ROW_LANES;  // a multiple of 8 lanes per row: the XOR swizzle

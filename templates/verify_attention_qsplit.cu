@@ -677,12 +677,7 @@ static __device__ __forceinline__ void segment8(const kdtree_verify_params& p, c
   }
 
   bool bad_page = false;
-  KvSource kv_src;
-  kv_src.k_base = (const char*)p.k_cache + (long long)kv_head * HEAD_DIM * KV_ELEM_BYTES;
-  kv_src.v_base = kv_src.k_base;
-  kv_src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * KV_ELEM_BYTES;
-  kv_src.v_slot_bytes = kv_src.k_slot_bytes;
-  kv_src.pages = p.page_table + (long long)b * p.max_pages_per_req;
+  const KvSource kv_src = kv_source(p, b, kv_head);
   const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
 #pragma unroll
   for (int s = 0; s < PREFETCH; ++s) {
@@ -804,12 +799,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     }
 
     bool bad_page = false;
-    KvSource kv_src;
-    kv_src.k_base = (const char*)p.k_cache + (long long)kv_head * HEAD_DIM * KV_ELEM_BYTES;
-    kv_src.v_base = kv_src.k_base;
-    kv_src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * KV_ELEM_BYTES;
-    kv_src.v_slot_bytes = kv_src.k_slot_bytes;
-    kv_src.pages = p.page_table + (long long)sg.b * p.max_pages_per_req;
+    const KvSource kv_src = kv_source(p, sg.b, kv_head);
     const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
 #pragma unroll
     for (int s = 0; s < PREFETCH; ++s) {

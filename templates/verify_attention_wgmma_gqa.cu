@@ -413,12 +413,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
   bool bad_page = false;
   if constexpr (ROLE == WGS) {
     // ---- the producer warpgroup: each tile's K once its K stage is free, then its V.
-    KvSource src;
-    src.k_base = (const char*)p.k_cache + (long long)sg.kv_head * HEAD_DIM * KV_ELEM_BYTES;
-    src.v_base = (const char*)p.v_cache + (long long)sg.kv_head * HEAD_DIM * KV_ELEM_BYTES;
-    src.k_slot_bytes = (unsigned long long)p.num_kv_heads * HEAD_DIM * KV_ELEM_BYTES;
-    src.v_slot_bytes = src.k_slot_bytes;
-    src.pages = p.page_table + (long long)sg.b * p.max_pages_per_req;
+    const KvSource src = kv_source(p, sg.b, sg.kv_head);
     kd_u32 slot = lookup_slot(p, src, t_begin, t_end, bad_page);
     if constexpr (KV_FP8) {
       // The next tile's cache bytes into the raw slot it takes (an empty group past the last tile,
