@@ -11,6 +11,10 @@ for b in kdtree_gpu_tests verify_mla verify_step bench_verify bench_tree_build_a
 done
 cp -L "$build/libkdtree.so.0" .carry/lib/libkdtree.so.0
 cp -L "$(ldconfig -p | awk '/libfmt.so.9 /{print $NF; exit}')" .carry/lib/libfmt.so.9
+# FlashMLA beside bench_verify (bench/flashmla; FLASHMLA_DIR: a FlashMLA checkout, CUTLASS_DIR optional).
+if [ -n "${FLASHMLA_DIR:-}" ]; then
+  bench/flashmla/build.sh .carry/bin
+fi
 # The GPU machine is an H200 (sm_90): its kernels can be compiled here (same NVRTC) so
 # the GPU's time goes to tests and benchmarks; device_gpu_run.sh uses this cache when
 # present. KDTREE_CARRY_CACHE=0 skips it (a 16-core GPU machine warms the grid in
