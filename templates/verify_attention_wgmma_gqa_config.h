@@ -50,7 +50,7 @@
 #define KD_WARP_ROWS 16  // rows per warp (wgmma's m64 over 4 warps)
 #endif
 #ifndef KD_STAGES
-#define KD_STAGES 3  // K/V tile stages the producer warp fills ahead
+#define KD_STAGES 3  // K/V tile stages the producer warpgroup fills ahead
 #endif
 #ifndef KD_SMEM_K
 #define KD_SMEM_K 32768  // byte offset of the K stages (Q's tile at 0)
