@@ -205,17 +205,18 @@ WgmmaSmemLayout wgmma_smem_layout(const VerifySpec& spec, const VerifyTiles& t) 
     const int tile = t.block_n * spec.head_dim_qk * 2;  // 16-bit K or V rows
     l.k = t.block_m * spec.head_dim_qk * 2;
     l.v = l.k + t.stages * tile;
+    const int bar_bytes = 4 * t.stages * 8;  // K and V full/empty mbarriers; one segment a CTA: no walk
     l.raw = l.v + t.stages * tile;
     l.bar = l.raw;
     if (spec.kv_fp8()) {
       // e4m3 caches: a tile's K and V rows as the cache holds them (cp.async lands them there, the
       // producer dequantises them into a stage), two tiles ahead where they fit, else one.
       const int raw_tile = 2 * t.block_n * spec.head_dim_qk;
-      const int room = (arch_from_sm(90).max_smem_per_block - l.raw - 4 * t.stages * 8) / raw_tile;
+      const int room = (arch_from_sm(90).max_smem_per_block - l.raw - bar_bytes) / raw_tile;
       l.raw_stages = std::max(1, std::min(2, room));
       l.bar = l.raw + l.raw_stages * raw_tile;
     }
-    l.bytes = l.bar + 4 * t.stages * 8;  // K and V full/empty mbarriers; one segment a CTA: no walk
+    l.bytes = l.bar + bar_bytes;
     return l;
   }
   if (t.mma_e4m3) {
@@ -404,9 +405,10 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
   }
   // mma=e4m3 without a kernel, where the generator's GQA kernel is the wgmma one (16-bit MMAs only): the
   // portable families' choice takes it.
-  const bool kernel_named =
+  // (A key given twice is an error below, so this is also whether `kernel` was given.)
+  const bool kernel_given =
       std::any_of(fields.begin(), fields.end(), [](const std::string& f) { return f.rfind("kernel=", 0) == 0; });
-  if (!kernel_named && t.kernel == VerifyKernel::wgmma && !spec.mla() &&
+  if (!kernel_given && t.kernel == VerifyKernel::wgmma && !spec.mla() &&
       std::find(fields.begin(), fields.end(), "mma=e4m3") != fields.end()) {
     t = choose_tiles(spec, arch, false);
   }
@@ -438,7 +440,6 @@ VerifyTiles parse_verify_tiles(const std::string& text, const VerifySpec& spec, 
   }
   // A family other than the generator's, its mma left out: the form the generator gives that family here
   // (sm_90 e4m3 caches: the wgmma kernel's is e4m3, flash's and qsplit's dequantise).
-  const bool kernel_given = std::find(seen.begin(), seen.end(), "kernel") != seen.end();
   const bool mma_given = std::find(seen.begin(), seen.end(), "mma") != seen.end();
   if (kernel_given && !mma_given && t.kernel != choose_verify_tiles(spec, arch).kernel) {
     t.mma_e4m3 = spec.kv_fp8() && ((t.kernel == VerifyKernel::wgmma && spec.mla()) || prefers_e4m3_mma(arch));

@@ -111,10 +111,13 @@ static __device__ __forceinline__ void load_q(const kdtree_verify_params& p, con
 constexpr int PRODUCER_ROWS = BLOCK_N / 4;  // a producer warp's rows of a tile
 static_assert(PRODUCER_ROWS <= 32 && PRODUCER_ROWS % 4 == 0, "one lookup per lane, four rows per copy step");
 
+// This producer warp's first row of a tile.
+static __device__ __forceinline__ int producer_row_base() { return (threadIdx.x / 32 % 4) * PRODUCER_ROWS; }
+
 static __device__ __forceinline__ kd_u32 lookup_slot(const kdtree_verify_params& p, const KvSource& src, int t0,
                                                      int t_end, bool& bad_page) {
   const int lane = threadIdx.x % 32;
-  const unsigned t = unsigned(t0 + (threadIdx.x / 32 % 4) * PRODUCER_ROWS + lane);
+  const unsigned t = unsigned(t0 + producer_row_base() + lane);
   const bool in_range = lane < PRODUCER_ROWS && t < unsigned(t_end);
   const unsigned page = in_range ? unsigned(__ldg(src.pages + t / PAGE_SIZE)) : 0u;
   const bool ok = in_range && page < unsigned(p.num_pages);
@@ -128,7 +131,7 @@ static __device__ __forceinline__ void produce_rows(const char* base, unsigned l
                                                     kd_u32 stage, kd_u32 full) {
   const int lane = threadIdx.x % 32;
   const int unit = lane % 8;
-  const int row_base = (threadIdx.x / 32 % 4) * PRODUCER_ROWS;
+  const int row_base = producer_row_base();
 #pragma unroll
   for (int r = lane / 8; r < PRODUCER_ROWS; r += 4) {
     const kd_u32 s = __shfl_sync(0xffffffffu, slot, r);
@@ -154,10 +157,15 @@ constexpr int RAW_ROWS_PER_STEP = 32 / RAW_UNITS;
 constexpr int RAW_STEPS = PRODUCER_ROWS / RAW_ROWS_PER_STEP;
 static_assert(PRODUCER_ROWS % RAW_ROWS_PER_STEP == 0, "whole steps");
 
+// The staging slot of tile i's cache bytes (K rows, then V rows).
+static __device__ __forceinline__ kd_u32 raw_slot(kd_u32 sq, int i) {
+  return sq + SMEM_RAW + (i % RAW_SLOTS) * 2 * RAW_ROWS_BYTES;
+}
+
 static __device__ __forceinline__ void produce_raw(const KvSource& src, kd_u32 slot, kd_u32 raw) {
   const int lane = threadIdx.x % 32;
   const int unit = lane % RAW_UNITS;
-  const int row_base = (threadIdx.x / 32 % 4) * PRODUCER_ROWS;
+  const int row_base = producer_row_base();
 #pragma unroll
   for (int j = 0; j < RAW_STEPS; ++j) {
     const int r = j * RAW_ROWS_PER_STEP + lane / RAW_UNITS;
@@ -175,7 +183,7 @@ static __device__ __forceinline__ void produce_raw(const KvSource& src, kd_u32 s
 static __device__ __forceinline__ void dequantise_rows(kd_u32 raw, kd_u32 stage, kd_u32 full) {
   const int lane = threadIdx.x % 32;
   const int unit = lane % RAW_UNITS;
-  const int row_base = (threadIdx.x / 32 % 4) * PRODUCER_ROWS;
+  const int row_base = producer_row_base();
 #pragma unroll
   for (int j = 0; j < RAW_STEPS; ++j) {
     const int row = row_base + j * RAW_ROWS_PER_STEP + lane / RAW_UNITS;
@@ -421,7 +429,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
       int issued = 0;
       auto issue_raw = [&] {
         if (issued < n_tiles) {
-          produce_raw(src, slot, sq + SMEM_RAW + (issued % RAW_SLOTS) * 2 * RAW_ROWS_BYTES);
+          produce_raw(src, slot, raw_slot(sq, issued));
           ++issued;
           if (issued < n_tiles) slot = lookup_slot(p, src, t_begin + issued * BLOCK_N, t_end, bad_page);
         }
@@ -432,7 +440,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
 #pragma unroll 1
       for (int i = 0; i < n_tiles; ++i) {
         const int stage = i % STAGES, fill = i / STAGES;
-        const kd_u32 raw = sq + SMEM_RAW + (i % RAW_SLOTS) * 2 * RAW_ROWS_BYTES;
+        const kd_u32 raw = raw_slot(sq, i);
         kd_cp_async_wait<RAW_SLOTS - 1>();  // tile i's bytes (this thread's) landed
         if (fill > 0) kd_mbar_wait(bars.k_empty(stage), kd_u32(fill - 1) & 1u);
         dequantise_rows(raw, sq + SMEM_K + stage * KV_TILE_BYTES, bars.k_full(stage));
