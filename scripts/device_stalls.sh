@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Stall reasons and pipe use of the verify_attention main kernel (ncu metrics).
-# Usage: bash scripts/device_stalls.sh SHAPE [KV_DTYPE]   (KV_DTYPE as_q, the default, or e4m3)
+# Usage: bash scripts/device_stalls.sh SHAPE [KV_DTYPE [SOURCES.csv.gz]]   (KV_DTYPE as_q, the default, or e4m3)
+# With SOURCES, also the stall samples per SASS instruction (ncu's SourceCounters section, its source page as
+# gzipped CSV) for tools/stall_sources.py to summarise here.
 set -uo pipefail
 carry=$PWD/.carry
 export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -15,3 +17,12 @@ for r in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttl
 done
 "$ncu" --clock-control none -k regex:kdtree_verify_attention --launch-skip 6 -c 1 --metrics "$m" \
   "$carry/bin/bench_verify" --shape "$1" --kv-dtype "${2:-as_q}" --iters 2 2>&1 | grep -E "^\s+(sm|smsp|l1tex)__" 
+if [ -n "${3:-}" ]; then
+  rep=$(mktemp -d)/sources
+  "$ncu" --clock-control none --section SourceCounters --section WarpStateStats -k regex:'^kdtree_verify_attention$' \
+    --launch-skip 6 -c 1 --import-source no -o "$rep" -f \
+    "$carry/bin/bench_verify" --shape "$1" --kv-dtype "${2:-as_q}" --iters 2 > /dev/null 2>&1
+  "$ncu" -i "$rep.ncu-rep" --page source --csv --print-source sass | gzip > "$3"
+  rm -f "$rep.ncu-rep"
+  echo "per-instruction stalls in $3 (python3 tools/stall_sources.py $3 --windows)"
+fi
