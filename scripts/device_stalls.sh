@@ -18,11 +18,12 @@ done
 "$ncu" --clock-control none -k regex:kdtree_verify_attention --launch-skip 6 -c 1 --metrics "$m" \
   "$carry/bin/bench_verify" --shape "$1" --kv-dtype "${2:-as_q}" --iters 2 2>&1 | grep -E "^\s+(sm|smsp|l1tex)__" 
 if [ -n "${3:-}" ]; then
-  rep=$(mktemp -d)/sources
+  dir=$(mktemp -d)
+  rep=$dir/sources
   "$ncu" --clock-control none --section SourceCounters --section WarpStateStats -k regex:'^kdtree_verify_attention$' \
     --launch-skip 6 -c 1 --import-source no -o "$rep" -f \
     "$carry/bin/bench_verify" --shape "$1" --kv-dtype "${2:-as_q}" --iters 2 > /dev/null 2>&1
   "$ncu" -i "$rep.ncu-rep" --page source --csv --print-source sass | gzip > "$3"
-  rm -f "$rep.ncu-rep"
+  rm -rf "$dir"
   echo "per-instruction stalls in $3 (python3 tools/stall_sources.py $3 --windows)"
 fi

@@ -46,7 +46,7 @@ def parse(text: str):
 
 def _int(text: str) -> int:
     text = text.replace(",", "").strip()
-    return int(float(text)) if text and text not in ("-", "") else 0
+    return int(float(text)) if text and text != "-" else 0
 
 
 class Sources:
