@@ -78,31 +78,42 @@ static __device__ __forceinline__ void load_kv_range(const kdtree_verify_params&
 // the warpgroup issues the boxes once its first thread has told the mbarrier how
 // many bytes to expect; every thread arrives, as for cp.async. Each box's first
 // cache slot comes from rows_tab or (LOOKUP, a segment's first tiles) the page
-// table; a bad page's rows (the request is NaN-poisoned) read cache row 0.
+// table; a bad page's rows (the request is NaN-poisoned) read cache row 0. Warp 0
+// reads rows_tab before it arrives: the range's next writer waits on this mbarrier
+// (the boxes' bytes order the read too, but compute-sanitizer's racecheck sees
+// only the arrive).
 template <int R, bool LOOKUP>
 static __device__ __forceinline__ void load_kv_range_tma(const kdtree_verify_params& p, const kdtree_kv_tma& tma,
                                                          const KvSource& src, int t0, kd_u32 slot, kd_u32 bar,
                                                          kd_u32 rows_tab, int wt) {
   constexpr int BOXES = BLOCK_N / KV_TMA_BOX_ROWS;  // per column block
   constexpr int OPS = (range_hi(R) - range_lo(R)) * BOXES;
-  kd_mbar_arrive(bar, wt == 0, (range_hi(R) - range_lo(R)) * K_BLOCK_BYTES);
+  constexpr int ROUNDS = (OPS + 31) / 32;  // of the issuing warp's lanes
   // Warp-uniform to ptxas (the shuffle), as the kernel's warpgroup index.
-  if (__shfl_sync(0xffffffffu, wt / 32, 0) == 0) {
-    __syncwarp();  // the expected bytes are set before a box can complete
+  const bool issuer = __shfl_sync(0xffffffffu, wt / 32, 0) == 0;
+  kd_u32 kv_slot[ROUNDS];
+  if (issuer) {
 #pragma unroll
-    for (int i0 = 0; i0 < OPS; i0 += 32) {
-      const int i = min(i0 + wt, OPS - 1);
-      const int c = range_lo(R) + i / BOXES, b = i % BOXES;
-      kd_u32 kv_slot;
+    for (int k = 0; k < ROUNDS; ++k) {
+      const int b = min(k * 32 + wt, OPS - 1) % BOXES;
       if constexpr (LOOKUP) {
         const unsigned t = unsigned(t0 + b * KV_TMA_BOX_ROWS);
         const unsigned page = unsigned(__ldg(src.pages + t / PAGE_SIZE));
-        kv_slot = page < unsigned(p.num_pages) ? page * PAGE_SIZE + t % PAGE_SIZE : 0xffffffffu;
+        kv_slot[k] = page < unsigned(p.num_pages) ? page * PAGE_SIZE + t % PAGE_SIZE : 0xffffffffu;
       } else {
-        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(kv_slot) : "r"(rows_tab + b * KV_TMA_BOX_ROWS * 4) : "memory");
+        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(kv_slot[k]) : "r"(rows_tab + b * KV_TMA_BOX_ROWS * 4) : "memory");
       }
-      kd_tma_load_2d(i0 + wt < OPS, slot + c * K_BLOCK_BYTES + b * KV_TMA_BOX_ROWS * ROW_BYTES, tma.map, c * ROW_ELEMS,
-                     kv_slot == 0xffffffffu ? 0 : int(kv_slot), bar);
+    }
+  }
+  kd_mbar_arrive(bar, wt == 0, (range_hi(R) - range_lo(R)) * K_BLOCK_BYTES);
+  if (issuer) {
+    __syncwarp();  // the expected bytes are set before a box can complete
+#pragma unroll
+    for (int k = 0; k < ROUNDS; ++k) {
+      const int i = min(k * 32 + wt, OPS - 1);
+      const int c = range_lo(R) + i / BOXES, b = i % BOXES;
+      kd_tma_load_2d(k * 32 + wt < OPS, slot + c * K_BLOCK_BYTES + b * KV_TMA_BOX_ROWS * ROW_BYTES, tma.map,
+                     c * ROW_ELEMS, kv_slot[k] == 0xffffffffu ? 0 : int(kv_slot[k]), bar);
     }
   }
 }
