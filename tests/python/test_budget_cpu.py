@@ -271,6 +271,50 @@ def test_policy_tries_a_larger_budget_only_when_it_could_pay():
     assert pol.best(1) == 8
 
 
+def test_policy_keeps_what_no_round_observes():
+    """A budget measured once and then never run keeps its measured gain: its sums decay only with new
+    observations of it (a per-round decay faded them back to the optimistic bound, and auto re-tried the larger
+    tree every few dozen rounds). A round that observes a budget through a quarter of the batch forgets a
+    quarter of a round's worth."""
+    budgets = (4, 8)
+    costs = _cost_table(4, budgets, (1.0, 1.2))
+    pol = kb.BudgetPolicy(budgets, costs)
+    pol.requests(4)
+    for _ in range(10):  # rounds at 8: 1 token at 4, the same at 8
+        pol.add([[1, 1]] * 4, [True] * 4, 8)
+    assert pol.best(4) == 4
+    c8 = pol.C[1]
+    for _ in range(300):
+        pol.add([[1, 1]] * 4, [True] * 4, 4)
+        assert pol.best(4) == 4
+    assert pol.C[1] == c8 and pol.estimates()[1] - pol.estimates()[0] < 0.2
+    c4 = pol.C[0]
+    pol.add([[1, 1]] * 4, [True, False, False, False], 4)
+    assert pol.C[0] == pytest.approx(c4 * pol.decay ** 0.25 + 1)
+
+
+def test_policy_scales_a_slow_requests_unmeasured_gain():
+    """The batch gains 1 token from 8 over 4 (measured by an earlier batch); a new batch's slow request accepts
+    nothing at 4 and has not run 8 yet. Its gain is taken in proportion to its own rate at 4, not as the batch's
+    whole token: the batch's finishing time (the slow request's) is shortest at 4 when 8 costs 1.5x."""
+    budgets = (4, 8)
+    costs = _cost_table(2, budgets, (1.0, 1.5))
+    pol = kb.BudgetPolicy(budgets, costs)
+    pol.requests(2)
+    for _ in range(20):
+        pol.add([[2, 3], [2, 3]], [True, True], 8)
+    pol.requests(2)
+    for _ in range(20):
+        pol.add([[3, 3], [0, 0]], [True, True], 4)
+    pol.choice = None
+    assert pol.best(2, remaining=[100, 100]) == 4
+    # unscaled, the slow request would be credited the batch's token: 1 + a(8) = 2.3 against 1.3 -> 8
+    a = pol.estimates()
+    slow_unscaled = (pol.rS[1, 0] + pol.shrink * a[0]) / (pol.rC[1, 0] + pol.shrink) + (a[1] - a[0])
+    slow_4 = (pol.rS[1, 0] + pol.shrink * a[0]) / (pol.rC[1, 0] + pol.shrink)
+    assert 1.5 / (1 + slow_unscaled) < 1.0 / (1 + slow_4)
+
+
 def test_policy_minimises_the_batchs_finishing_time():
     """Two requests: a fast one that gains from a larger tree and a slow one that does not. The mean rate
     prefers 8, but the batch ends with the slow request, which prefers 4."""
