@@ -366,7 +366,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 
     // Q, then the first pair's tiles (the slots start free), each range by its filler.
     bool bad_page = false;
-    const KvSource kv_src = wgmma_kv_source(p, sg.b);
+    const KvSource kv_src = kv_source(p, sg.b, 0);  // MLA: K rows, V their first HEAD_DIM_V dims
     load_q_latent(p, req, row0, rows_total, sq);
     kd_cp_async_commit();
     kd_u32 qr[ROPE_STEPS][4];

@@ -152,17 +152,4 @@ static __device__ __forceinline__ void exchange_row_max(float (&mx)[2], float* r
   for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], red[(1 - WG) * BLOCK_M + r_lo + 8 * h]);
 }
 
-// ---- A segment's start, the same in both kernels.
-
-// The request's cache (MLA: K rows, V their first HEAD_DIM_V dims) and page-table row.
-static __device__ __forceinline__ KvSource wgmma_kv_source(const kdtree_verify_params& p, int b) {
-  KvSource src;
-  src.k_base = (const char*)p.k_cache;
-  src.v_base = src.k_base;
-  src.k_slot_bytes = (unsigned long long)HEAD_DIM * KV_ELEM_BYTES;
-  src.v_slot_bytes = src.k_slot_bytes;
-  src.pages = p.page_table + (long long)b * p.max_pages_per_req;
-  return src;
-}
-
 #endif  // KDTREE_VERIFY_ATTENTION_WGMMA_COMMON_CUH

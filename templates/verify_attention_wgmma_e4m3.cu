@@ -490,7 +490,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
 
     // The first pair's tiles (the slots start free), each range by its filler, then Q.
     bool bad_page = false;
-    const KvSource kv_src = wgmma_kv_source(p, sg.b);
+    const KvSource kv_src = kv_source(p, sg.b, 0);  // MLA: K rows, V their first HEAD_DIM_V dims
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) {
       if (s < n_tiles) {
