@@ -42,6 +42,13 @@ def _cost_table(batch, budgets, seconds):
     return costs
 
 
+def _policy(batch, budgets, seconds):
+    """A BudgetPolicy over `budgets` with _cost_table's row for `batch`, its requests' statistics sized for it."""
+    pol = kb.BudgetPolicy(budgets, _cost_table(batch, budgets, seconds))
+    pol.requests(batch)
+    return pol
+
+
 @pytest.mark.parametrize("B,D,K,seed,ties", CASES)
 def test_prefix_tree_equals_tree_built_at_that_budget(B, D, K, seed, ties):
     dt, dlp = _draft(B, D, K, seed, ties)
@@ -245,14 +252,11 @@ def test_policy_learns_what_the_drafter_probabilities_cannot_tell():
     drafter whose probabilities would promise gains from every larger tree) -> 8; then a batch whose paths run
     deep into the best-first order -> the largest budget worth its cost."""
     budgets = (4, 8, 16, 32)
-    costs = _cost_table(1, budgets, (1.0, 1.05, 1.1, 1.2))
-    pol = kb.BudgetPolicy(budgets, costs)
-    pol.requests(1)
+    pol = _policy(1, budgets, (1.0, 1.05, 1.1, 1.2))
     for _ in range(40):  # rounds at 32: 2 tokens at 4, 3 at 8 and above
         pol.add([[2, 3, 3, 3]], [True], 32)
     assert pol.best(1) == 8
-    pol = kb.BudgetPolicy(budgets, costs)
-    pol.requests(1)
+    pol = _policy(1, budgets, (1.0, 1.05, 1.1, 1.2))
     for _ in range(40):
         pol.add([[1, 2, 4, 7]], [True], 32)
     assert pol.best(1) == 32
@@ -260,9 +264,7 @@ def test_policy_learns_what_the_drafter_probabilities_cannot_tell():
 
 def test_policy_tries_a_larger_budget_only_when_it_could_pay():
     budgets = (4, 8, 16, 32)
-    costs = _cost_table(1, budgets, (1.0, 1.1, 1.2, 2.0))
-    pol = kb.BudgetPolicy(budgets, costs)
-    pol.requests(1)
+    pol = _policy(1, budgets, (1.0, 1.1, 1.2, 2.0))
     for _ in range(30):  # only 4 and 8 observed; 8 gains 1 token over 4 -> 16 may gain as much: try it
         pol.add([[1, 2, 2, 2]], [True], 8)
     assert pol.best(1) == 16
@@ -277,9 +279,7 @@ def test_policy_keeps_what_no_round_observes():
     tree every few dozen rounds). A round that observes a budget through a quarter of the batch forgets a
     quarter of a round's worth."""
     budgets = (4, 8)
-    costs = _cost_table(4, budgets, (1.0, 1.2))
-    pol = kb.BudgetPolicy(budgets, costs)
-    pol.requests(4)
+    pol = _policy(4, budgets, (1.0, 1.2))
     for _ in range(10):  # rounds at 8: 1 token at 4, the same at 8
         pol.add([[1, 1]] * 4, [True] * 4, 8)
     assert pol.best(4) == 4
@@ -298,9 +298,7 @@ def test_policy_scales_a_slow_requests_unmeasured_gain():
     nothing at 4 and has not run 8 yet. Its gain is taken in proportion to its own rate at 4, not as the batch's
     whole token: the batch's finishing time (the slow request's) is shortest at 4 when 8 costs 1.5x."""
     budgets = (4, 8)
-    costs = _cost_table(2, budgets, (1.0, 1.5))
-    pol = kb.BudgetPolicy(budgets, costs)
-    pol.requests(2)
+    pol = _policy(2, budgets, (1.0, 1.5))
     for _ in range(20):
         pol.add([[2, 3], [2, 3]], [True, True], 8)
     pol.requests(2)
@@ -319,9 +317,7 @@ def test_policy_minimises_the_batchs_finishing_time():
     """Two requests: a fast one that gains from a larger tree and a slow one that does not. The mean rate
     prefers 8, but the batch ends with the slow request, which prefers 4."""
     budgets = (4, 8)
-    costs = _cost_table(2, budgets, (1.0, 1.2))
-    pol = kb.BudgetPolicy(budgets, costs)
-    pol.requests(2)
+    pol = _policy(2, budgets, (1.0, 1.2))
     for _ in range(60):
         pol.add([[3, 6], [1, 1]], [True, True], 8)
     # the mean rate: (1 + 2) / 1.0 = 3.0 at 4, (1 + 3.5) / 1.2 = 3.75 at 8; the slow request: 2 / 1.0 at 4, 2 / 1.2 at 8
