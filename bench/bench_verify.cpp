@@ -12,8 +12,12 @@
 // 1-byte caches (random scales; bytes counted with 1-byte KV) in a row of their own,
 // "NAME,e4m3", whose vs_bf16 column is the as_q row's time over its own.
 //
+// --prefix N replaces every shape's prefix length (its name gets "@N"), --splits S forces
+// num_splits (0 = the planner's choice): the two axes that separate a kernel's per-tile
+// rate from its fixed costs.
+//
 // usage: bench_verify [--json FILE] [--iters N] [--tflops R] [--gbps B] [--shape NAME_OR_PREFIX]
-//                     [--kv-dtype both|as_q|e4m3]
+//                     [--kv-dtype both|as_q|e4m3] [--prefix N] [--splits S]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -76,6 +80,7 @@ int main(int argc, char** argv) {
   const char* json_path = nullptr;
   const char* only = nullptr;
   int iters = 50;
+  int prefix_override = 0, forced_splits = 0;
   std::string kv_choice = "both";
   double tflops = 647.0, gbps = 4270.0;  // H200: mma.sync bf16 issue rate; copy bandwidth
   for (int i = 1; i < argc; ++i) {
@@ -91,6 +96,10 @@ int main(int argc, char** argv) {
       only = argv[++i];
     else if (!std::strcmp(argv[i], "--kv-dtype") && i + 1 < argc)
       kv_choice = argv[++i];
+    else if (!std::strcmp(argv[i], "--prefix") && i + 1 < argc)
+      prefix_override = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--splits") && i + 1 < argc)
+      forced_splits = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "bench_verify: unknown or incomplete option '%s'\n", argv[i]);
       return 2;
@@ -101,6 +110,10 @@ int main(int argc, char** argv) {
   if (kv_choice == "both" || kv_choice == "e4m3") kv_dtypes.push_back(KDTREE_KV_DTYPE_E4M3);
   if (kv_dtypes.empty()) {
     std::fprintf(stderr, "bench_verify: --kv-dtype '%s' is not both, as_q or e4m3\n", kv_choice.c_str());
+    return 2;
+  }
+  if (prefix_override < 0 || forced_splits < 0 || forced_splits > 65535) {
+    std::fprintf(stderr, "bench_verify: --prefix must be >= 0 and --splits 0..65535\n");
     return 2;
   }
   std::string why;
@@ -119,13 +132,19 @@ int main(int argc, char** argv) {
               "TFLOP/s", "KV_GB/s", "of_floor", "splits", "vs_triton", "vs_flmla", "vs_bf16");
   std::mt19937_64 rng(1234);
 
-  for (const Shape& s : kdtree::bench::kVerifyShapes) {
+  for (Shape s : kdtree::bench::kVerifyShapes) {
     if (only && std::strncmp(only, s.name, std::strlen(only))) continue;  // a name or a prefix
+    std::string base_name = s.name;
+    if (prefix_override > 0) {
+      s.prefix = prefix_override;
+      base_name += "@" + std::to_string(prefix_override);
+    }
+    if (forced_splits > 0) base_name += "/s" + std::to_string(forced_splits);
     double as_q_us = 0;  // this shape's 16-bit time, for the e4m3 row's vs_bf16
     for (const kdtree_kv_dtype kv_dtype : kv_dtypes) {
       const bool fp8 = kv_dtype == KDTREE_KV_DTYPE_E4M3;
       const int kv_elem_bytes = fp8 ? 1 : 2;
-      const std::string name = std::string(s.name) + (fp8 ? ",e4m3" : "");
+      const std::string name = base_name + (fp8 ? ",e4m3" : "");
       const int W = kdtree::bench::verify_width(s.nodes);
       const bool mla = s.head_qk == 576;
       const int kv_len = s.prefix + s.nodes;
@@ -181,6 +200,8 @@ int main(int argc, char** argv) {
       CUdeviceptr d_lse = alloc_upload(nullptr, size_t(total_nodes) * s.q_heads * 4);
       size_t ws_bytes = 0;
       CHECK_KD(kdtree_verify_workspace_size(rt, &spec, s.batch, total_nodes, kv_len, &ws_bytes));
+      if (forced_splits > 1)
+        ws_bytes = std::max(ws_bytes, size_t(forced_splits) * total_nodes * s.q_heads * (s.head_v + 1) * 4);
       CUdeviceptr d_ws = alloc_upload(nullptr, ws_bytes);
 
       kdtree_verify_args a{};
@@ -199,6 +220,7 @@ int main(int argc, char** argv) {
       a.lse = reinterpret_cast<float*>(d_lse);
       a.workspace = reinterpret_cast<void*>(d_ws);
       a.workspace_size = ws_bytes;
+      a.num_splits = forced_splits;
       if (fp8) {
         a.k_scale = k_scale;
         a.v_scale = v_scale;
@@ -276,7 +298,7 @@ int main(int argc, char** argv) {
       const kdtree::codegen::Arch& arch = kdtree::unwrap(rt).arch();
       const kdtree::VerifyPlan plan = kdtree::plan_verify(
           kdtree::codegen::generate_verify_attention(kdtree::codegen::validate_verify_spec(spec), arch).launch, arch,
-          spec, s.batch, total_nodes, kv_len, 0);
+          spec, s.batch, total_nodes, kv_len, forced_splits);
       const int splits = plan.num_splits, stream_ctas = plan.stream_ctas;
       char plan_text[16];
       if (stream_ctas > 0) {
@@ -300,8 +322,8 @@ int main(int argc, char** argv) {
             "\"head_qk\":%d,\"head_v\":%d,\"page\":%d,\"us\":%.2f,\"b2b_us\":%.2f,\"graph_us\":%.2f,\"floor_"
             "us\":%.2f,\"tflops\":%.1f,"
             "\"gbps\":%.0f,\"of_floor\":%.3f,\"splits\":%d,\"stream_ctas\":%d,\"sm\":%d,\"kv_dtype\":\"%s\"}\n",
-            s.name, s.batch, s.q_heads, s.kv_heads, s.nodes, s.prefix, s.head_qk, s.head_v, s.page, us, b2b_us,
-            graph_us, floor_us, achieved_tflops, achieved_gbps, floor_us / us, splits, stream_ctas, sm,
+            base_name.c_str(), s.batch, s.q_heads, s.kv_heads, s.nodes, s.prefix, s.head_qk, s.head_v, s.page, us,
+            b2b_us, graph_us, floor_us, achieved_tflops, achieved_gbps, floor_us / us, splits, stream_ctas, sm,
             kdtree::codegen::kv_dtype_name(kv_dtype));
       }
       api().cuEventDestroy(e0);

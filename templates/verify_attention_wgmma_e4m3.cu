@@ -55,6 +55,7 @@ constexpr int V_COLS = HEAD_DIM_V / WGS;      // a warpgroup's O columns (O^T ro
 constexpr int O_BLOCKS = V_COLS / 64;         // its m64 blocks of O^T
 constexpr int ROPE_STEPS = (HEAD_DIM - HEAD_DIM_V) / 32;  // k32 steps with Q from registers
 constexpr int PV_STEPS = BLOCK_N / 32;
+constexpr int STAGE_STRIDE = HEAD_DIM_V + 4;  // floats a staged O row: a warp's 4 rows of 64 bytes in distinct banks
 static_assert(IS_MLA && KV_FP8 && MMA_E4M3, "the wgmma e4m3 kernel: MLA over e4m3 caches");
 static_assert(BLOCK_M == 64 && WARPS_M == 4 && WARP_ROWS == 16 && WGS == 2 && WARPS_N == WGS,
               "two warpgroups, each all 64 rows (wgmma m64)");
@@ -66,6 +67,7 @@ static_assert(SMEM_K == V_BLOCKS * Q_BLOCK_BYTES && SMEM_P == SMEM_K + SLOTS * K
                   SMEM_SCALE >= SMEM_RED + WGS * BLOCK_M * 4 && SMEM_BAR >= SMEM_SCALE + (WGS + 1) * BLOCK_M * 4 &&
                   SMEM_ROWS >= SMEM_BAR + SLOTS * RANGES * 8 && SMEM_WALK >= SMEM_ROWS + SLOTS * BLOCK_N * 4,
               "the generator's layout");
+static_assert(BLOCK_M * STAGE_STRIDE * 4 <= SLOTS * K_SLOT_BYTES, "O's rows staged in the K slots");
 static_assert(SMEM_K % 1024 == 0 && K_SLOT_BYTES % 1024 == 0 && SMEM_P % 1024 == 0 && SMEM_P1 % 1024 == 0,
               "swizzle atoms are 1024-aligned");
 static_assert(SMEM_BAR % 8 == 0, "mbarriers are 8-byte aligned");
@@ -132,10 +134,12 @@ static __device__ __forceinline__ void load_q_e4m3(const kdtree_verify_params& p
 
 // Q's rope dims of this thread's two rows as the A fragments of the rope k32 steps
 // (kd_wgmma_m64n64k32_e4m3_rs): qr[k][h] row r_lo + 8h, dims 32k + 4t .. + 3 of the
-// rope, qr[k][2 + h] the same 16 dims on; quantised with the rows' scales (inv_scale).
-static __device__ __forceinline__ void load_q_rope_e4m3(const kdtree_verify_params& p, const Request& req, int row0,
-                                                        int rows_total, int r_lo, const float (&inv_scale)[2],
-                                                        kd_u32 (&qr)[ROPE_STEPS][4]) {
+// rope, qr[k][2 + h] the same 16 dims on. Loaded (load_q_rope_raw) with Q's latent
+// dims, so that one memory round trip starts a segment rather than two; quantised
+// with the rows' scales once they are known (pack_q_rope).
+using QRopeRaw = uint2[2][ROPE_STEPS][2];  // [row half h][k][16-dim half]
+static __device__ __forceinline__ void load_q_rope_raw(const kdtree_verify_params& p, const Request& req, int row0,
+                                                       int rows_total, int r_lo, QRopeRaw& raw) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -146,8 +150,19 @@ static __device__ __forceinline__ void load_q_rope_e4m3(const kdtree_verify_para
 #pragma unroll
     for (int k = 0; k < ROPE_STEPS; ++k) {
 #pragma unroll
+      for (int half = 0; half < 2; ++half) raw[h][k][half] = ok ? __ldg(src + (k * 32 + half * 16) / 4) : make_uint2(0u, 0u);
+    }
+  }
+}
+static __device__ __forceinline__ void pack_q_rope(const QRopeRaw& raw, const float (&inv_scale)[2],
+                                                   kd_u32 (&qr)[ROPE_STEPS][4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int k = 0; k < ROPE_STEPS; ++k) {
+#pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const uint2 v = ok ? __ldg(src + (k * 32 + half * 16) / 4) : make_uint2(0u, 0u);
+        const uint2 v = raw[h][k][half];
         const float s = inv_scale[h];
         qr[k][2 * half + h] = kd_e4m3x4_pack(kd_16_to_float(v.x) * s, kd_16_to_float(v.x >> 16) * s,
                                              kd_16_to_float(v.y) * s, kd_16_to_float(v.y >> 16) * s);
@@ -245,7 +260,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
                                                    int row0, int rows_total, int t_begin, int t_end,
                                                    int (&fills)[SLOTS], const kd_u32 (&qr)[ROPE_STEPS][4],
                                                    const float (&row_scale)[2], const kd_u64 (&words)[2][MASK_WORDS],
-                                                   bool bad_page, kd_u32 sq, float* red, float* sc) {
+                                                   bool bad_page, kd_u32 sq, float* red, float* sc, float* stage) {
   const int wt = threadIdx.x % WG_THREADS;
   const int lane = threadIdx.x % 32;
   const int w = (threadIdx.x / 32) % 4;
@@ -384,40 +399,58 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
     l_row += __shfl_xor_sync(0xffffffffu, l_row, 2);
     if (lane % 4 == 0) red[WG * BLOCK_M + r_lo + 8 * h] = l_row;
   }
-  const bool poisoned = bad_page_seen(p, bad_page);  // (synchronises the CTA)
 
-  // ---- writing rows: O^T column 8i + 2t + e is row r = 8i + 2t + e, dims 2j and
-  // 2j + 1 of each 16-dim warp slice; 16-bit out and natural-log LSE, or a split's /
-  // stream-K slot's fp32 partials and log2-domain LSE, as write_row.
-  const Segment target = segment_target(walk);
-  const bool partial = target.partial_split >= 0 || target.partial_slot >= 0;
+  // (Synchronises the CTA: both warpgroups' last PV has read its V^T from the slots.)
+  const bool poisoned = bad_page_seen(p, bad_page);
+
+  // ---- O staged as fp32 rows in the idle K slots: O^T column 8i + 2t + e is row
+  // 8i + 2t + e, dims 2j and 2j + 1 (j = lane / 4) of each 16-dim warp slice. A
+  // thread holds pieces of 16 rows, and writing them from registers took a per-row
+  // epilogue unrolled 16 times (about 30 KB of SASS run once a segment: 11 us on the
+  // H200, with or without its stores); from shared memory one warp writes a whole
+  // row, and the epilogue takes 3.5 us.
   const int dim_lo = WG * V_COLS + w * 16 + 2 * (lane / 4);
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int r = 8 * i + 2 * (lane % 4) + e;
-      const int gr = row0 + r;
-      if (gr >= rows_total) continue;
-      const float l = red[r] + red[BLOCK_M + r];
-      float inv = l > 0.f ? 1.f / l : 0.f;
-      if (poisoned) inv = KD_NAN;
-      const long long orow = out_row(p, req.node_base, gr, 0);
-      if (partial) {
-        float* po = p.partial_o + partial_row(p, target, r, orow) * HEAD_DIM_V + dim_lo;
-        inv *= p.v_scale;
+      float* srow = stage + (8 * i + 2 * (lane % 4) + e) * STAGE_STRIDE + dim_lo;
 #pragma unroll
-        for (int mb = 0; mb < O_BLOCKS; ++mb) *(float2*)(po + mb * 64) = make_float2(o[mb][i][e] * inv, o[mb][i][2 + e] * inv);
-      } else {
-        if (l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
-        inv *= p.v_scale;
-        kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V + dim_lo;
+      for (int mb = 0; mb < O_BLOCKS; ++mb) *(float2*)(srow + mb * 64) = make_float2(o[mb][i][e], o[mb][i][2 + e]);
+    }
+  }
+  __syncthreads();  // every row's two halves are staged
+
+  // ---- writing rows, a warp per row, 4 dims a lane: 16-bit out and natural-log LSE,
+  // or a split's / stream-K slot's fp32 partials and log2-domain LSE, as write_row.
+  const Segment target = segment_target(walk);
+  const bool partial = target.partial_split >= 0 || target.partial_slot >= 0;
+#pragma unroll 1
+  for (int r = threadIdx.x / 32; r < BLOCK_M && row0 + r < rows_total; r += THREADS / 32) {
+    const float l = red[r] + red[BLOCK_M + r];
+    float inv = l > 0.f ? 1.f / l : 0.f;
+    if (poisoned) inv = KD_NAN;
+    if (!partial && l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
+    inv *= p.v_scale;
+    const long long orow = out_row(p, req.node_base, row0 + r, 0);
+    const float* srow = stage + r * STAGE_STRIDE;
+    if (partial) {
+      float* po = p.partial_o + partial_row(p, target, r, orow) * HEAD_DIM_V;
 #pragma unroll
-        for (int mb = 0; mb < O_BLOCKS; ++mb)
-          *(kd_u32*)(out + mb * 64) = kd_pack2<IS_BF16>(o[mb][i][e] * inv, o[mb][i][2 + e] * inv);
+      for (int c = lane * 4; c < HEAD_DIM_V; c += 128) {
+        const float4 v = *(const float4*)(srow + c);
+        *(float4*)(po + c) = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
+      }
+    } else {
+      kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V;
+#pragma unroll
+      for (int c = lane * 4; c < HEAD_DIM_V; c += 128) {
+        const float4 v = *(const float4*)(srow + c);
+        *(uint2*)(out + c) = make_uint2(kd_pack2<IS_BF16>(v.x * inv, v.y * inv), kd_pack2<IS_BF16>(v.z * inv, v.w * inv));
       }
     }
   }
+  kd_fence_proxy_async();  // these reads of the slots before the next segment's copies into them
   if (WG == 0 && lane % 4 == 0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -443,6 +476,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   float* red = (float*)(smem_raw + SMEM_RED);  // [WGS][BLOCK_M]: row maxima, then row sums
   float* sc = (float*)(smem_raw + SMEM_SCALE);
   float* q_scale = sc + WGS * BLOCK_M;
+  float* stage = (float*)(smem_raw + SMEM_K);  // the epilogue's O rows, once a segment's tiles are done
   const kd_u32 sq = kd_smem_addr(smem_raw);
   const kd_u32 sk = sq + SMEM_K;
   const kd_u32 bar0 = sq + SMEM_BAR;  // slot s, range r at bar0 + (s * RANGES + r) * 8
@@ -502,11 +536,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         if (wg == s % 2) load_kv_range<2, true>(p, kv_src, t0, t_end, slot, bars + 16, rows, wt, bad_page);
       }
     }
+    // Q's rope dims and the rows' mask words load with its latent dims (one round trip).
+    QRopeRaw rope_raw;
+    load_q_rope_raw(p, req, row0, rows_total, r_lo, rope_raw);
+    kd_u64 words[2][MASK_WORDS];
+    row_mask_words(p, req, row0, rows_total, r_lo, words);
     load_q_e4m3(p, req, row0, rows_total, sq, q_scale);
     kd_fence_proxy_async();
     __syncthreads();
 
-    // This thread's two rows: scales, rope fragments and mask words.
+    // This thread's two rows: scales and rope fragments.
     float row_scale[2], inv_scale[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -515,16 +554,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
       inv_scale[h] = 1.f / qs;
     }
     kd_u32 qr[ROPE_STEPS][4];
-    load_q_rope_e4m3(p, req, row0, rows_total, r_lo, inv_scale, qr);
-    kd_u64 words[2][MASK_WORDS];
-    row_mask_words(p, req, row0, rows_total, r_lo, words);
+    pack_q_rope(rope_raw, inv_scale, qr);
 
     if (wg == 0) {
       run_segment<0>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, row_scale, words,
-                     bad_page, sq, red, sc);
+                     bad_page, sq, red, sc, stage);
     } else {
       run_segment<1>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, row_scale, words,
-                     bad_page, sq, red, sc);
+                     bad_page, sq, red, sc, stage);
     }
   }  // segments
 }
