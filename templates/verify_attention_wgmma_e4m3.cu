@@ -134,9 +134,8 @@ static __device__ __forceinline__ void load_q_e4m3(const kdtree_verify_params& p
 
 // Q's rope dims of this thread's two rows as the A fragments of the rope k32 steps
 // (kd_wgmma_m64n64k32_e4m3_rs): qr[k][h] row r_lo + 8h, dims 32k + 4t .. + 3 of the
-// rope, qr[k][2 + h] the same 16 dims on. Loaded (load_q_rope_raw) with Q's latent
-// dims, so that one memory round trip starts a segment rather than two; quantised
-// with the rows' scales once they are known (pack_q_rope).
+// rope, qr[k][2 + h] the same 16 dims on: loaded with Q's latent dims
+// (load_q_rope_raw), quantised once the rows' scales are known (pack_q_rope).
 using QRopeRaw = uint2[2][ROPE_STEPS][2];  // [row half h][k][16-dim half]
 static __device__ __forceinline__ void load_q_rope_raw(const kdtree_verify_params& p, const Request& req, int row0,
                                                        int rows_total, int r_lo, QRopeRaw& raw) {
@@ -536,7 +535,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
         if (wg == s % 2) load_kv_range<2, true>(p, kv_src, t0, t_end, slot, bars + 16, rows, wt, bad_page);
       }
     }
-    // Q's rope dims and the rows' mask words load with its latent dims (one round trip).
+    // Q's rope dims and the rows' mask words load with its latent dims.
     QRopeRaw rope_raw;
     load_q_rope_raw(p, req, row0, rows_total, r_lo, rope_raw);
     kd_u64 words[2][MASK_WORDS];
