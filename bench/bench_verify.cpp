@@ -200,8 +200,7 @@ int main(int argc, char** argv) {
       CUdeviceptr d_lse = alloc_upload(nullptr, size_t(total_nodes) * s.q_heads * 4);
       size_t ws_bytes = 0;
       CHECK_KD(kdtree_verify_workspace_size(rt, &spec, s.batch, total_nodes, kv_len, &ws_bytes));
-      if (forced_splits > 1)
-        ws_bytes = std::max(ws_bytes, size_t(forced_splits) * total_nodes * s.q_heads * (s.head_v + 1) * 4);
+      if (forced_splits > 0) ws_bytes = kdtree::verify_workspace_bytes(spec, total_nodes, forced_splits);
       CUdeviceptr d_ws = alloc_upload(nullptr, ws_bytes);
 
       kdtree_verify_args a{};
