@@ -57,6 +57,7 @@ void load() {
       bind(lib, a.cuGraphLaunch, "cuGraphLaunch") && bind(lib, a.cuGraphExecDestroy, "cuGraphExecDestroy") &&
       bind(lib, a.cuGraphDestroy, "cuGraphDestroy");
   if (!ok) return;
+  a.cuLaunchKernelEx = reinterpret_cast<decltype(a.cuLaunchKernelEx)>(dlsym(lib, "cuLaunchKernelEx"));
   a.cuTensorMapEncodeTiled = reinterpret_cast<decltype(a.cuTensorMapEncodeTiled)>(dlsym(lib, "cuTensorMapEncodeTiled"));
   CUresult r = a.cuInit(0);
   if (r != CUDA_SUCCESS) {

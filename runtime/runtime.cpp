@@ -2,6 +2,7 @@
 
 #include <nvrtc.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <regex>
 #include <sstream>
@@ -176,6 +177,9 @@ void Engine::ensure_device() {
   CUcontext ctx = nullptr;
   driver::check(api.cuDevicePrimaryCtxRetain(&ctx, cu_device_), "cuDevicePrimaryCtxRetain");
   arch_ = arch;
+  // KDTREE_PDL=0 launches every kernel the ordinary way (a tuning and test override).
+  const char* pdl = std::getenv("KDTREE_PDL");
+  programmatic_launch_ = arch.sm >= 90 && api.cuLaunchKernelEx && !(pdl && std::string(pdl) == "0");
   arch_known_ = true;
   context_ = ctx;
 }
@@ -275,6 +279,24 @@ CUfunction Module::function(const std::string& entry, int dynamic_smem) {
 void Engine::launch(CUfunction fn, const LaunchDims& d, void** args, CUstream stream, const char* what) {
   make_current();
   if (d.grid_x == 0 || d.grid_y == 0 || d.grid_z == 0) return;  // nothing to do
+  if (d.overlap_previous && programmatic_launch_) {
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = d.grid_x;
+    config.gridDimY = d.grid_y;
+    config.gridDimZ = d.grid_z;
+    config.blockDimX = d.block_x;
+    config.blockDimY = d.block_y;
+    config.blockDimZ = d.block_z;
+    config.sharedMemBytes = d.dynamic_smem;
+    config.hStream = stream;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    driver::check(driver::api().cuLaunchKernelEx(&config, fn, args, nullptr), what);
+    return;
+  }
   driver::check(driver::api().cuLaunchKernel(fn, d.grid_x, d.grid_y, d.grid_z, d.block_x, d.block_y, d.block_z,
                                              d.dynamic_smem, stream, args, nullptr),
                 what);

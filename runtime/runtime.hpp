@@ -62,6 +62,10 @@ struct LaunchDims {
   unsigned grid_x = 1, grid_y = 1, grid_z = 1;
   unsigned block_x = 1, block_y = 1, block_z = 1;
   unsigned dynamic_smem = 0;
+  // The kernel may start while the stream's previous kernel finishes (programmatic
+  // dependent launch, sm_90+ only): it must call kd_grid_dependency_wait before
+  // reading what that kernel writes, in every CTA. Elsewhere an ordinary launch.
+  bool overlap_previous = false;
 };
 
 class Engine {
@@ -92,6 +96,13 @@ class Engine {
   // Launches on `stream` (no host synchronisation). Throws naming `what`.
   void launch(CUfunction fn, const LaunchDims& dims, void** args, CUstream stream, const char* what);
 
+  // Whether LaunchDims::overlap_previous takes effect: sm_90+ with a driver that has
+  // cuLaunchKernelEx, unless KDTREE_PDL=0 (loads the driver).
+  bool programmatic_launch() {
+    ensure_device();
+    return programmatic_launch_;
+  }
+
   // Makes the runtime's context current on the calling thread (loads the driver).
   void make_current();
 
@@ -103,6 +114,7 @@ class Engine {
   std::unique_ptr<cache::DiskCache> cache_;
   codegen::Arch arch_;
   std::atomic<bool> arch_known_{false};
+  bool programmatic_launch_ = false;  // LaunchDims::overlap_previous takes effect here
   CUdevice cu_device_ = 0;
   CUcontext context_ = nullptr;
   std::mutex mutex_;

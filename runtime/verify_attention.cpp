@@ -316,8 +316,21 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
     combine.grid_x = plan.combine_grid_x;
     combine.grid_y = plan.combine_grid_y;
     combine.block_x = static_cast<unsigned>(launch.combine_threads);
+    combine.overlap_previous = true;  // its CTAs start while the main kernel's last ones run
+    if (rt.programmatic_launch()) {
+      // Overlapped, the combine's CTAs are placed as the main kernel's exit, and the
+      // scheduler packs each SM it frees first to the combine's occupancy: a small
+      // grid (B=1 H=16 n=16: 256 CTAs) then ran on a fifth of the SMs, 5 us slower
+      // than launched after the main kernel. Shared memory the combine does not
+      // use caps an SM at the grid's even share.
+      const codegen::Arch& arch = rt.arch();
+      const long long per_sm = ceil_div((long long)combine.grid_x * combine.grid_y, arch.num_sms);
+      const long long pad = (long long)arch.max_smem_per_sm / per_sm - 1024;  // 1 KB reserved per CTA
+      combine.dynamic_smem = static_cast<unsigned>(std::clamp<long long>(pad, 0, arch.max_smem_per_block));
+    }
     const char* entry = plan.stream_ctas > 0 ? "kdtree_verify_combine_stream" : "kdtree_verify_combine";
-    rt.launch(module.function(entry), combine, args, stream, "launching the split combine");
+    rt.launch(module.function(entry, static_cast<int>(combine.dynamic_smem)), combine, args, stream,
+              "launching the split combine");
   }
 }
 

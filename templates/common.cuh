@@ -83,4 +83,21 @@ static __device__ __forceinline__ float kd_log2(float x) {
   return y;
 }
 
+// Programmatic dependent launch (sm_90+; no-ops below, where the runtime launches
+// the next kernel the ordinary way). A kernel that signals lets the stream's next
+// kernel, launched with programmatic stream serialization, start its CTAs (and
+// whatever precedes its wait) while this grid finishes; kd_grid_dependency_wait
+// returns once the previous grid has completed and its writes are visible.
+static __device__ __forceinline__ void kd_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void kd_grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 #endif  // KDTREE_COMMON_CUH

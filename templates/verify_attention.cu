@@ -268,6 +268,7 @@ static __device__ __forceinline__ bool online_softmax(float (&s)[MF][S_TILES][4]
 // (register assignment and schedule, measured), which this kernel's performance
 // model reads.
 extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p) {
+  kd_launch_dependents();  // the split combine may launch now; it waits for this grid's writes
   // The carve-up is the generator's (verify_smem_layout), which also sizes the launch.
   extern __shared__ __align__(128) unsigned char smem_raw[];
   kd_u16* sq = (kd_u16*)smem_raw;

@@ -82,6 +82,9 @@ static __device__ __forceinline__ void merge_row(const kdtree_verify_params& p, 
 extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_combine(const kdtree_verify_params p) {
   const long long rows = (long long)p.total_nodes * p.num_q_heads;
   const Request req = load_request(p, blockIdx.y);
+  // The request's bounds are inputs, read while the main kernel finishes; every CTA
+  // waits for it, so this grid never completes before the main kernel does.
+  kd_grid_dependency_wait();
   if (!req.valid) return;  // the main kernel wrote its rows as NaN
   const int splits = min(p.num_splits, (req.kv_len + p.split_tokens - 1) / p.split_tokens);
   const int req_rows = req.n_nodes * p.num_q_heads;

@@ -12,6 +12,7 @@
 // item has few pieces: small batches keep the registers low and the SMs full.
 extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) kdtree_verify_combine_stream(const kdtree_verify_params p) {
   constexpr int GROUPS = BLOCK_M / COMBINE_ROWS;
+  kd_grid_dependency_wait();  // the CutItem records and partials are the main kernel's (every CTA waits)
   const CutItem cut = ((const CutItem*)p.cut_items)[blockIdx.x / GROUPS + 1];
   if (!cut.merge) return;
   const int r = (blockIdx.x % GROUPS) * COMBINE_ROWS + threadIdx.x / COMBINE_ROW_THREADS;

@@ -726,6 +726,7 @@ static __device__ __forceinline__ void segment8(const kdtree_verify_params& p, c
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p) {
+  kd_launch_dependents();  // the split combine may launch now; it waits for this grid's writes
   extern __shared__ __align__(128) unsigned char smem_raw[];
   float* spart = (float*)(smem_raw + SMEM_PART_S);         // [WARPS_M][WARPS_N][WARP_ROWS][BLOCK_N]
   kd_u16* sp = (kd_u16*)(smem_raw + SMEM_P);            // [BLOCK_M][BLOCK_N]

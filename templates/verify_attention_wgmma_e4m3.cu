@@ -471,6 +471,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p,
                                                                            const __grid_constant__ kdtree_kv_tma kv_tma) {
+  kd_launch_dependents();  // the split combine may launch now; it waits for this grid's writes
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   float* red = (float*)(smem_raw + SMEM_RED);  // [WGS][BLOCK_M]: row maxima, then row sums
   float* sc = (float*)(smem_raw + SMEM_SCALE);

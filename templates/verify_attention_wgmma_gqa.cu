@@ -472,6 +472,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS + WG_THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p) {
+  kd_launch_dependents();  // the split combine may launch now; it waits for this grid's writes
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const kd_u32 sq = kd_smem_addr(smem_raw);
   if (threadIdx.x == 0) {
