@@ -154,7 +154,8 @@ class Model:
             # Each combine thread holds 8 splits' loads in flight per round trip;
             # the partials were just written and are read from L2.
             batches = math.ceil(max(1, pieces) / 8) * max(1, plan["head_v"] // 512)
-            combine_us = (r["launch_us"] + batches * r["mem_latency"] / clk * 1e6 +
+            launch_us = r["launch_us"] - (r["pdl_combine_saving_us"] if r["programmatic_launch"] else 0.0)
+            combine_us = (launch_us + batches * r["mem_latency"] / clk * 1e6 +
                           (partial_bytes + rows * plan["head_v"] * 2) / r["l2_bytes_per_s"] * 1e6)
         total = r["launch_us"] + main_us + combine_us
         if waves * tiles * first.cycles_per_tile < 0.5 * cycles and binding != "DRAM":
