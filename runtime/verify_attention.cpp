@@ -134,6 +134,22 @@ size_t verify_stream_workspace_bytes(const kdtree_verify_spec& s, int block_m, i
   return verify_stream_workspace(s, block_m, stream_ctas).bytes;
 }
 
+namespace {
+
+// The combine's CTAs, launched overlapped, are placed as the main kernel's exit, and
+// the scheduler fills each SM it frees first to the combine's occupancy: a small
+// grid (sm_90, B=1 H=16 n=16: 256 CTAs) then ran on a fifth of the SMs, 5 us slower
+// than launched after the main kernel. Requesting max_smem_per_sm / (its even share)
+// caps an SM at that share.
+void spread_combine(VerifyPlan& plan, const codegen::Arch& arch) {
+  if (arch.sm < 90 || plan.combine_grid_x == 0) return;
+  const long long per_sm = ceil_div((long long)plan.combine_grid_x * plan.combine_grid_y, arch.num_sms);
+  const long long pad = (long long)arch.max_smem_per_sm / per_sm - 1024;  // 1 KB reserved per CTA
+  plan.combine_dynamic_smem = static_cast<unsigned>(std::clamp<long long>(pad, 0, arch.max_smem_per_block));
+}
+
+}  // namespace
+
 VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& s,
                        int batch_size, int total_nodes, int max_kv_len, int forced_splits) {
   if (launch.block_m < 1 || launch.block_n < 1 || launch.threads < 1) {
@@ -205,6 +221,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
       // A group of CTAs per boundary between stream-K CTAs, merging the rows of the item it cuts.
       plan.combine_grid_x = static_cast<unsigned>((stream_ctas - 1) * ceil_div(launch.block_m, launch.combine_rows));
     }
+    spread_combine(plan, arch);
     return plan;
   }
   VerifyPlan plan;
@@ -220,6 +237,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
     plan.combine_grid_x = static_cast<unsigned>(ceil_div(mean_rows, launch.combine_rows));
     plan.combine_grid_y = static_cast<unsigned>(batch_size);
   }
+  spread_combine(plan, arch);
   return plan;
 }
 
@@ -317,17 +335,7 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
     combine.grid_y = plan.combine_grid_y;
     combine.block_x = static_cast<unsigned>(launch.combine_threads);
     combine.overlap_previous = true;  // its CTAs start while the main kernel's last ones run
-    if (rt.programmatic_launch()) {
-      // Overlapped, the combine's CTAs are placed as the main kernel's exit, and the
-      // scheduler packs each SM it frees first to the combine's occupancy: a small
-      // grid (B=1 H=16 n=16: 256 CTAs) then ran on a fifth of the SMs, 5 us slower
-      // than launched after the main kernel. Shared memory the combine does not
-      // use caps an SM at the grid's even share.
-      const codegen::Arch& arch = rt.arch();
-      const long long per_sm = ceil_div((long long)combine.grid_x * combine.grid_y, arch.num_sms);
-      const long long pad = (long long)arch.max_smem_per_sm / per_sm - 1024;  // 1 KB reserved per CTA
-      combine.dynamic_smem = static_cast<unsigned>(std::clamp<long long>(pad, 0, arch.max_smem_per_block));
-    }
+    if (rt.programmatic_launch()) combine.dynamic_smem = plan.combine_dynamic_smem;
     const char* entry = plan.stream_ctas > 0 ? "kdtree_verify_combine_stream" : "kdtree_verify_combine";
     rt.launch(module.function(entry, static_cast<int>(combine.dynamic_smem)), combine, args, stream,
               "launching the split combine");

@@ -23,6 +23,10 @@ struct VerifyPlan {
   // (row blocks of a request, requests), stream-K on a 1-D grid.
   unsigned grid_x = 0, grid_y = 0, grid_z = 1;
   unsigned combine_grid_x = 0, combine_grid_y = 1;
+  // sm_90+: shared memory the combine requests and does not use, so that when it is
+  // launched overlapped with the main kernel (programmatic dependent launch) an SM
+  // takes at most its even share of the combine's CTAs; 0 elsewhere.
+  unsigned combine_dynamic_smem = 0;
 };
 
 // The host-known sizes of a call (batch_size, total_nodes, max_kv_len, a forced

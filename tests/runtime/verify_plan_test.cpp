@@ -57,6 +57,23 @@ TEST_CASE("verify_plan[mla576/512,sm_120]: stream-K where waves would be partial
   CHECK(forced.num_splits == 3);
 }
 
+TEST_CASE("verify_plan[mla576/512,sm_90]: the overlapped combine requests shared memory for its even share per SM") {
+  const ScopedSchedule unset("");
+  const codegen::Arch h200 = codegen::arch_from_sm(90);
+  // B=1 H=16 n=16 4K: 256 one-row combine CTAs on 132 SMs, at most 2 per SM.
+  const VerifyPlan small = plan(90, mla(16, 16), 1, 16, 4096);
+  REQUIRE(small.combine_grid_x * small.combine_grid_y == 256);
+  CHECK(small.combine_dynamic_smem == unsigned(h200.max_smem_per_sm / 2 - 1024));
+  CHECK(small.combine_dynamic_smem <= unsigned(h200.max_smem_per_block));
+  // B=64 H=8 n=8 4K: 4096 CTAs, 32 per SM (the CTA limit): a few KB.
+  const VerifyPlan large = plan(90, mla(8, 16), 64, 8, 4096);
+  REQUIRE(large.combine_grid_x * large.combine_grid_y == 4096);
+  CHECK(large.combine_dynamic_smem == unsigned(h200.max_smem_per_sm / 32 - 1024));
+  // No combine (one split), or an arch without programmatic launch: none.
+  CHECK(plan(90, mla(16, 16), 1, 16, 4096, 1).combine_dynamic_smem == 0);
+  CHECK(plan(80, mla(16, 16), 1, 16, 4096).combine_dynamic_smem == 0);
+}
+
 TEST_CASE("verify_plan: KDTREE_VERIFY_SCHEDULE forces stream-K or uniform splits, and is checked") {
   {
     ScopedSchedule s("stream");
