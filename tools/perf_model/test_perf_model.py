@@ -302,5 +302,44 @@ class PlanTest(unittest.TestCase):
                 read_measured(table, "b2b")
 
 
+class ValidateTest(unittest.TestCase):
+    """cmd_validate over stand-in predictions (no plan tool): a file whose rows match none of the predicted
+    shapes fails instead of reporting a worst error of 0%."""
+
+    def run_validate(self, text, kv_dtype):
+        import argparse
+        import contextlib
+        import io
+        import types
+
+        import perf_model
+        plan = {"shape": "mla_b1_h16_n16_p4k", "tiles": "kernel=qsplit"}
+        pred = types.SimpleNamespace(us=30.0, binding="tensor")
+        saved = perf_model.predictions, perf_model.print_counts
+        perf_model.predictions = lambda args, arch, tiles: [(plan, None, pred)]
+        perf_model.print_counts = lambda rows: None
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "m.txt")
+                with open(path, "w") as f:
+                    f.write(text)
+                args = argparse.Namespace(measured=path, column="graph_us", kv_dtype=kv_dtype, arch="sm_90",
+                                          tiles=None, max_error=20.0)
+                with contextlib.redirect_stdout(io.StringIO()):
+                    return perf_model.cmd_validate(args)
+        finally:
+            perf_model.predictions, perf_model.print_counts = saved
+
+    def test_rows_of_the_other_kv_dtype_validate_nothing_and_fail(self):
+        e4m3_rows = "shape graph_us\nmla_b1_h16_n16_p4k,e4m3 31.0\n"
+        self.assertEqual(self.run_validate(e4m3_rows, "e4m3"), 0)
+        self.assertEqual(self.run_validate(e4m3_rows, None), 1)
+        self.assertEqual(self.run_validate("shape graph_us\nmla_b1_h16_n16_p4k 31.0\n", "e4m3"), 1)
+
+    def test_an_error_over_the_limit_fails(self):
+        self.assertEqual(self.run_validate("shape graph_us\nmla_b1_h16_n16_p4k 20.0\n", None), 1)  # +50%
+        self.assertEqual(self.run_validate("shape graph_us\nmla_b1_h16_n16_p4k 29.0\n", None), 0)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)
