@@ -97,9 +97,10 @@ class Engine {
   void launch(CUfunction fn, const LaunchDims& dims, void** args, CUstream stream, const char* what);
 
   // Whether LaunchDims::overlap_previous takes effect: sm_90+ with a driver that has
-  // cuLaunchKernelEx, unless KDTREE_PDL=0 (loads the driver).
+  // cuLaunchKernelEx, unless KDTREE_PDL=0 (loads the driver). Set with the arch, so
+  // once it is known this is a lock-free read.
   bool programmatic_launch() {
-    ensure_device();
+    arch();
     return programmatic_launch_;
   }
 
