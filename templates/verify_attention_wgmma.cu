@@ -57,6 +57,7 @@ constexpr int V_COLS = HEAD_DIM_V / WGS;           // a warpgroup's O columns
 constexpr int O_TILES = V_COLS / 8;
 constexpr int ROPE_STEPS = (DIM_BLOCKS - V_BLOCKS) * 4;  // with Q from registers
 constexpr int PV_STEPS = BLOCK_N / 16;
+constexpr int STAGE_STRIDE = HEAD_DIM_V + 8;  // floats a staged O row (8 banks on: a half-warp's float2 stores are conflict-free)
 static_assert(IS_MLA && !KV_FP8, "the wgmma family: MLA over 16-bit caches");
 static_assert(BLOCK_M == 64 && WARPS_M == 4 && WARP_ROWS == 16 && WGS == 2 && WARPS_N == WGS,
               "two warpgroups, each all 64 rows (wgmma m64)");
@@ -66,6 +67,7 @@ static_assert(SMEM_K == SMEM_P1 + Q_BLOCK_BYTES && SMEM_P == SMEM_K + SLOTS * K_
                   SMEM_RED >= SMEM_P + BLOCK_M * ROW_BYTES && SMEM_BAR >= SMEM_RED + WGS * BLOCK_M * 4 &&
                   SMEM_ROWS >= SMEM_BAR + SLOTS * RANGES * 8 && SMEM_WALK >= SMEM_ROWS + SLOTS * BLOCK_N * 4,
               "the generator's layout");
+static_assert(BLOCK_M * STAGE_STRIDE * 4 <= SLOTS * K_SLOT_BYTES, "O's rows staged in the K slots");
 static_assert(SMEM_K % 1024 == 0 && K_SLOT_BYTES % 1024 == 0 && SMEM_P % 1024 == 0 && SMEM_P1 % 1024 == 0,
               "swizzle atoms are 1024-aligned");
 static_assert(SMEM_BAR % 8 == 0, "mbarriers are 8-byte aligned");
@@ -172,7 +174,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
                                                    int rows_total, int t_begin, int t_end, int (&fills)[SLOTS],
                                                    const kd_u32 (&qr)[ROPE_STEPS][4],
                                                    const kd_u64 (&words)[2][MASK_WORDS], bool bad_page, kd_u32 sq,
-                                                   float* red) {
+                                                   float* red, float* stage) {
   const int wt = threadIdx.x % WG_THREADS;
   const int lane = threadIdx.x % 32;
   const int r_lo = ((threadIdx.x / 32) % 4) * 16 + lane / 4;  // this thread's rows: r_lo and r_lo + 8
@@ -296,22 +298,21 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
     l_row[h] += __shfl_xor_sync(0xffffffffu, l_row[h], 2);
     if (lane % 4 == 0) red[WG * BLOCK_M + r_lo + 8 * h] = l_row[h];
   }
+  // (Synchronises the CTA: both warpgroups' last PV has read its V from the slots.)
   const bool poisoned = bad_page_seen(p, bad_page);
 
-  // ---- writing rows (16-bit out and natural-log LSE, or a split's / stream-K
-  // slot's fp32 partials and log2-domain LSE), as the other families.
-  const Segment target = segment_target(walk);
-  const bool partial = target.partial_split >= 0 || target.partial_slot >= 0;
+  // ---- O staged as fp32 rows in the idle K slots (row r_lo + 8h, this warpgroup's
+  // columns jt * 8 + 2t), then written a warp per row (write_staged_rows). The
+  // stride puts a half-warp's 4 rows of 8 floats in distinct banks.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int r = r_lo + 8 * h;
-    const int gr = row0 + r;
-    if (gr >= rows_total) continue;
-    const float l = l_row[h] + red[(1 - WG) * BLOCK_M + r];
-    const long long orow = out_row(p, req.node_base, gr, 0);
-    const long long prow = partial ? partial_row(p, target, r, orow) : -1;
-    write_row(p, o, h, orow, prow, l, m_run[h], poisoned, WG * V_COLS + (lane % 4) * 2, WG == 0 && lane % 4 == 0);
+    float* srow = stage + (r_lo + 8 * h) * STAGE_STRIDE + WG * V_COLS + (lane % 4) * 2;
+#pragma unroll
+    for (int jt = 0; jt < O_TILES; ++jt) *(float2*)(srow + jt * 8) = make_float2(o[jt][2 * h], o[jt][2 * h + 1]);
   }
+  __syncthreads();  // every row's two halves are staged
+  write_staged_rows<STAGE_STRIDE>(p, walk, req, row0, rows_total, stage, red, m_run, poisoned, r_lo,
+                                  WG == 0 && lane % 4 == 0);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p,
@@ -319,6 +320,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   kd_launch_dependents();  // the split combine may launch now; it waits for this grid's writes
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   float* red = (float*)(smem_raw + SMEM_RED);  // [WGS][BLOCK_M]: row maxima, then row sums
+  float* stage = (float*)(smem_raw + SMEM_K);  // the epilogue's O rows, once a segment's tiles are done
   const kd_u32 sq = kd_smem_addr(smem_raw);
   const kd_u32 sk = sq + SMEM_K;
   const kd_u32 bar0 = sq + SMEM_BAR;  // slot s, range r at bar0 + (s * RANGES + r) * 8
@@ -392,9 +394,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     row_mask_words(p, req, row0, rows_total, r_lo, words);
 
     if (wg == 0) {
-      run_segment<0>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red);
+      run_segment<0>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red, stage);
     } else {
-      run_segment<1>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red);
+      run_segment<1>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red, stage);
     }
   }  // segments
 }

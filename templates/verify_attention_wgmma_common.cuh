@@ -152,4 +152,68 @@ static __device__ __forceinline__ void exchange_row_max(float (&mx)[2], float* r
   for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], red[(1 - WG) * BLOCK_M + r_lo + 8 * h]);
 }
 
+// ---- The epilogue's writes, once a segment's O is staged as fp32 rows of STRIDE
+// floats in shared memory (stage: the idle K slots) and both warpgroups' row sums
+// are in red[2][BLOCK_M]: a warp per row, 4 dims a lane, so every store is a whole
+// 16-byte unit of one row (the accumulator fragments hold 2 dims of a row a
+// thread, and the stores of fp32 partials from them half-filled their sectors).
+// 16-bit out and natural-log LSE, or a split's / stream-K slot's fp32 partials and
+// log2-domain LSE, as write_row; e4m3 caches scale O by v_scale. m_run: the
+// reference max of this thread's rows r_lo and r_lo + 8; lse_thread: one thread
+// per row pair writes their LSEs.
+template <int STRIDE>
+static __device__ __forceinline__ void write_staged_rows(const kdtree_verify_params& p, const SegmentWalk& walk,
+                                                         const Request& req, int row0, int rows_total,
+                                                         const float* stage, const float* red,
+                                                         const float (&m_run)[2], bool poisoned, int r_lo,
+                                                         bool lse_thread) {
+  static_assert(STRIDE >= HEAD_DIM_V && STRIDE % 4 == 0 && HEAD_DIM_V % 128 == 0, "float4 units of whole rows");
+  const int lane = threadIdx.x % 32;
+  const Segment target = segment_target(walk);
+  const bool partial = target.partial_split >= 0 || target.partial_slot >= 0;
+#pragma unroll 1
+  for (int r = threadIdx.x / 32; r < BLOCK_M && row0 + r < rows_total; r += THREADS / 32) {
+    const float l = red[r] + red[BLOCK_M + r];
+    float inv = l > 0.f ? 1.f / l : 0.f;
+    if (poisoned) inv = KD_NAN;
+    if (!partial && l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
+    if constexpr (KV_FP8) inv *= p.v_scale;
+    const long long orow = out_row(p, req.node_base, row0 + r, 0);
+    const float* srow = stage + r * STRIDE;
+    if (partial) {
+      float* po = p.partial_o + partial_row(p, target, r, orow) * HEAD_DIM_V;
+#pragma unroll
+      for (int c = lane * 4; c < HEAD_DIM_V; c += 128) {
+        const float4 v = *(const float4*)(srow + c);
+        *(float4*)(po + c) = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
+      }
+    } else {
+      kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V;
+#pragma unroll
+      for (int c = lane * 4; c < HEAD_DIM_V; c += 128) {
+        const float4 v = *(const float4*)(srow + c);
+        *(uint2*)(out + c) = make_uint2(kd_pack2<IS_BF16>(v.x * inv, v.y * inv), kd_pack2<IS_BF16>(v.z * inv, v.w * inv));
+      }
+    }
+  }
+  kd_fence_proxy_async();  // these reads of the slots before the next segment's copies into them
+  if (lse_thread) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r_lo + 8 * h;
+      const int gr = row0 + r;
+      if (gr >= rows_total) continue;
+      const float l = red[r] + red[BLOCK_M + r];
+      float lse2 = l > 0.f ? m_run[h] + kd_log2(l) : -KD_INF;
+      if (poisoned) lse2 = KD_NAN;
+      const long long orow = out_row(p, req.node_base, gr, 0);
+      if (partial) {
+        p.partial_lse[partial_row(p, target, r, orow)] = lse2;
+      } else if (p.lse) {
+        p.lse[orow] = lse2 * 0.69314718055994531f;
+      }
+    }
+  }
+}
+
 #endif  // KDTREE_VERIFY_ATTENTION_WGMMA_COMMON_CUH

@@ -420,53 +420,8 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
   }
   __syncthreads();  // every row's two halves are staged
 
-  // ---- writing rows, a warp per row, 4 dims a lane: 16-bit out and natural-log LSE,
-  // or a split's / stream-K slot's fp32 partials and log2-domain LSE, as write_row.
-  const Segment target = segment_target(walk);
-  const bool partial = target.partial_split >= 0 || target.partial_slot >= 0;
-#pragma unroll 1
-  for (int r = threadIdx.x / 32; r < BLOCK_M && row0 + r < rows_total; r += THREADS / 32) {
-    const float l = red[r] + red[BLOCK_M + r];
-    float inv = l > 0.f ? 1.f / l : 0.f;
-    if (poisoned) inv = KD_NAN;
-    if (!partial && l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
-    inv *= p.v_scale;
-    const long long orow = out_row(p, req.node_base, row0 + r, 0);
-    const float* srow = stage + r * STAGE_STRIDE;
-    if (partial) {
-      float* po = p.partial_o + partial_row(p, target, r, orow) * HEAD_DIM_V;
-#pragma unroll
-      for (int c = lane * 4; c < HEAD_DIM_V; c += 128) {
-        const float4 v = *(const float4*)(srow + c);
-        *(float4*)(po + c) = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
-      }
-    } else {
-      kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V;
-#pragma unroll
-      for (int c = lane * 4; c < HEAD_DIM_V; c += 128) {
-        const float4 v = *(const float4*)(srow + c);
-        *(uint2*)(out + c) = make_uint2(kd_pack2<IS_BF16>(v.x * inv, v.y * inv), kd_pack2<IS_BF16>(v.z * inv, v.w * inv));
-      }
-    }
-  }
-  kd_fence_proxy_async();  // these reads of the slots before the next segment's copies into them
-  if (WG == 0 && lane % 4 == 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r_lo + 8 * h;
-      const int gr = row0 + r;
-      if (gr >= rows_total) continue;
-      const float l = red[r] + red[BLOCK_M + r];
-      float lse2 = l > 0.f ? m_run[h] + kd_log2(l) : -KD_INF;
-      if (poisoned) lse2 = KD_NAN;
-      const long long orow = out_row(p, req.node_base, gr, 0);
-      if (partial) {
-        p.partial_lse[partial_row(p, target, r, orow)] = lse2;
-      } else if (p.lse) {
-        p.lse[orow] = lse2 * 0.69314718055994531f;
-      }
-    }
-  }
+  write_staged_rows<STAGE_STRIDE>(p, walk, req, row0, rows_total, stage, red, m_run, poisoned, r_lo,
+                                  WG == 0 && lane % 4 == 0);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p,
