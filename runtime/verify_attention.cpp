@@ -107,11 +107,16 @@ void check_verify_sizes(const kdtree_verify_spec& s, int max_tree_nodes, int bat
           "total_nodes {} x num_q_heads {} exceeds 2^31 - 1 output rows: split the batch", total_nodes, s.num_q_heads);
 }
 
+// Split partials are stored in out's 16-bit type (each normalised by its own row
+// sum, so in out's range): half the bytes of fp32 for the main kernel to write and
+// the combine to read.
+constexpr size_t kPartialElemBytes = 2;
+
 VerifyWorkspace verify_workspace(const kdtree_verify_spec& s, int total_nodes, int num_splits) {
   VerifyWorkspace w;
   if (num_splits <= 1) return w;
   const size_t rows = size_t(num_splits) * size_t(total_nodes) * size_t(s.num_q_heads);
-  w.partial_lse = rows * s.head_dim_v * sizeof(float);
+  w.partial_lse = rows * s.head_dim_v * kPartialElemBytes;
   w.bytes = w.partial_lse + rows * sizeof(float);
   return w;
 }
@@ -120,7 +125,7 @@ VerifyWorkspace verify_stream_workspace(const kdtree_verify_spec& s, int block_m
   VerifyWorkspace w;
   if (stream_ctas <= 1) return w;  // one CTA cuts nothing: it writes whole items only
   const size_t rows = size_t(KDTREE_STREAM_SLOT_ROWS(stream_ctas, block_m));
-  w.partial_lse = rows * s.head_dim_v * sizeof(float);
+  w.partial_lse = rows * s.head_dim_v * kPartialElemBytes;
   w.cut_items = w.partial_lse + rows * sizeof(float);
   w.bytes = w.cut_items + size_t(stream_ctas) * KDTREE_CUT_ITEM_BYTES;
   return w;
@@ -166,8 +171,8 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
     // Model the time in KV tiles. Uniform splits: waves x KV tiles per CTA; a CTA
     // streams ceil(kv_tiles / s) tiles plus about one tile's worth of fixed work (Q
     // load, pipeline fill, and the combine when s > 1); CTAs run ctas_per_sm at a
-    // time on every SM. With s > 1 the fp32 partials (s x rows x (head_dim_v + 1)
-    // floats) go through memory too: in tile times, bytes x the arch's FLOP per DRAM
+    // time on every SM. With s > 1 the partials (s x rows x (head_dim_v 16-bit
+    // values + an fp32 LSE)) go through memory too: in tile times, bytes x the arch's FLOP per DRAM
     // byte x the kernel's typical tensor efficiency (one half) / (SMs x a tile's
     // FLOPs). The cheapest s wins (the fewest on a tie), so small batches spread the
     // KV over the whole GPU, large ones are not cut into a partial last wave, and
@@ -177,7 +182,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
     const long long slots = (long long)arch.num_sms * ctas_per_sm;
     const double tile_flops = 2.0 * launch.block_m * launch.block_n * (s.head_dim_qk + s.head_dim_v);
     const double tiles_per_partial_byte = 0.5 * arch.flop_per_dram_byte / (arch.num_sms * tile_flops);
-    const double row_partial_bytes = double(total_nodes) * s.num_q_heads * (s.head_dim_v + 1) * 4;
+    const double row_partial_bytes = double(total_nodes) * s.num_q_heads * (s.head_dim_v * kPartialElemBytes + 4);
     double best = 0;
     for (long long cand = 1; cand <= std::min<long long>(64, kv_tiles); ++cand) {
       double waves = std::ceil(double(ctas * cand) / slots);
@@ -310,7 +315,7 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
                                                   : verify_workspace(a.spec, a.total_nodes, plan.num_splits);
   if (ws.bytes > 0) {
     char* base = static_cast<char*>(a.workspace);
-    p.partial_o = reinterpret_cast<float*>(base);
+    p.partial_o = base;
     p.partial_lse = reinterpret_cast<float*>(base + ws.partial_lse);
     p.cut_items = ws.cut_items ? base + ws.cut_items : nullptr;
   }

@@ -71,6 +71,17 @@ static __device__ __forceinline__ kd_u32 kd_pack2(float lo, float hi) {
   return r;
 }
 
+// The inverse: a packed 16-bit pair -> two floats (exact).
+template <bool BF16>
+static __device__ __forceinline__ float2 kd_unpack2(kd_u32 v) {
+  if (BF16) return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+  float lo, hi;
+  asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
+      : "=f"(lo), "=f"(hi)
+      : "r"(v));
+  return make_float2(lo, hi);
+}
+
 static __device__ __forceinline__ float kd_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));

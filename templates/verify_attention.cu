@@ -9,7 +9,7 @@
 // the WARPS_N warps of a row split the tile's columns for S = Q K^T and the V
 // columns for O += P V, exchanging the row max and P through shared memory (with
 // one column warp, P stays in registers). Split-KV: blockIdx.z takes split_tokens
-// tokens and writes fp32 partials that kdtree_verify_combine merges by LSE.
+// tokens and writes 16-bit partials that kdtree_verify_combine merges by LSE.
 
 #include "verify_attention_config.h"
 #include "verify_attention_common.cuh"
@@ -560,7 +560,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
   const bool poisoned = bad_page_seen(p, bad_page);
 
   // ---- writing rows: O / l as 16-bit out and the natural-log LSE, or with split
-  // KV the fp32 partials and the log2-domain LSE for kdtree_verify_combine.
+  // KV the 16-bit partials and the log2-domain LSE for kdtree_verify_combine.
   const bool partial = p.num_splits > 1;
 #pragma unroll
   for (int mf = 0; mf < MF; ++mf) {

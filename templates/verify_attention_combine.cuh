@@ -1,4 +1,4 @@
-// The split combine of the verify_attention kernels: merges the fp32 partials of
+// The split combine of the verify_attention kernels: merges the 16-bit partials of
 // uniform KV splits by their LSE (kdtree_verify_combine), and merge_row, which
 // the stream-K combine (verify_attention_combine_stream.cuh) shares. Included by
 // each verify_attention template after verify_attention_common.cuh.
@@ -8,7 +8,7 @@
 #include "verify_attention_common.cuh"
 
 // Merges the split partials of each (node, head) row by their LSE. A row is
-// HEAD_DIM_V / 4 threads, each owning four columns (16-byte loads).
+// HEAD_DIM_V / 4 threads, each owning four columns (8-byte loads).
 // The generator launches COMBINE_THREADS threads and COMBINE_ROWS rows per CTA.
 constexpr int COMBINE_THREADS = KD_COMBINE_THREADS;
 constexpr int COMBINE_ROW_THREADS = KD_COMBINE_ROW_THREADS;
@@ -41,7 +41,9 @@ static __device__ __forceinline__ void merge_row(const kdtree_verify_params& p, 
         const bool in = s0 + i < splits;
         const long long pr = in ? partial(s0 + i) : 0;
         w[i] = in ? p.partial_lse[pr] : -KD_INF;
-        v[i] = in ? *(const float4*)(p.partial_o + pr * HEAD_DIM_V + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        const uint2 u = in ? *(const uint2*)((const kd_u16*)p.partial_o + pr * HEAD_DIM_V + c) : make_uint2(0u, 0u);
+        const float2 lo = kd_unpack2<IS_BF16>(u.x), hi = kd_unpack2<IS_BF16>(u.y);
+        v[i] = make_float4(lo.x, lo.y, hi.x, hi.y);
       }
       float m_new = m;
 #pragma unroll

@@ -374,7 +374,7 @@ static __device__ __forceinline__ void rescale_o(float (&o)[MF][N_TILES][4], con
 
 // A thread's share of one output row: its N_TILES column pairs (n8 tiles of the mma
 // C layout, row half h) from column col, scaled by 1 / l, as the 16-bit out and the
-// natural-log LSE, or (prow >= 0) as the fp32 partial and the log2-domain LSE of a
+// natural-log LSE, or (prow >= 0) as the 16-bit partial and the log2-domain LSE of a
 // split or stream-K piece. l is the row sum, m_ref its reference max (log2
 // domain); lse_lane: the one lane of the row that writes the LSE.
 // e4m3 caches: O is scaled by v_scale, and on the mma.sync dequantising path
@@ -387,45 +387,29 @@ static __device__ __forceinline__ void write_row(const kdtree_verify_params& p, 
                                                  int col, bool lse_lane) {
   float inv = l > 0.f ? 1.f / l : 0.f;
   if (poisoned) inv = KD_NAN;
+  if (prow < 0 && l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
+  if constexpr (KV_FP8) inv *= p.v_scale;
   // log2-domain LSE of this row (over this split); -inf when nothing was visible.
   float lse2 = l > 0.f ? m_ref + kd_log2(l) : -KD_INF;
   if (poisoned) lse2 = KD_NAN;
+  kd_u16* dst = (kd_u16*)(prow >= 0 ? p.partial_o : p.out) + (prow >= 0 ? prow : orow) * HEAD_DIM_V;
   if constexpr (DIM_PAIRS) {
     const int col4 = col + col % 8;  // col is the tile's first column + 2t: 4t in the 16-dim block
-    if (prow >= 0) {
-      float* po = p.partial_o + prow * HEAD_DIM_V + col4;
-      inv *= p.v_scale;
 #pragma unroll
-      for (int jp = 0; jp < N_TILES / 2; ++jp) {
-        *(float4*)(po + jp * 16) = make_float4(o[2 * jp][2 * h] * inv, o[2 * jp + 1][2 * h] * inv,
-                                               o[2 * jp][2 * h + 1] * inv, o[2 * jp + 1][2 * h + 1] * inv);
-      }
-      if (lse_lane) p.partial_lse[prow] = lse2;
-    } else {
-      if (l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
-      inv *= p.v_scale;
-      kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V + col4;
-#pragma unroll
-      for (int jp = 0; jp < N_TILES / 2; ++jp) {
-        *(uint2*)(out + jp * 16) = make_uint2(kd_pack2<IS_BF16>(o[2 * jp][2 * h] * inv, o[2 * jp + 1][2 * h] * inv),
-                                              kd_pack2<IS_BF16>(o[2 * jp][2 * h + 1] * inv, o[2 * jp + 1][2 * h + 1] * inv));
-      }
-      if (p.lse && lse_lane) p.lse[orow] = lse2 * 0.69314718055994531f;
+    for (int jp = 0; jp < N_TILES / 2; ++jp) {
+      *(uint2*)(dst + col4 + jp * 16) =
+          make_uint2(kd_pack2<IS_BF16>(o[2 * jp][2 * h] * inv, o[2 * jp + 1][2 * h] * inv),
+                     kd_pack2<IS_BF16>(o[2 * jp][2 * h + 1] * inv, o[2 * jp + 1][2 * h + 1] * inv));
     }
-    return;
-  }
-  if constexpr (KV_FP8) inv *= p.v_scale;  // (l == 0: NaN either way)
-  if (prow >= 0) {
-    float* po = p.partial_o + prow * HEAD_DIM_V + col;
-#pragma unroll
-    for (int j = 0; j < N_TILES; ++j) *(float2*)(po + j * 8) = make_float2(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
-    if (lse_lane) p.partial_lse[prow] = lse2;
   } else {
-    if (l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
-    kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V + col;
 #pragma unroll
-    for (int j = 0; j < N_TILES; ++j) *(kd_u32*)(out + j * 8) = kd_pack2<IS_BF16>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
-    if (p.lse && lse_lane) p.lse[orow] = lse2 * 0.69314718055994531f;
+    for (int j = 0; j < N_TILES; ++j)
+      *(kd_u32*)(dst + col + j * 8) = kd_pack2<IS_BF16>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+  }
+  if (prow >= 0) {
+    if (lse_lane) p.partial_lse[prow] = lse2;
+  } else if (p.lse && lse_lane) {
+    p.lse[orow] = lse2 * 0.69314718055994531f;
   }
 }
 

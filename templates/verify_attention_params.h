@@ -14,7 +14,8 @@ typedef struct kdtree_verify_params {
   const unsigned long long* tree_mask; /* [total_nodes, MASK_WORDS] */
   void* out;                           /* [total_nodes, num_q_heads, DV] */
   float* lse;                          /* [total_nodes, num_q_heads] or 0 */
-  float* partial_o;                    /* [num_splits, total_nodes * num_q_heads, DV] when num_splits > 1;
+  void* partial_o;                     /* out's 16-bit type, each row normalised by its own sum:
+                                          [num_splits, total_nodes * num_q_heads, DV] when num_splits > 1;
                                           stream-K: [2 * stream_ctas, BLOCK_M, DV] (a CTA's first and last segment) */
   float* partial_lse;                  /* the same rows' LSE (log2 domain) */
   void* cut_items;                     /* stream-K: [stream_ctas] 64-byte records, the item each CTA boundary cuts */

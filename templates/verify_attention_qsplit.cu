@@ -831,7 +831,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     const bool poisoned = bad_page_seen(p, bad_page);
 
     // ---- writing rows: as verify_attention.cu (16-bit out and natural-log LSE, or
-    // the fp32 partials and log2-domain LSE of a split or a stream-K slot).
+    // the 16-bit partials and log2-domain LSE of a split or a stream-K slot).
     // The segment's target, read again: it holds no registers through the loop.
     const Segment target = segment_target(walk);
     const bool partial = target.partial_split >= 0 || target.partial_slot >= 0;

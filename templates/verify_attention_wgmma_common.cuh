@@ -157,7 +157,7 @@ static __device__ __forceinline__ void exchange_row_max(float (&mx)[2], float* r
 // are in red[2][BLOCK_M]: a warp per row, 4 dims a lane, so every store is a whole
 // 16-byte unit of one row (the accumulator fragments hold 2 dims of a row a
 // thread, and the stores of fp32 partials from them half-filled their sectors).
-// 16-bit out and natural-log LSE, or a split's / stream-K slot's fp32 partials and
+// 16-bit out and natural-log LSE, or a split's / stream-K slot's 16-bit partials and
 // log2-domain LSE, as write_row; e4m3 caches scale O by v_scale. m_run: the
 // reference max of this thread's rows r_lo and r_lo + 8; lse_thread: one thread
 // per row pair writes their LSEs.
@@ -180,20 +180,12 @@ static __device__ __forceinline__ void write_staged_rows(const kdtree_verify_par
     if constexpr (KV_FP8) inv *= p.v_scale;
     const long long orow = out_row(p, req.node_base, row0 + r, 0);
     const float* srow = stage + r * STRIDE;
-    if (partial) {
-      float* po = p.partial_o + partial_row(p, target, r, orow) * HEAD_DIM_V;
+    kd_u16* dst = partial ? (kd_u16*)p.partial_o + partial_row(p, target, r, orow) * HEAD_DIM_V
+                          : (kd_u16*)p.out + orow * HEAD_DIM_V;
 #pragma unroll
-      for (int c = lane * 4; c < HEAD_DIM_V; c += 128) {
-        const float4 v = *(const float4*)(srow + c);
-        *(float4*)(po + c) = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
-      }
-    } else {
-      kd_u16* out = (kd_u16*)p.out + orow * HEAD_DIM_V;
-#pragma unroll
-      for (int c = lane * 4; c < HEAD_DIM_V; c += 128) {
-        const float4 v = *(const float4*)(srow + c);
-        *(uint2*)(out + c) = make_uint2(kd_pack2<IS_BF16>(v.x * inv, v.y * inv), kd_pack2<IS_BF16>(v.z * inv, v.w * inv));
-      }
+    for (int c = lane * 4; c < HEAD_DIM_V; c += 128) {
+      const float4 v = *(const float4*)(srow + c);
+      *(uint2*)(dst + c) = make_uint2(kd_pack2<IS_BF16>(v.x * inv, v.y * inv), kd_pack2<IS_BF16>(v.z * inv, v.w * inv));
     }
   }
   kd_fence_proxy_async();  // these reads of the slots before the next segment's copies into them

@@ -379,7 +379,7 @@ static __device__ __forceinline__ void consume_segment(const kdtree_verify_param
   }
   const bool poisoned = bad_page_seen(p, bad_page);
 
-  // ---- writing rows (16-bit out and natural-log LSE, or a split's fp32 partials
+  // ---- writing rows (16-bit out and natural-log LSE, or a split's 16-bit partials
   // and log2-domain LSE), as the other families.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

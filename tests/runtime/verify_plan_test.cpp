@@ -44,7 +44,7 @@ TEST_CASE("verify_plan[mla576/512,sm_120]: stream-K where waves would be partial
   CHECK(b8.grid_y == 1);
   CHECK(b8.grid_z == 1);
   CHECK(b8.combine_grid_x > 0);
-  CHECK(b8.workspace_bytes == size_t(2) * 188 * 64 * 513 * 4 + size_t(188) * 64);
+  CHECK(b8.workspace_bytes == size_t(2) * 188 * 64 * (512 * 2 + 4) + size_t(188) * 64);
   // One request of 16 nodes: 4 row tiles, split evenly without the segments' cost.
   const VerifyPlan b1 = plan(120, mla(16, 16), 1, 16, 4096);
   CHECK(b1.stream_ctas == 0);

@@ -111,7 +111,7 @@ class Model:
         slots = nsm * occ
         waves = math.ceil(ctas / slots)
         # Fixed work of a CTA: the instructions outside the loop, the pipeline fill
-        # (Q and the first STAGES - 1 tiles) and the output or fp32 partial stores.
+        # (Q and the first STAGES - 1 tiles) and the output or 16-bit partial stores.
         # The CTAs of the first wave start together, so their fill is one burst
         # through L2 (one memory latency at least), and those of the last wave end
         # together with one burst of stores; CTAs of other waves overlap theirs
@@ -140,10 +140,10 @@ class Model:
         main_us = cycles / clk * 1e6
         flops, nbytes = shape_flops_bytes(plan)
         rows = plan["nodes"] * plan["batch"] * plan["q_heads"]
-        partial_bytes = plan["splits"] * rows * (plan["head_v"] + 1) * 4 if plan["splits"] > 1 else 0
+        partial_bytes = plan["splits"] * rows * (plan["head_v"] * 2 + 4) if plan["splits"] > 1 else 0
         pieces = plan["splits"]  # partials merged per row, at most
         if stream:
-            partial_bytes = stream["pieces"] * plan["block_m"] * (plan["head_v"] + 1) * 4
+            partial_bytes = stream["pieces"] * plan["block_m"] * (plan["head_v"] * 2 + 4)
             pieces = stream["max_pieces"]
         dram_us = (nbytes + partial_bytes) / r["dram_bytes_per_s"] * 1e6 + 2 * r["mem_latency"] / clk * 1e6
         binding = self.binding(first)
