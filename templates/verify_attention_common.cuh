@@ -387,29 +387,33 @@ static __device__ __forceinline__ void write_row(const kdtree_verify_params& p, 
                                                  int col, bool lse_lane) {
   float inv = l > 0.f ? 1.f / l : 0.f;
   if (poisoned) inv = KD_NAN;
-  if (prow < 0 && l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
-  if constexpr (KV_FP8) inv *= p.v_scale;
   // log2-domain LSE of this row (over this split); -inf when nothing was visible.
   float lse2 = l > 0.f ? m_ref + kd_log2(l) : -KD_INF;
   if (poisoned) lse2 = KD_NAN;
-  kd_u16* dst = (kd_u16*)(prow >= 0 ? p.partial_o : p.out) + (prow >= 0 ? prow : orow) * HEAD_DIM_V;
-  if constexpr (DIM_PAIRS) {
-    const int col4 = col + col % 8;  // col is the tile's first column + 2t: 4t in the 16-dim block
+  if (prow < 0 && l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
+  if constexpr (KV_FP8) inv *= p.v_scale;
+  // The stores: a split's partial row or the output row, both in out's 16-bit type.
+  const auto store = [&](kd_u16* row) {
+    if constexpr (DIM_PAIRS) {
+      const int col4 = col + col % 8;  // col is the tile's first column + 2t: 4t in the 16-dim block
 #pragma unroll
-    for (int jp = 0; jp < N_TILES / 2; ++jp) {
-      *(uint2*)(dst + col4 + jp * 16) =
-          make_uint2(kd_pack2<IS_BF16>(o[2 * jp][2 * h] * inv, o[2 * jp + 1][2 * h] * inv),
-                     kd_pack2<IS_BF16>(o[2 * jp][2 * h + 1] * inv, o[2 * jp + 1][2 * h + 1] * inv));
+      for (int jp = 0; jp < N_TILES / 2; ++jp) {
+        *(uint2*)(row + col4 + jp * 16) =
+            make_uint2(kd_pack2<IS_BF16>(o[2 * jp][2 * h] * inv, o[2 * jp + 1][2 * h] * inv),
+                       kd_pack2<IS_BF16>(o[2 * jp][2 * h + 1] * inv, o[2 * jp + 1][2 * h + 1] * inv));
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < N_TILES; ++j)
+        *(kd_u32*)(row + col + j * 8) = kd_pack2<IS_BF16>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
     }
-  } else {
-#pragma unroll
-    for (int j = 0; j < N_TILES; ++j)
-      *(kd_u32*)(dst + col + j * 8) = kd_pack2<IS_BF16>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
-  }
+  };
   if (prow >= 0) {
+    store((kd_u16*)p.partial_o + prow * HEAD_DIM_V);
     if (lse_lane) p.partial_lse[prow] = lse2;
-  } else if (p.lse && lse_lane) {
-    p.lse[orow] = lse2 * 0.69314718055994531f;
+  } else {
+    store((kd_u16*)p.out + orow * HEAD_DIM_V);
+    if (p.lse && lse_lane) p.lse[orow] = lse2 * 0.69314718055994531f;
   }
 }
 
