@@ -40,17 +40,18 @@ def greedy_equality(models, ops, prompts, *, max_new, budget, top_k, page_size=6
     return report
 
 
-def near_tie_report(ref_tokens, ref_margins, sp, max_new, margin_key, prompt_lens=None):
+def near_tie_report(ref_tokens, ref_margins, sp, max_new, margin_key, prompt_lens=None, noise=None):
     """The near-tie rule over a reference decoding (tokens and top-2 margins per request) and a speculative
     one (`sp`, with margins): every divergence must sit where the reference's top-2 margin (`margin_key` in
     each request's row) is within the numeric noise, the largest |margin difference| over the positions
-    where both agree."""
-    noise, reqs = 0.0, []
+    where both agree. `noise`: judge by this noise instead (a run known to be right measured it; a wrong
+    decoding also moves the margins where it agrees, so its own noise would excuse its divergences)."""
+    measured, reqs = 0.0, []
     for b, (toks, margins) in enumerate(zip(ref_tokens, ref_margins)):
         s = sp.tokens[b]
         first = next((i for i in range(max_new) if toks[i] != s[i]), None)
         for i in range(max_new if first is None else first):
-            noise = max(noise, abs(margins[i] - sp.margins[b][i]))
+            measured = max(measured, abs(margins[i] - sp.margins[b][i]))
         row = {"request": b}
         if prompt_lens is not None:
             row["prompt_len"] = prompt_lens[b]
@@ -58,10 +59,11 @@ def near_tie_report(ref_tokens, ref_margins, sp, max_new, margin_key, prompt_len
                     margin_key: None if first is None else margins[first],
                     "spec_margin": None if first is None else sp.margins[b][first]})
         reqs.append(row)
+    noise = measured if noise is None else noise
     for r in reqs:
         r["near_tie"] = None if r["equal"] else r[margin_key] <= noise
     acc = [x for row in sp.accept_lens for x in row if x >= 0]
-    return {"requests": reqs, "numeric_margin_noise": noise, "equal": sum(r["equal"] for r in reqs),
+    return {"requests": reqs, "numeric_margin_noise": noise, "measured_margin_noise": measured, "equal": sum(r["equal"] for r in reqs),
             "near_tie_divergences": sum(1 for r in reqs if r["near_tie"]),
             "other_divergences": sum(1 for r in reqs if r["near_tie"] is False),
             "mean_tokens_per_step": sum(a + 1 for a in acc) / max(1, len(acc))}

@@ -128,13 +128,14 @@ def hf_generate(model, prompt, max_new):
     return toks, (top2[:, 0] - top2[:, 1]).tolist()
 
 
-def greedy_vs_generate(model, dec, prompt_list, *, max_new):
+def greedy_vs_generate(model, dec, prompt_list, *, max_new, noise=None):
     """checks.greedy_equality's rule with the model's own generate() as the reference: every divergence must
     sit where generate's top-2 margin is within the numeric noise (the largest |margin difference| over the
-    positions where both agree)."""
+    positions where both agree; `noise`: a given one, checks.near_tie_report)."""
     ref = [hf_generate(model, p, max_new) for p in prompt_list]
     sp = dec.generate(prompt_list, max_new, record_margins=True)
-    report = checks.near_tie_report([t for t, _ in ref], [m for _, m in ref], sp, max_new, "ref_margin")
+    report = checks.near_tie_report([t for t, _ in ref], [m for _, m in ref], sp, max_new, "ref_margin",
+                                    noise=noise)
     report["spec_tokens"] = sp.tokens
     return report
 

@@ -148,10 +148,10 @@ struct DeviceCase {
 };
 
 size_t forced_split_workspace(const VerifyCase& c, int splits) {
-  // Per split, a float partial output row and a float LSE per (node, head): what
-  // a split-KV merge needs. Only used to size the buffer for forced splits, since
+  // kdtree.h's size for forced splits: per split and (node, head), a 16-bit partial
+  // output row and an fp32 LSE. Only used to size the buffer for forced splits, since
   // kdtree_verify_workspace_size plans the automatic split.
-  return size_t(splits) * c.total_nodes * c.spec.num_q_heads * (c.spec.head_dim_v + 1) * sizeof(float);
+  return size_t(splits) * c.total_nodes * c.spec.num_q_heads * (c.spec.head_dim_v * 2 + sizeof(float));
 }
 
 // The arrays alone, without asking kdtree_verify_workspace_size (which needs the

@@ -158,17 +158,37 @@ def test_without_transformers_is_a_clear_import_error(monkeypatch):
 
 
 def test_greedy_check_fails_without_kv_compact(cache_dir):
-    """Negative control: skipping kv_compact keeps rejected nodes' KV rows and the output diverges."""
+    """Negative control: skipping kv_compact keeps rejected nodes' KV rows and the output diverges. The
+    drafter's first two guesses are swapped so that accepted paths leave the tree's first branch (a path of
+    nodes 0, 1, 2, ... needs no move, and a well-trained drafter's often is one)."""
+    moves = []
+
     class NoCompact:
         def __getattr__(self, name):
             return getattr(kt.load_ops("torch"), name)
 
         @staticmethod
-        def kv_compact(*a, **k):
-            return None
+        def kv_compact(k_cache, page_table, kv_total, node_counts, path, accepted, **k):
+            steps = torch.arange(path.shape[1], device=path.device)
+            moved = (path != steps) & (steps < accepted[:, None].long())
+            moves.append(int(moved.sum()))
+
+    class SwappedDrafter:
+        def __init__(self, inner):
+            self.inner, self.depth = inner, inner.depth
+
+        def topk(self, hidden, root, k):
+            tokens, logprobs = self.inner.topk(hidden, root, k)
+            return tokens[..., [1, 0] + list(range(2, k))].contiguous(), logprobs
 
     model, drafter, dcfg, _ = models("qwen3-tiny", cache_dir)
     dec = hf.decoder(model, drafter, dcfg, backend="torch", budget=15, top_k=4, page_size=16)
+    dec.drafter = SwappedDrafter(dec.drafter)
+    right = hf.greedy_vs_generate(model, dec, prompts("qwen3-tiny"), max_new=32)
+    assert right["other_divergences"] == 0
     dec.ops = NoCompact()
-    g = hf.greedy_vs_generate(model, dec, prompts("qwen3-tiny"), max_new=32)
+    # Judged by the right run's noise: the stale rows move the margins where the tokens still agree too.
+    g = hf.greedy_vs_generate(model, dec, prompts("qwen3-tiny"), max_new=32, noise=right["numeric_margin_noise"])
+    assert sum(moves) > 0, "no accepted path needed a KV move: the control cannot see kv_compact"
+    assert g["measured_margin_noise"] > right["numeric_margin_noise"]
     assert g["other_divergences"] > 0

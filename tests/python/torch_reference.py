@@ -99,10 +99,12 @@ def verify_case(*, mla, heads, kv_heads, head_dim, page, width, dtype, batch, se
         max_tree_nodes=width, nodes=nodes, prefixes=prefixes, mla=mla)
 
 
-def verify_reference(c, sm_scale=None):
+def verify_reference(c, sm_scale=None, q_rounding_bound=False):
     """float64 tree attention: node i of request b attends to KV positions [0, prefix_b) and prefix_b + j
     for every j with bit j of its mask set. Returns out [N, Hq, Dv] and lse [N, Hq] (natural log). e4m3 caches
-    are dequantised first: value = stored x k_scale / v_scale (MLA: V = the first 512 dims x v_scale)."""
+    are dequantised first: value = stored x k_scale / v_scale (MLA: V = the first 512 dims x v_scale).
+    q_rounding_bound: also returns, per row, how far rounding q to e4m3 can move its LSE (kdtree.h, the e4m3
+    MMA path): 2^-4 x sm_scale x the largest sum_i |q_i k_i| over the row's visible tokens."""
     q = c["q"].double()
     n_total, hq, dqk = q.shape
     k_scale = c.get("k_scale") or 1.0
@@ -116,6 +118,7 @@ def verify_reference(c, sm_scale=None):
     scale = 1.0 / math.sqrt(dqk) if sm_scale is None else sm_scale
     out = torch.empty(n_total, hq, v.shape[-1], dtype=torch.float64, device=q.device)
     lse = torch.empty(n_total, hq, dtype=torch.float64, device=q.device)
+    bound = torch.empty(n_total, hq, dtype=torch.float64, device=q.device)
     table = c["page_table"].long()
     masks = c["tree_mask"].cpu().tolist()
     start = 0
@@ -141,9 +144,12 @@ def verify_reference(c, sm_scale=None):
                     allowed[i, prefix + j] = True
         s = s.masked_fill(~allowed[:, None, :], float("-inf"))
         lse[start:start + n] = torch.logsumexp(s, dim=-1)
+        if q_rounding_bound:
+            moves = torch.einsum("nhd,lhd->nhl", qb.abs(), kb.abs()) * (scale / 16)
+            bound[start:start + n] = moves.masked_fill(~allowed[:, None, :], 0.0).amax(dim=-1)
         out[start:start + n] = torch.einsum("nhl,lhd->nhd", torch.softmax(s, dim=-1), vb)
         start += n
-    return out, lse
+    return (out, lse, bound) if q_rounding_bound else (out, lse)
 
 
 def rel_l2(x, ref):
