@@ -190,5 +190,7 @@ def test_greedy_check_fails_without_kv_compact(cache_dir):
     # Judged by the right run's noise: the stale rows move the margins where the tokens still agree too.
     g = hf.greedy_vs_generate(model, dec, prompts("qwen3-tiny"), max_new=32, noise=right["numeric_margin_noise"])
     assert sum(moves) > 0, "no accepted path needed a KV move: the control cannot see kv_compact"
-    assert g["measured_margin_noise"] > right["numeric_margin_noise"]
-    assert g["other_divergences"] > 0
+    # The broken run must fail the check: a divergence the right run's noise does not excuse or, since a tiny
+    # model need not flip a token in 32, top-2 margins moved far past that noise where the tokens agree.
+    noise, broken = right["numeric_margin_noise"], g["measured_margin_noise"]
+    assert g["other_divergences"] > 0 or broken > 10 * noise, (noise, broken, g["requests"])
