@@ -154,9 +154,9 @@ static __device__ __forceinline__ void exchange_row_max(float (&mx)[2], float* r
 
 // ---- The epilogue's writes, once a segment's O is staged as fp32 rows of STRIDE
 // floats in shared memory (stage: the idle K slots) and both warpgroups' row sums
-// are in red[2][BLOCK_M]: a warp per row, 4 dims a lane, so every store is a whole
-// 16-byte unit of one row (the accumulator fragments hold 2 dims of a row a
-// thread, and the stores of fp32 partials from them half-filled their sectors).
+// are in red[2][BLOCK_M]: a warp per row, 4 dims a lane, so a warp's store covers
+// 256 contiguous bytes of one row (from the accumulator fragments, 2 dims of a row
+// a thread, a 16-bit row went out in 4-byte pieces).
 // 16-bit out and natural-log LSE, or a split's / stream-K slot's 16-bit partials and
 // log2-domain LSE, as write_row; e4m3 caches scale O by v_scale. m_run: the
 // reference max of this thread's rows r_lo and r_lo + 8; lse_thread: one thread
