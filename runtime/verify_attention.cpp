@@ -209,7 +209,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
       const long long p_ctas = std::min(slots, units);
       const long long chunk = ceil_div(units, p_ctas);
       const long long segments = 1 + ceil_div(chunk - 1, kv_tiles);
-      const double slot_bytes = 2.0 * p_ctas * launch.block_m * (s.head_dim_v + 1) * 4;
+      const double slot_bytes = 2.0 * p_ctas * launch.block_m * (s.head_dim_v * kPartialElemBytes + 4);
       const double cost =
           chunk + launch.stream_segment_tiles * segments + (p_ctas > 1 ? slot_bytes * tiles_per_partial_byte : 0.0);
       if (cost < best || forced_schedule == "stream") stream_ctas = p_ctas;
