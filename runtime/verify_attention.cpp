@@ -109,8 +109,11 @@ void check_verify_sizes(const kdtree_verify_spec& s, int max_tree_nodes, int bat
 
 // Split partials are stored in out's 16-bit type (each normalised by its own row
 // sum, so in out's range): half the bytes of fp32 for the main kernel to write and
-// the combine to read.
+// the combine to read. A partial row is head_dim_v such values and an fp32 LSE.
 constexpr size_t kPartialElemBytes = 2;
+static size_t partial_row_bytes(const kdtree_verify_spec& s) {
+  return s.head_dim_v * kPartialElemBytes + sizeof(float);
+}
 
 VerifyWorkspace verify_workspace(const kdtree_verify_spec& s, int total_nodes, int num_splits) {
   VerifyWorkspace w;
@@ -171,8 +174,8 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
     // Model the time in KV tiles. Uniform splits: waves x KV tiles per CTA; a CTA
     // streams ceil(kv_tiles / s) tiles plus about one tile's worth of fixed work (Q
     // load, pipeline fill, and the combine when s > 1); CTAs run ctas_per_sm at a
-    // time on every SM. With s > 1 the partials (s x rows x (head_dim_v 16-bit
-    // values + an fp32 LSE)) go through memory too: in tile times, bytes x the arch's FLOP per DRAM
+    // time on every SM. With s > 1 the partials (s x rows x partial_row_bytes) go
+    // through memory too: in tile times, bytes x the arch's FLOP per DRAM
     // byte x the kernel's typical tensor efficiency (one half) / (SMs x a tile's
     // FLOPs). The cheapest s wins (the fewest on a tie), so small batches spread the
     // KV over the whole GPU, large ones are not cut into a partial last wave, and
@@ -182,7 +185,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
     const long long slots = (long long)arch.num_sms * ctas_per_sm;
     const double tile_flops = 2.0 * launch.block_m * launch.block_n * (s.head_dim_qk + s.head_dim_v);
     const double tiles_per_partial_byte = 0.5 * arch.flop_per_dram_byte / (arch.num_sms * tile_flops);
-    const double row_partial_bytes = double(total_nodes) * s.num_q_heads * (s.head_dim_v * kPartialElemBytes + 4);
+    const double row_partial_bytes = double(total_nodes) * s.num_q_heads * partial_row_bytes(s);
     double best = 0;
     for (long long cand = 1; cand <= std::min<long long>(64, kv_tiles); ++cand) {
       double waves = std::ceil(double(ctas * cand) / slots);
@@ -209,7 +212,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
       const long long p_ctas = std::min(slots, units);
       const long long chunk = ceil_div(units, p_ctas);
       const long long segments = 1 + ceil_div(chunk - 1, kv_tiles);
-      const double slot_bytes = 2.0 * p_ctas * launch.block_m * (s.head_dim_v * kPartialElemBytes + 4);
+      const double slot_bytes = 2.0 * p_ctas * launch.block_m * partial_row_bytes(s);
       const double cost =
           chunk + launch.stream_segment_tiles * segments + (p_ctas > 1 ? slot_bytes * tiles_per_partial_byte : 0.0);
       if (cost < best || forced_schedule == "stream") stream_ctas = p_ctas;

@@ -63,7 +63,8 @@ def near_tie_report(ref_tokens, ref_margins, sp, max_new, margin_key, prompt_len
     for r in reqs:
         r["near_tie"] = None if r["equal"] else r[margin_key] <= noise
     acc = [x for row in sp.accept_lens for x in row if x >= 0]
-    return {"requests": reqs, "numeric_margin_noise": noise, "measured_margin_noise": measured, "equal": sum(r["equal"] for r in reqs),
+    return {"requests": reqs, "numeric_margin_noise": noise, "measured_margin_noise": measured,
+            "equal": sum(r["equal"] for r in reqs),
             "near_tie_divergences": sum(1 for r in reqs if r["near_tie"]),
             "other_divergences": sum(1 for r in reqs if r["near_tie"] is False),
             "mean_tokens_per_step": sum(a + 1 for a in acc) / max(1, len(acc))}

@@ -140,10 +140,11 @@ class Model:
         main_us = cycles / clk * 1e6
         flops, nbytes = shape_flops_bytes(plan)
         rows = plan["nodes"] * plan["batch"] * plan["q_heads"]
-        partial_bytes = plan["splits"] * rows * (plan["head_v"] * 2 + 4) if plan["splits"] > 1 else 0
+        partial_row_bytes = plan["head_v"] * 2 + 4  # 16-bit values and an fp32 LSE
+        partial_bytes = plan["splits"] * rows * partial_row_bytes if plan["splits"] > 1 else 0
         pieces = plan["splits"]  # partials merged per row, at most
         if stream:
-            partial_bytes = stream["pieces"] * plan["block_m"] * (plan["head_v"] * 2 + 4)
+            partial_bytes = stream["pieces"] * plan["block_m"] * partial_row_bytes
             pieces = stream["max_pieces"]
         dram_us = (nbytes + partial_bytes) / r["dram_bytes_per_s"] * 1e6 + 2 * r["mem_latency"] / clk * 1e6
         binding = self.binding(first)
