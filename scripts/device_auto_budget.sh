@@ -11,7 +11,9 @@
 #   3. the GPU tests of the auto path: prefix_tree over kdtree's tree_build (what the counterfactual counts rest
 #      on), auto with graphs at batch 64.
 # It runs this checkout's Python (python/kdtree, examples/) over the installed (or carried .whl) package's
-# native library, so a wheel built before these Python changes still measures them.
+# native library, so a wheel built before these Python changes still measures them. Arguments go to run.py:
+# `--throughput-weights float32` decodes with float32 weights (bf16 cache and attention), whose greedy text
+# did not depend on the budget, so auto and the fixed budgets compare on the same text (examples/ddtree/README.md).
 # Output in $OUT (default /tmp/kdtree-auto-out): auto.txt, auto.json, pytest_auto.txt, warm.txt.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,7 +41,7 @@ warm_pid=$!
 status=0
 echo "== DDTree example: budget auto vs every fixed budget at batch 1, 4, 16, 64 (then 5 alternating repetitions)"
 timeout 360 python3 -m examples.ddtree.run --budget auto --auto-reps 5 --batches 1,4,16,64 --max-new 128 \
-  --batch1-prompts 8 --skip greedy,sampling,acceptance,ops,bad_input --json "$OUT/auto.json" 2>&1 | tee "$OUT/auto.txt"
+  --batch1-prompts 8 --skip greedy,sampling,acceptance,ops,bad_input --json "$OUT/auto.json" "$@" 2>&1 | tee "$OUT/auto.txt"
 [[ ${PIPESTATUS[0]} -ne 0 ]] && { echo "run.py failed"; status=1; }
 echo "run.py: $((SECONDS - t_start)) s"
 wait "$warm_pid" || echo "kdtree warm exited non-zero (see warm.txt)"

@@ -118,6 +118,10 @@ def main(argv=None):
     ap.add_argument("--no-cache", action="store_true", help="train even if cached weights exist")
     ap.add_argument("--quick", action="store_true", help="small sizes (CPU smoke run)")
     ap.add_argument("--json", help="write every number here")
+    ap.add_argument("--throughput-weights", default="as_attention", choices=["as_attention", "float32"],
+                    help="the models' weights in the throughput section: as_attention (bf16 on a GPU, as served) or "
+                         "float32 (bf16 cache and attention still); float32's greedy text did not depend on the "
+                         "budget where bf16's did at near-ties, so budgets and auto compare on the same text")
     ap.add_argument("--kv-dtype", default="as_q", choices=["as_q", "e4m3"],
                     help="the paged cache's storage: as_q (the attention dtype) or e4m3 (torch.float8_e4m3fn, one "
                          "scale per cache; every check and measurement then runs over the fp8 cache)")
@@ -236,10 +240,13 @@ def main(argv=None):
             f"{'CUDA graphs' if device.type == 'cuda' and not a.no_graphs else 'eager'}")
         log(f"  speedup = tokens/s ratio = (tokens per request per step of the batch, which waits for its slowest "
             f"request) x (AR / DDTree step time), exactly; in brackets the same with the mean per-request tokens/step")
+        tmodels = models_f32 if a.throughput_weights == "float32" else models
+        if a.throughput_weights == "float32":
+            log("  float32 weights (--throughput-weights float32), bf16 cache and attention")
         rows = []
         for B in batches:
             groups = prompt_groups(B)
-            ar = bench.throughput(models, ops, groups, mode="ar", max_new=a.max_new, graphs=not a.no_graphs, **kw)
+            ar = bench.throughput(tmodels, ops, groups, mode="ar", max_new=a.max_new, graphs=not a.no_graphs, **kw)
             row = {"batch": B, "prompts": len(groups) * B,
                    "ar": {k: v for k, v in ar.items() if k not in ("engine", "accept_lens", "request_tokens_per_step")},
                    "spec": []}
@@ -249,7 +256,7 @@ def main(argv=None):
                 + eager_note(ar))
             engines = {}  # --auto-reps: the fixed budgets' engines, measured again beside auto's
             for bud in budgets_for(B):
-                sp = bench.throughput(models, ops, groups, mode="spec", max_new=a.max_new, budget=bud, top_k=a.top_k,
+                sp = bench.throughput(tmodels, ops, groups, mode="spec", max_new=a.max_new, budget=bud, top_k=a.top_k,
                                       graphs=not a.no_graphs, **kw)
                 if a.budget == "auto" and a.auto_reps > 1:
                     engines[bud] = sp["engine"]
@@ -270,7 +277,7 @@ def main(argv=None):
                 elif B > 1:
                     log(f"                 tokens/step per request: {spread(per)}")
             if a.budget == "auto":
-                sp = bench.throughput(models, ops, groups, mode="spec", max_new=a.max_new, budget="auto",
+                sp = bench.throughput(tmodels, ops, groups, mode="spec", max_new=a.max_new, budget="auto",
                                       top_k=a.top_k, graphs=not a.no_graphs, **kw)
                 best = max(row["spec"], key=lambda e: e["tokens_per_s"])
                 used = sp["budgets_used"]
