@@ -242,7 +242,8 @@ def main(argv=None):
             f"request) x (AR / DDTree step time), exactly; in brackets the same with the mean per-request tokens/step")
         tmodels = models_f32 if a.throughput_weights == "float32" else models
         if a.throughput_weights == "float32":
-            log("  float32 weights (--throughput-weights float32), bf16 cache and attention")
+            log(f"  float32 weights (--throughput-weights float32), {str(dtype).replace('torch.', '')} cache and "
+                f"attention")
         rows = []
         for B in batches:
             groups = prompt_groups(B)
