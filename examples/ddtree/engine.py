@@ -67,7 +67,8 @@ class Engine:
 
     def __init__(self, target, drafter, cfg, ops, *, mode="spec", batch_size, max_prompt, max_new,
                  budget=63, top_k=8, temperature=0.0, seed=0, page_size=64, num_pages=None,
-                 record_margins=False, device="cuda", dtype=torch.bfloat16, kv_dtype=None, kv_scale=1.0):
+                 record_margins=False, device="cuda", dtype=torch.bfloat16, kv_dtype=None, kv_scale=1.0,
+                 auto_budgets=None):
         if mode not in ("spec", "ar"):
             raise ValueError(f"mode must be 'spec' or 'ar', got {mode!r}")
         if batch_size < 1 or max_new < 1 or max_prompt < 2:
@@ -80,13 +81,16 @@ class Engine:
         D = cfg.draft_depth
         # budget "auto": each round's budget is chosen from the measured step cost at this batch and the
         # accepted counts every budget would have given in the rounds so far (kdtree.integrations.budget.
-        # AutoBudget); the cache is sized for the largest candidate.
+        # AutoBudget) among auto_budgets (default DEFAULT_BUDGETS); the cache is sized for the largest candidate.
         self.auto = mode == "spec" and budget == "auto"
         self.autob, self.costs = None, None
         if self.auto:
             from kdtree.integrations.budget import DEFAULT_BUDGETS
             most = min(sum(top_k ** d for d in range(1, D + 1)), 127)
-            self.budgets = tuple(b for b in DEFAULT_BUDGETS if b <= most)
+            self.budgets = tuple(sorted(b for b in (auto_budgets or DEFAULT_BUDGETS) if 1 <= b <= most))
+            if not self.budgets:
+                raise ValueError(f"auto_budgets {auto_budgets}: no budget in 1..{most} (the {D}-deep, {top_k}-wide "
+                                 f"tree's node count, at most 127)")
             budget = self.budgets[-1]
         if mode == "spec":
             if not 1 <= top_k <= min(64, cfg.vocab):

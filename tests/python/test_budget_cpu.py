@@ -12,6 +12,10 @@ from kdtree.integrations import budget as kb  # noqa: E402
 from kdtree.integrations import torch_ops  # noqa: E402
 
 
+# The six budgets the DDTree example's fixed sweep measures (and auto's candidates before width-filling ones).
+SIX = (4, 8, 16, 32, 64, 127)
+
+
 def _width(nodes):
     for w in (16, 32, 64, 128):
         if nodes <= w:
@@ -56,7 +60,7 @@ def test_prefix_tree_equals_tree_built_at_that_budget(B, D, K, seed, ties):
     roots = torch.randint(0, 97, (B,), generator=g, dtype=torch.int32)
     prefix = torch.randint(0, 500, (B,), generator=g, dtype=torch.int32)
     big = torch_ops.tree_build(dt, dlp, roots, prefix, budget=127, max_tree_nodes=128)
-    for n in (1, 2, 3) + kb.DEFAULT_BUDGETS:
+    for n in sorted({1, 2, 3, 16, 32, 64} | set(kb.DEFAULT_BUDGETS)):
         W = _width(n + 1)
         direct = torch_ops.tree_build(dt, dlp, roots, prefix, budget=n, max_tree_nodes=W)
         cut = kb.prefix_tree(big, n, W)
@@ -127,8 +131,8 @@ def test_counterfactual_accepts_of_a_known_path():
 
 
 def test_auto_budget_records_paths_and_tracks_the_end():
-    costs = _cost_table(3, kb.DEFAULT_BUDGETS, (1.0, 1.0, 1.1, 1.3, 1.8, 3.0))
-    auto = kb.AutoBudget(kb.DEFAULT_BUDGETS, costs, "cpu", depth=4)
+    costs = _cost_table(3, SIX, (1.0, 1.0, 1.1, 1.3, 1.8, 3.0))
+    auto = kb.AutoBudget(SIX, costs, "cpu", depth=4)
     auto.reset(3, max_new=6)
     assert auto.plan() == 32  # nothing observed yet: the middle budget
     path = torch.tensor([[0, 1, 5, 17, 40, -1], [0, 2, -1, -1, -1, -1], [0, 1, 2, 3, 4, 9]], dtype=torch.int32)
@@ -222,7 +226,7 @@ def _run(sim, budgets, costs, B, max_new, budget):
     return t, used
 
 
-# H200 step times (ms) by budget at batch 1, 4, 16, 64 (scripts/device_auto_budget.sh, the calibration rows)
+# H200 step times (ms) by budget (SIX) at batch 1, 4, 16, 64 (scripts/device_auto_budget.sh, the calibration rows)
 H200_COSTS = {1: (0.8423, 0.8846, 0.8846, 0.8922, 0.9798, 1.0766), 4: (0.8843, 0.9045, 0.962, 1.027, 1.2235, 1.3628),
               16: (0.9978, 1.0855, 1.1164, 1.357, 1.8684, 2.9298), 64: (1.2085, 1.479, 1.9652, 2.8403, 4.9256, 9.297)}
 
@@ -232,7 +236,7 @@ def test_auto_reaches_the_best_fixed_budget_on_synthetic_acceptance(B):
     """Requests that differ in how well the drafter agrees (some slow, some fast): auto, told nothing but the
     cost row, finishes the batch within 1% of the best fixed budget's time, over a few batches (the batch's
     statistics carried over, as the DDTree example's engine keeps them per batch size)."""
-    budgets = kb.DEFAULT_BUDGETS
+    budgets = SIX
     costs = _cost_table(B, budgets, H200_COSTS[B])
     rng = np.random.default_rng(B)
     batches = 8 if B == 1 else 3

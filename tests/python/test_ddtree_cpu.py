@@ -7,6 +7,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -363,6 +364,51 @@ def test_summary_line_names_the_step_cost_that_grows():
            "1088 vs 64; of it verify_attention +0.319), drafter 0.179, tree_build+tree_accept+kv_compact 0.021, " \
            "sampling+update +0.060" in line
     assert "adds" not in run.summary_line(row, {})  # without the per-op times: the two factors only
+
+
+def test_simulation_over_a_forced_trace_replays_the_real_loop(models, prompts):
+    """examples/ddtree/trace.py + simulate.py: a fixed-budget decode's accepted count at every step, its step
+    count and its text are what the walk through the teacher-forced trace's counterfactual table predicts (the
+    premise of judging budget policies offline); the walk with another budget's column does not."""
+    from examples.ddtree import simulate, trace
+    ps = prompts[:4]
+    max_new = 24
+    tr = trace.forced_trace(models, torch_ops, ps, max_new=max_new, top_k=4, device="cpu", dtype=torch.float32)
+    assert tr["paths"].shape == (max_new, 4, models[2].draft_depth) and tr["tokens"].shape == (4, max_new)
+    budgets = (2, 5, 15)
+    counts = simulate.count_table(tr["paths"], budgets)
+    walks = {}
+    for k, b in enumerate(budgets):
+        e = engine.Engine(*models, torch_ops, mode="spec", batch_size=4, max_prompt=max(map(len, ps)),
+                          max_new=max_new, budget=b, top_k=4, device="cpu", dtype=torch.float32)
+        r = e.generate(ps)
+        assert np.array_equal(np.asarray(r.tokens), tr["tokens"]), b  # the text does not depend on the budget
+        g = np.zeros(4, dtype=np.int64)
+        walk = []
+        for _ in range(r.steps):
+            c = np.where(g < max_new, counts[np.minimum(g, max_new - 1), np.arange(4), k], -1)
+            walk.append(c.tolist())
+            g = np.where(c >= 0, g + 1 + c, g)
+        assert walk == r.accept_lens, b
+        secs, rounds = simulate.run_group(counts, budgets, {x: 1.0 for x in budgets}, simulate.Fixed(b),
+                                          max_new=max_new, lag=0)  # a CPU engine reads every step at once
+        assert rounds == r.steps and secs == r.steps, b
+        walks[b] = walk
+    assert walks[2] != walks[15]  # the columns differ: the comparison above can fail
+
+
+def test_simulate_reads_a_saved_trace(models, prompts, tmp_path, capsys):
+    """trace.save -> simulate.main: fixed budgets and auto's replay per batch size, from the file alone."""
+    from examples.ddtree import simulate, trace
+    tr = trace.forced_trace(models, torch_ops, prompts[:2], max_new=16, top_k=4, device="cpu", dtype=torch.float32)
+    costs = {str(b): 1e-3 * (1 + b / 16) for b in (1, 2, 4, 8, 15)}
+    trace.save(tmp_path / "t.npz", {"batches": [1, 2], "max_new": 16, "weights": "float32", "text_check": {},
+                                    "costs": {"1": costs, "2": costs}}, [tr, tr])
+    with pytest.raises(ValueError, match="2 traces for batches"):
+        trace.save(tmp_path / "u.npz", {"batches": [1]}, [tr, tr])
+    simulate.main([str(tmp_path / "t.npz"), "--budgets", "1,4,15"])
+    out = capsys.readouterr().out
+    assert "batch   1: fixed 1:" in out and "batch   2: fixed 1:" in out and "auto" in out, out
 
 
 # ----------------------------------------------------------------------------- bad input
