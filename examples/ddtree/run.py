@@ -93,8 +93,10 @@ def main(argv=None):
     ap.add_argument("--backend", default="kdtree", choices=["kdtree", "torch"])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--batches", default="1,4,16,64")
-    ap.add_argument("--budgets", default="16,32,64,128")
-    ap.add_argument("--small-budgets", default="4,8",
+    ap.add_argument("--budgets", default="15,16,31,32,63,64,128",
+                    help="fixed budgets measured at every batch: each tree width's first (16, 32, 64) and last "
+                         "(15, 31, 63, 127) budget, since a round's cost steps up with the width")
+    ap.add_argument("--small-budgets", default="2,3,4,6,8",
                     help="extra budgets (W=16) measured at batches >= --small-budgets-from, where the target's "
                          "forward over B x (budget+1) rows makes large trees expensive")
     ap.add_argument("--small-budgets-from", type=int, default=16)
