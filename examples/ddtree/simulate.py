@@ -58,14 +58,14 @@ class Auto:
     largest budget from the admitted state, then its burst's later rounds), then one plan per round from the
     rounds read so far."""
 
-    def __init__(self, budgets, costs_by_batch, *, calibration_rounds=8, lag=2, policy_kw=None):
+    def __init__(self, budgets, costs_by_batch, *, calibration_rounds=6, lag=2, policy_kw=None):
         self.budgets = tuple(sorted(budgets))
         self.costs_by_batch, self.cal, self.lag = costs_by_batch, calibration_rounds, lag
         self.policy_kw = policy_kw or {}
         self.batch = None
         self.history = []
 
-    def start(self, batch, max_new, first_counts=None):
+    def start(self, batch, max_new):
         self.max_new = max_new
         if self.batch != batch:
             table = CostTable()
@@ -77,20 +77,18 @@ class Auto:
         self.gen = np.zeros(batch, dtype=np.int64)
 
     def calibration(self, counts):
-        """counts [G, R, K]: the largest budget's rounds from generated count 0, as calibrate() runs them."""
+        """counts [G, R, K]: what AutoBudget.calibrate observes, once per batch size: its round at the largest
+        budget from generated count 0, then that budget's burst (the same round again and rounds + lag more,
+        back to back from count 0), whose later rounds it reads too: the largest budget's walk, counts 0..8."""
         if not self.calibrate:
             return
         self.calibrate = False
-        R = counts.shape[1]
+        G, R, _ = counts.shape
         g = np.zeros(R, dtype=np.int64)
-        G = counts.shape[0]
-        rows = []
         for _ in range(self.cal + self.lag + 1):
             c = counts[np.minimum(g, G - 1), np.arange(R)]
-            rows.append(c)
-            g = g + 1 + c[:, -1]
-        for c in [rows[0]] + rows[1:self.cal]:
             self.policy.add(c, np.ones(R, bool), self.budgets[-1])
+            g = g + 1 + c[:, -1]
 
     def plan(self):
         b = self.policy.best(self.batch, self.max_new - self.gen)
