@@ -7,7 +7,7 @@
 #      auto budget, the sampling TV test,
 #   3. examples.ddtree.hf_bench: tokens/s of generate() / kdtree AR / DDTree (fixed and auto budget) / DDTree
 #      verified by SDPA over a dense mask, batch 1 and 8, and the per-stage split of a round,
-#   4. examples.ddtree.hf_bench --auto-check: budget auto against every fixed budget it chooses among (4..127) on
+#   4. examples.ddtree.hf_bench --auto-check: budget auto against every fixed budget it chooses among (DEFAULT_BUDGETS) on
 #      both models at batch 1 and 8, then against the two best of them 5 times in alternation, compared by
 #      medians ("auto / best fixed (budget N), medians: R"). (The DDTree example's auto comparison:
 #      scripts/device_auto_budget.sh.)

@@ -41,9 +41,9 @@ import torch
 # auto's candidate budgets. A round's cost steps up with the tree width W (kdtree's 16, 32, 64, 128: the
 # attention's tiles) and grows slowly with the node count within one width (the target's rows), so 15, 31, 63 and
 # 127 fill their widths (root + budget = W) and 16, 32 or 64 would pay for the next width for one node more: on
-# the H200 with the DDTree example's model, 31 against 32 cost 1.503 against 1.638 ms at batch 4 (9% less for
+# the H200 with the DDTree example's model, 31 against 32 cost 1.517 against 1.660 ms at batch 4 (9% less for
 # the same acceptance). Below 16 the target's rows are the whole difference, which matters at large batches
-# (batch 64: 2.09 ms at budget 2, 2.40 at 4, 3.27 at 8), hence the fine steps there. Chosen with
+# (batch 64: 2.10 ms at budget 2, 2.41 at 4, 3.29 at 8), hence the fine steps there. Chosen with
 # examples/ddtree/simulate.py over a teacher-forced trace of the example (examples/ddtree/README.md).
 DEFAULT_BUDGETS = (1, 2, 3, 4, 6, 8, 12, 15, 31, 63, 127)
 
