@@ -7,10 +7,11 @@ table) and moves on by that + 1, and the round costs the batch's measured time a
 round's numbers `lag` rounds late (RoundLog), so the last `lag` rounds run past the end as in generate().
 Batch 1 decodes its prompts one at a time (tokens/s = all tokens / total time), as run.py measures it.
 
-    python -m examples.ddtree.simulate trace.npz [--budgets 4,8,16,32,64,127]
+    python -m examples.ddtree.simulate trace.npz [--budgets 4,8,16,32,64,127] [--resample 12] [--oracle] [--confidence]
 
 prints tokens/s by fixed budget and of budget "auto" (kdtree.integrations.budget's policy, replayed with its
-calibration) per batch size. The premise is the trace's: a text that does not depend on the budget (the
+calibration) per batch size; --resample, --oracle and --confidence add the comparisons examples/ddtree/README.md
+reports. The premise is the trace's: a text that does not depend on the budget (the
 trace's text check says how far that held).
 """
 from __future__ import annotations
@@ -146,11 +147,105 @@ def groups_of(group):
     return [group["paths"]]
 
 
+def resampled(paths, batch, n, rng, prompts_b1=8):
+    """n random prompt groups at `batch` from every traced request (paths [G, R_all, D]), each decoded as run.py
+    decodes its groups: at batch 1, `prompts_b1` requests one at a time."""
+    R = paths.shape[1]
+    if batch == 1:
+        return [[paths[:, i:i + 1] for i in rng.choice(R, min(prompts_b1, R), replace=False)] for _ in range(n)]
+    if batch > R:
+        raise ValueError(f"resampled: {R} traced requests cannot make groups of {batch}")
+    return [[paths[:, rng.choice(R, batch, replace=False)]] for _ in range(n)]
+
+
+def oracle_times(counts, costs, budgets, *, max_new, lag=2):
+    """One request (counts [G, K]) decoded knowing every round's outcome: (seconds choosing each round's budget
+    for the best tokens per second of that round, seconds of the whole decode planned by dynamic programming),
+    each with the `lag` rounds generate() runs past the end at the last budget chosen."""
+    G, K = counts.shape
+    cost = np.asarray([costs[b] for b in budgets])
+    g, t, k = 0, 0.0, 0
+    while g < max_new:
+        k = int(np.argmax((1 + counts[g]) / cost))
+        t, g = t + cost[k], g + 1 + int(counts[g, k])
+    myopic = t + lag * cost[k]
+    best = np.zeros(max_new + int(counts.max()) + 2)  # seconds from count g to the end; 0 past max_new
+    for g in range(max_new - 1, -1, -1):
+        nxt = g + 1 + counts[g]
+        best[g] = np.min(cost + np.where(nxt >= max_new, lag * cost, best[nxt]))
+    return myopic, best[0]
+
+
+def confidence_seconds(counts, scores, costs, budgets, kappa, *, max_new, lag=2):
+    """One request decoded with each round's budget chosen from its own tree (scores [G, 128], tree_build's path
+    log-probabilities: a node's probability of lying on the accepted path, if the drafter is calibrated): the
+    best of (1 + kappa x the expected accepted tokens of the budget's nodes) over the round's cost. No host read
+    is charged, which choosing from the round's own tree would need."""
+    cost = np.asarray([costs[b] for b in budgets])
+    expected = np.cumsum(np.exp(np.nan_to_num(scores[:, 1:], neginf=-np.inf)), 1)[:, np.asarray(budgets) - 1]
+    g, t, k = 0, 0.0, 0
+    while g < max_new:
+        k = int(np.argmax((1 + kappa * expected[g]) / cost))
+        t, g = t + cost[k], g + 1 + int(counts[g, k])
+    return t + lag * cost[k]
+
+
+def study(meta, groups, cand, *, resample, seed=0, oracle=False, confidence=False):
+    """The comparisons of examples/ddtree/README.md ("Judging a policy offline"), printed per batch size."""
+    max_new = meta["max_new"]
+    paths = np.concatenate([g["paths"] for g in groups], 1)
+    scores = np.concatenate([g["scores"] for g in groups], 1)
+    rng = np.random.default_rng(seed)
+    for B in meta["batches"]:
+        costs = {int(b): s for b, s in meta["costs"][str(B)].items()}
+        fixed = sorted(costs)
+        allb = sorted(set(fixed) | set(cand))
+        col = [allb.index(b) for b in cand]
+        first, ratio_fixed = [], []
+        for grp in resampled(paths, B, resample, rng) if resample else []:
+            parts = [count_table(p, allb) for p in grp]
+            rates = {b: tokens_per_s(parts, allb, costs, Fixed(b), max_new=max_new) for b in fixed}
+            ra = tokens_per_s([p[:, :, col] for p in parts], cand, costs, Auto(cand, costs), max_new=max_new)
+            first.append(ra / max(rates.values()))
+            ratio_fixed.append(rates)
+        if resample:
+            avg = {b: np.mean([r[b] for r in ratio_fixed]) for b in fixed}
+            top = max(avg, key=avg.get)
+            print(f"batch {B:3d}, {resample} random prompt groups: auto / the best of {len(fixed)} fixed budgets per "
+                  f"group: mean {np.mean(first):.3f}, min {np.min(first):.3f}; the best fixed budget on average: "
+                  f"{top}, which the best per group beats by {np.mean([max(r.values()) / r[top] for r in ratio_fixed]):.3f}x")
+        if B != 1 or not (oracle or confidence):
+            continue
+        counts = count_table(paths, allb)  # [G, R, K]
+        R = counts.shape[1]
+        fixed_s = {b: sum(run_group(counts[:, r:r + 1], allb, costs, Fixed(b), max_new=max_new)[0] for r in range(R))
+                   for b in fixed}
+        best = min(fixed_s, key=fixed_s.get)
+        line = f"batch   1, all {R} traced requests one at a time, against the best fixed budget ({best}):"
+        if oracle:
+            t = np.sum([oracle_times(counts[:, r, :], costs, allb, max_new=max_new) for r in range(R)], 0)
+            line += f" knowing each round's outcome {fixed_s[best] / t[0]:.3f}x, the whole decode planned {fixed_s[best] / t[1]:.3f}x;"
+        if confidence:
+            ks = {kap: sum(confidence_seconds(counts[:, r, :], scores[:, r, :], costs, allb, kap, max_new=max_new)
+                           for r in range(R)) for kap in (1.0, 1.3, 1.5)}
+            line += " from the tree's path probabilities " + ", ".join(
+                f"{fixed_s[best] / t:.3f}x (kappa {kap})" for kap, t in ks.items())
+        print(line)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace")
     ap.add_argument("--budgets", default=",".join(map(str, DEFAULT_BUDGETS)), help="auto's candidates")
     ap.add_argument("--fixed", default="", help="fixed budgets to list (default: every budget the trace costed)")
+    ap.add_argument("--resample", type=int, default=0,
+                    help="also judge auto over N random prompt groups per batch size, drawn from every traced request, "
+                         "against the best of every costed fixed budget in each group")
+    ap.add_argument("--oracle", action="store_true",
+                    help="batch 1: what a policy knowing each round's outcome reaches (round by round; planned)")
+    ap.add_argument("--confidence", action="store_true",
+                    help="batch 1: each round's budget from its tree's path probabilities")
+    ap.add_argument("--seed", type=int, default=0, help="of --resample's groups")
     a = ap.parse_args(argv)
     meta, groups = load(a.trace)
     max_new = meta["max_new"]
@@ -172,6 +267,8 @@ def main(argv=None):
         print(f"batch {B:3d}: fixed " + " ".join(f"{b}:{r:.0f}" for b, r in rates.items())
               + f"\n           best fixed {best} ({rates[best]:.0f} tok/s); auto {ra:.0f} tok/s = "
               f"{ra / rates[best]:.3f}x, budgets {hist}")
+    if a.resample or a.oracle or a.confidence:
+        study(meta, groups, cand, resample=a.resample, seed=a.seed, oracle=a.oracle, confidence=a.confidence)
 
 
 if __name__ == "__main__":

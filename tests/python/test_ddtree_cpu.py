@@ -411,6 +411,28 @@ def test_simulate_reads_a_saved_trace(models, prompts, tmp_path, capsys):
     assert "batch   1: fixed 1:" in out and "batch   2: fixed 1:" in out and "auto" in out, out
 
 
+def test_simulate_oracles_and_the_confidence_policy_on_a_known_table():
+    """simulate.oracle_times and confidence_seconds on a request whose answers are known: budget 2 accepts 3
+    tokens at the start (one 1.5 s round to the end, plus generate()'s 2 rounds past it), budget 1 needs 3 rounds
+    of 1 s; a zero-weight confidence takes the cheapest budget, as a fixed budget does."""
+    from examples.ddtree import simulate
+    counts = np.array([[0, 3], [1, 1], [1, 1], [0, 0]])
+    costs = {1: 1.0, 2: 1.5}
+    myopic, planned = simulate.oracle_times(counts, costs, (1, 2), max_new=4)
+    assert myopic == planned == 1.5 + 2 * 1.5
+    fixed1, rounds = simulate.run_group(counts[:, None, :], (1, 2), costs, simulate.Fixed(1), max_new=4)
+    assert (fixed1, rounds) == (5.0, 5)
+    scores = np.full((4, 128), -np.inf, dtype=np.float32)
+    assert simulate.confidence_seconds(counts, scores, costs, (1, 2), 0.0, max_new=4) == fixed1
+    scores[:, 2] = 0.0  # node 2 certain: one more expected token at budget 2 (2 / 1.5 > 1 / 1)
+    assert simulate.confidence_seconds(counts, scores, costs, (1, 2), 1.0, max_new=4) == 4.5
+    rng = np.random.default_rng(3)  # planning the whole decode is never slower than choosing round by round
+    for _ in range(20):
+        c = np.sort(rng.integers(0, 5, (40, 4)), 1)
+        m, p = simulate.oracle_times(c, {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.2}, (1, 2, 4, 8), max_new=40)
+        assert p <= m + 1e-9
+
+
 # ----------------------------------------------------------------------------- bad input
 
 def test_bad_input_errors(models):
