@@ -162,7 +162,6 @@ def oracle_times(counts, costs, budgets, *, max_new, lag=2):
     """One request (counts [G, K]) decoded knowing every round's outcome: (seconds choosing each round's budget
     for the best tokens per second of that round, seconds of the whole decode planned by dynamic programming),
     each with the `lag` rounds generate() runs past the end at the last budget chosen."""
-    G, K = counts.shape
     cost = np.asarray([costs[b] for b in budgets])
     g, t, k = 0, 0.0, 0
     while g < max_new:
@@ -182,7 +181,7 @@ def confidence_seconds(counts, scores, costs, budgets, kappa, *, max_new, lag=2)
     best of (1 + kappa x the expected accepted tokens of the budget's nodes) over the round's cost. No host read
     is charged, which choosing from the round's own tree would need."""
     cost = np.asarray([costs[b] for b in budgets])
-    expected = np.cumsum(np.exp(np.nan_to_num(scores[:, 1:], neginf=-np.inf)), 1)[:, np.asarray(budgets) - 1]
+    expected = np.cumsum(np.exp(scores[:, 1:]), 1)[:, np.asarray(budgets) - 1]  # padding nodes: -inf, 0
     g, t, k = 0, 0.0, 0
     while g < max_new:
         k = int(np.argmax((1 + kappa * expected[g]) / cost))
@@ -201,19 +200,19 @@ def study(meta, groups, cand, *, resample, seed=0, oracle=False, confidence=Fals
         fixed = sorted(costs)
         allb = sorted(set(fixed) | set(cand))
         col = [allb.index(b) for b in cand]
-        first, ratio_fixed = [], []
+        ratios, fixed_rates = [], []
         for grp in resampled(paths, B, resample, rng) if resample else []:
             parts = [count_table(p, allb) for p in grp]
             rates = {b: tokens_per_s(parts, allb, costs, Fixed(b), max_new=max_new) for b in fixed}
             ra = tokens_per_s([p[:, :, col] for p in parts], cand, costs, Auto(cand, costs), max_new=max_new)
-            first.append(ra / max(rates.values()))
-            ratio_fixed.append(rates)
+            ratios.append(ra / max(rates.values()))
+            fixed_rates.append(rates)
         if resample:
-            avg = {b: np.mean([r[b] for r in ratio_fixed]) for b in fixed}
+            avg = {b: np.mean([r[b] for r in fixed_rates]) for b in fixed}
             top = max(avg, key=avg.get)
             print(f"batch {B:3d}, {resample} random prompt groups: auto / the best of {len(fixed)} fixed budgets per "
-                  f"group: mean {np.mean(first):.3f}, min {np.min(first):.3f}; the best fixed budget on average: "
-                  f"{top}, which the best per group beats by {np.mean([max(r.values()) / r[top] for r in ratio_fixed]):.3f}x")
+                  f"group: mean {np.mean(ratios):.3f}, min {np.min(ratios):.3f}; the best fixed budget on average: "
+                  f"{top}, which the best per group beats by {np.mean([max(r.values()) / r[top] for r in fixed_rates]):.3f}x")
         if B != 1 or not (oracle or confidence):
             continue
         counts = count_table(paths, allb)  # [G, R, K]
