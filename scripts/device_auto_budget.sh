@@ -8,13 +8,15 @@
 #      again, 5 times in alternation (each the best of 2 runs per prompt group), compared by medians: the line
 #      "auto / best fixed (budget N), medians: R" per batch, and in the speedup table (a single run of each is
 #      within the run-to-run noise, which reached 15% at batch 64),
-#   3. the GPU tests of the auto path: prefix_tree over kdtree's tree_build (what the counterfactual counts rest
+#   3. examples/ddtree/trace.py over the same models and prompts ($OUT/trace.npz: `python -m
+#      examples.ddtree.simulate trace.npz` replays budget policies over it on any machine),
+#   4. the GPU tests of the auto path: prefix_tree over kdtree's tree_build (what the counterfactual counts rest
 #      on), auto with graphs at batch 64.
 # It runs this checkout's Python (python/kdtree, examples/) over the installed (or carried .whl) package's
 # native library, so a wheel built before these Python changes still measures them. Arguments go to run.py:
 # `--throughput-weights float32` decodes with float32 weights (bf16 cache and attention), whose greedy text
 # did not depend on the budget, so auto and the fixed budgets compare on the same text (examples/ddtree/README.md).
-# Output in $OUT (default /tmp/kdtree-auto-out): auto.txt, auto.json, pytest_auto.txt, warm.txt.
+# Output in $OUT (default /tmp/kdtree-auto-out): auto.txt, auto.json, trace.npz, trace.txt, pytest_auto.txt, warm.txt.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -45,6 +47,10 @@ timeout 360 python3 -m examples.ddtree.run --budget auto --auto-reps 5 --batches
 [[ ${PIPESTATUS[0]} -ne 0 ]] && { echo "run.py failed"; status=1; }
 echo "run.py: $((SECONDS - t_start)) s"
 wait "$warm_pid" || echo "kdtree warm exited non-zero (see warm.txt)"
+
+echo "== teacher-forced trace of the same models and prompts (examples/ddtree/trace.py), for simulate.py"
+timeout 150 python3 -m examples.ddtree.trace --out "$OUT/trace.npz" 2>&1 | tail -6 | tee "$OUT/trace.txt"
+[[ ${PIPESTATUS[0]} -ne 0 ]] && { echo "trace.py failed"; status=1; }
 
 echo "== GPU tests of the auto path"
 timeout 90 python3 -m pytest -q -s -rs -p no:cacheprovider tests/python/test_ddtree_gpu.py \
