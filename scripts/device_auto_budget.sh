@@ -3,8 +3,8 @@
 # GPU machine; about 5-6 minutes (the time limits below stop each step):
 #   1. warms kdtree's kernels for the example's shapes in the background (mla576/512, widths 16..128, page 64),
 #   2. python -m examples.ddtree.run --budget auto --auto-reps 5: trains (or loads) the models, then tokens/s of AR,
-#      of every fixed budget (15, 16, 31, 32, 63, 64, 127; 2, 3, 4, 6, 8 from batch 16) and of auto at batch 1 (8 prompts one at a
-#      time), 4, 16 and 64, CUDA graphs, 128 new tokens; then auto and the two best fixed budgets of that sweep
+#      of every fixed budget (15, 16, 31, 32, 63, 64, 127; 2, 3, 4, 6, 8 from batch 16) and of auto at batch 1
+#      (8 prompts one at a time), 4, 16 and 64, CUDA graphs, 128 new tokens; then auto and the two best fixed budgets of that sweep
 #      again, 5 times in alternation (each the best of 2 runs per prompt group), compared by medians: the line
 #      "auto / best fixed (budget N), medians: R" per batch, and in the speedup table (a single run of each is
 #      within the run-to-run noise, which reached 15% at batch 64),
