@@ -21,7 +21,7 @@ import json
 
 import numpy as np
 
-from kdtree.integrations.budget import BudgetPolicy, CostTable, counterfactual_accepts, DEFAULT_BUDGETS
+from kdtree.integrations.budget import AutoBudget, CostTable, counterfactual_accepts, DEFAULT_BUDGETS
 
 
 def load(path):
@@ -55,27 +55,28 @@ class Fixed:
 
 
 class Auto:
-    """kdtree.integrations.budget's policy as AutoBudget runs it: calibrated once per batch size (a round at the
-    largest budget from the admitted state, then its burst's later rounds), then one plan per round from the
-    rounds read so far."""
+    """kdtree.integrations.budget.AutoBudget itself, fed a trace's counts instead of device rows: calibrated once per
+    batch size (a round at the largest budget from the admitted state, then its burst's later rounds), then one
+    plan per round from the rounds read so far."""
 
-    def __init__(self, budgets, costs_by_batch, *, calibration_rounds=6, lag=2, policy_kw=None):
+    def __init__(self, budgets, costs_by_batch, *, calibration_rounds=6, lag=2):
         self.budgets = tuple(sorted(budgets))
         self.costs_by_batch, self.cal, self.lag = costs_by_batch, calibration_rounds, lag
-        self.policy_kw = policy_kw or {}
-        self.batch = None
-        self.history = []
+        self.auto = None
+
+    @property
+    def history(self):
+        """The budgets planned at this batch size (AutoBudget's policy keeps them)."""
+        return self.auto.policy.history
 
     def start(self, batch, max_new):
-        self.max_new = max_new
-        if self.batch != batch:
+        if self.auto is None or self.auto.batch != batch:
             table = CostTable()
             for b in self.budgets:
                 table.set(batch, b, self.costs_by_batch[b])
-            self.policy = BudgetPolicy(self.budgets, table, **self.policy_kw)
-            self.batch, self.calibrate = batch, True
-        self.policy.requests(batch)
-        self.gen = np.zeros(batch, dtype=np.int64)
+            self.auto = AutoBudget(self.budgets, table, "cpu", depth=1)  # its device rows are not used here
+            self.calibrate = True
+        self.auto.reset(batch, max_new)
 
     def calibration(self, counts):
         """counts [G, R, K]: what AutoBudget.calibrate observes, once per batch size: its round at the largest
@@ -88,18 +89,14 @@ class Auto:
         g = np.zeros(R, dtype=np.int64)
         for _ in range(self.cal + self.lag + 1):
             c = counts[np.minimum(g, G - 1), np.arange(R)]
-            self.policy.add(c, np.ones(R, bool), self.budgets[-1])
+            self.auto.observe_counts(c, np.ones(R, bool), self.budgets[-1], advance=False)
             g = g + 1 + c[:, -1]
 
     def plan(self):
-        b = self.policy.best(self.batch, self.max_new - self.gen)
-        b = self.budgets[len(self.budgets) // 2] if b is None else b
-        self.history.append(b)
-        return b
+        return self.auto.plan()
 
     def observe(self, counts, active, used):
-        self.policy.add(counts, active, used)
-        self.gen[active] += counts[active, self.budgets.index(used)] + 1
+        self.auto.observe_counts(counts, active, used)
 
 
 def run_group(counts, budgets, costs, policy, *, max_new, lag=2):
@@ -158,16 +155,23 @@ def resampled(paths, batch, n, rng, prompts_b1=8):
     return [[paths[:, rng.choice(R, batch, replace=False)]] for _ in range(n)]
 
 
+def _greedy_seconds(counts, gain, cost, *, max_new, lag):
+    """One request decoded choosing each round's budget k for the best (1 + gain[g, k]) / cost[k] at its
+    generated count g, moving on by the tokens counts[g, k] it accepts: seconds, with generate()'s `lag` rounds
+    past the end at the last budget chosen."""
+    g, t, k = 0, 0.0, 0
+    while g < max_new:
+        k = int(np.argmax((1 + gain[g]) / cost))
+        t, g = t + cost[k], g + 1 + int(counts[g, k])
+    return t + lag * cost[k]
+
+
 def oracle_times(counts, costs, budgets, *, max_new, lag=2):
     """One request (counts [G, K]) decoded knowing every round's outcome: (seconds choosing each round's budget
     for the best tokens per second of that round, seconds of the whole decode planned by dynamic programming),
     each with the `lag` rounds generate() runs past the end at the last budget chosen."""
     cost = np.asarray([costs[b] for b in budgets])
-    g, t, k = 0, 0.0, 0
-    while g < max_new:
-        k = int(np.argmax((1 + counts[g]) / cost))
-        t, g = t + cost[k], g + 1 + int(counts[g, k])
-    myopic = t + lag * cost[k]
+    myopic = _greedy_seconds(counts, counts, cost, max_new=max_new, lag=lag)
     best = np.zeros(max_new + int(counts.max()) + 2)  # seconds from count g to the end; 0 past max_new
     for g in range(max_new - 1, -1, -1):
         nxt = g + 1 + counts[g]
@@ -180,13 +184,8 @@ def confidence_seconds(counts, scores, costs, budgets, kappa, *, max_new, lag=2)
     log-probabilities: a node's probability of lying on the accepted path, if the drafter is calibrated): the
     best of (1 + kappa x the expected accepted tokens of the budget's nodes) over the round's cost. No host read
     is charged, which choosing from the round's own tree would need."""
-    cost = np.asarray([costs[b] for b in budgets])
     expected = np.cumsum(np.exp(scores[:, 1:]), 1)[:, np.asarray(budgets) - 1]  # padding nodes: -inf, 0
-    g, t, k = 0, 0.0, 0
-    while g < max_new:
-        k = int(np.argmax((1 + kappa * expected[g]) / cost))
-        t, g = t + cost[k], g + 1 + int(counts[g, k])
-    return t + lag * cost[k]
+    return _greedy_seconds(counts, kappa * expected, np.asarray([costs[b] for b in budgets]), max_new=max_new, lag=lag)
 
 
 def study(meta, groups, cand, *, resample, seed=0, oracle=False, confidence=False):

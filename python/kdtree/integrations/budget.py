@@ -429,12 +429,18 @@ class AutoBudget:
         only."""
         row = np.asarray(row).reshape(self.batch, -1)
         acc = row[:, 0].astype(np.int64)
-        active = acc >= 0
-        self.policy.add(counterfactual_accepts(acc, row[:, 1:], self.budgets), active, used)
         if seconds is not None:
             self.costs.observe(self.batch, used, seconds)
+        return self.observe_counts(counterfactual_accepts(acc, row[:, 1:], self.budgets), acc >= 0, used, advance)
+
+    def observe_counts(self, counts, active, used: int, advance: bool = True) -> bool:
+        """observe's step after a row's counterfactual counts: counts [B, len(budgets)] (counterfactual_accepts),
+        active [B] bool, `used` the round's budget (one of self.budgets). Returns whether every request is done.
+        examples/ddtree/simulate.py replays rounds through it from a trace's counts."""
+        active = np.asarray(active, dtype=bool)
+        self.policy.add(counts, active, used)
         if advance:
-            self.gen[active] += acc[active] + 1
+            self.gen[active] += np.asarray(counts)[active, self.budgets.index(used)] + 1
         return bool((self.gen >= self.max_new).all())
 
     def initialise(self, row, used: int):
