@@ -50,6 +50,14 @@ def prompt_set(preset, n, lo, hi, seed):
     return train.corpus_prompts(preset, lengths, seed=seed)
 
 
+def throughput_groups(preset, B, batch1_prompts, lo, hi):
+    """The prompt groups the throughput section decodes at batch B (examples/ddtree/trace.py traces the same):
+    at batch 1, batch1_prompts prompts, one per group; else one batch of B corpus prompts."""
+    if B == 1:
+        return [[p] for p in prompt_set(preset, batch1_prompts, lo, hi, seed=101)]
+    return [prompt_set(preset, B, lo, hi, seed=100 + B)]
+
+
 def summary_line(row, ops):
     """One batch: the speedup as its two factors, and which stages make the DDTree step longer than the
     AR step (from the per-op times, when measured): mostly the target forward over B x (budget + 1) rows."""
@@ -159,10 +167,8 @@ def main(argv=None):
     groups_of = {}  # batch size -> prompt groups (reading the corpus takes a second)
 
     def prompt_groups(B):
-        """Batch 1: a.batch1_prompts prompts, one per group; else one batch of B corpus prompts."""
         if B not in groups_of:
-            groups_of[B] = ([[p] for p in prompt_set(a.preset, a.batch1_prompts, lo, hi, seed=101)] if B == 1
-                            else [prompt_set(a.preset, B, lo, hi, seed=100 + B)])
+            groups_of[B] = throughput_groups(a.preset, B, a.batch1_prompts, lo, hi)
         return groups_of[B]
 
     lo, hi = (int(x) for x in a.prompt_lens.split(","))

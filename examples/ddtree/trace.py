@@ -105,7 +105,7 @@ def text_check(models, ops, prompts, tokens, *, budget, max_new, top_k=8, device
 
 
 def main(argv=None):
-    from .run import prompt_set
+    from .run import throughput_groups
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="the .npz to write")
     ap.add_argument("--preset", default="h200", choices=sorted(train.PRESETS))
@@ -135,8 +135,7 @@ def main(argv=None):
                         "trace_budget": TRACE_BUDGET, "costs": {}, "text_check": {}, "models": info}
     for B in batches:
         t0 = time.time()
-        prompts = (prompt_set(a.preset, a.batch1_prompts, lo, hi, seed=101) if B == 1
-                   else prompt_set(a.preset, B, lo, hi, seed=100 + B))
+        prompts = [p for group in throughput_groups(a.preset, B, a.batch1_prompts, lo, hi) for p in group]
         tr = forced_trace(models, ops, prompts, max_new=a.max_new, top_k=a.top_k, device=device, dtype=dtype)
         traces.append(tr)
         same = text_check(models, ops, prompts, tr["tokens"], budget=a.check_budget, max_new=a.max_new,
