@@ -178,15 +178,17 @@ int run(int argc, char** argv) {
         "\"kv_heads\":%d,\"nodes\":%d,\"kv_len\":%d,\"head_qk\":%d,\"head_v\":%d,\"page\":%d,\"width\":%d,"
         "\"family\":\"%s\",\"tiles\":\"%s\",\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,"
         "\"warp_rows\":%d,\"warps_n\":%d,\"smem\":%d,\"ctas_per_sm\":%d,"
-        "\"splits\":%d,\"stream_ctas\":%d,\"split_tokens\":%d,\"grid\":[%u,%u,%d],\"active_x\":%lld,\"combine_grid\":[%"
+        "\"splits\":%d,\"stream_ctas\":%d,\"cluster_splits\":%d,\"cluster_merge\":%s,\"split_tokens\":%d,\"grid\":[%u,%"
+        "u,%d],\"active_x\":%lld,\"combine_grid\":[%"
         "u,%u],"
         "\"kernel\":\"%s\",\"kv_dtype\":\"%s\"}\n",
         s.name, arch.name().c_str(), arch.num_sms, arch.max_smem_per_sm, s.batch, s.q_heads, s.kv_heads, s.nodes,
         kv_len, s.head_qk, s.head_v, s.page, width, kdtree::codegen::kernel_name(t.kernel), t.str().c_str(), t.block_m,
         t.block_n, t.warps, t.stages, t.warp_rows, t.warps_n(), source.launch.dynamic_smem,
         kdtree::codegen::ctas_per_sm(arch, source.launch.dynamic_smem, source.launch.threads), plan.num_splits,
-        plan.stream_ctas, plan.split_tokens, plan.grid_x, plan.grid_y, plan.grid_z, active_x, plan.combine_grid_x,
-        plan.combine_grid_y, kernel.c_str(), kdtree::codegen::kv_dtype_name(kv_dtype));
+        plan.stream_ctas, plan.cluster_splits, source.launch.cluster_merge ? "true" : "false", plan.split_tokens,
+        plan.grid_x, plan.grid_y, plan.grid_z, active_x, plan.combine_grid_x, plan.combine_grid_y, kernel.c_str(),
+        kdtree::codegen::kv_dtype_name(kv_dtype));
   }
   return 0;
 }

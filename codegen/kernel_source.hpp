@@ -18,6 +18,9 @@ struct LaunchFacts {
   int combine_threads = 0;  // verify_attention: threads per CTA of kdtree_verify_combine
   int combine_rows = 0;     // verify_attention: (node, head) rows per combine CTA
   bool stream_k = false;    // verify_attention: the kernel runs stream-K launches (kdtree_verify_params.stream_ctas)
+  // verify_attention: the kernel can merge uniform splits inside a thread-block cluster
+  // (kdtree_verify_params.cluster_splits; launched as clusters on sm_90+ only)
+  bool cluster_merge = false;
   // verify_attention: a stream-K segment's fixed work (Q, the first copies, the partial
   // rows), in KV tile times, as the planner weighs stream-K against uniform splits
   double stream_segment_tiles = 1.5;

@@ -669,8 +669,14 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       params["SMEM_STATS"] = std::to_string(smem.stats);
       params["SMEM_Q_SCALE"] = std::to_string(smem.q_scale);
       params["SMEM_WALK"] = std::to_string(smem.walk);
+      // Splits merged in a cluster leave their 16-bit rows (16 bytes of padding each) and an
+      // LSE per row in the K stages (templates/verify_attention_qsplit.cu: CLUSTER_LSE).
+      // The e4m3 MMA path only: the 16-bit path's registers leave no room for the merge.
+      src.launch.cluster_merge = tiles.mma_e4m3 && tiles.block_m * ((spec.head_dim_v + 8) * 2 + 4) <= smem.part_s;
+      params["CLUSTER_MERGE"] = src.launch.cluster_merge ? "1" : "0";
       src.launch.dynamic_smem = smem.bytes;
       runs_stream_k();
+      if (src.launch.cluster_merge) src.entry_points.push_back("kdtree_verify_attention_cluster");
       break;
     }
   }

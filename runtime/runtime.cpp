@@ -279,10 +279,24 @@ CUfunction Module::function(const std::string& entry, int dynamic_smem) {
 void Engine::launch(CUfunction fn, const LaunchDims& d, void** args, CUstream stream, const char* what) {
   make_current();
   if (d.grid_x == 0 || d.grid_y == 0 || d.grid_z == 0) return;  // nothing to do
-  if (d.overlap_previous && programmatic_launch_) {
-    CUlaunchAttribute attr{};
-    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
+  const bool programmatic = d.overlap_previous && programmatic_launch_;
+  if (programmatic || d.cluster_z > 1) {
+    if (!driver::api().cuLaunchKernelEx) {
+      fail(KDTREE_ERROR_DRIVER,
+           fmt::format("{}: a cluster launch needs cuLaunchKernelEx, which this CUDA driver lacks", what));
+    }
+    CUlaunchAttribute attrs[2]{};
+    unsigned n = 0;
+    if (programmatic) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attrs[n++].value.programmaticStreamSerializationAllowed = 1;
+    }
+    if (d.cluster_z > 1) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attrs[n].value.clusterDim.x = 1;
+      attrs[n].value.clusterDim.y = 1;
+      attrs[n++].value.clusterDim.z = d.cluster_z;
+    }
     CUlaunchConfig config{};
     config.gridDimX = d.grid_x;
     config.gridDimY = d.grid_y;
@@ -292,8 +306,8 @@ void Engine::launch(CUfunction fn, const LaunchDims& d, void** args, CUstream st
     config.blockDimZ = d.block_z;
     config.sharedMemBytes = d.dynamic_smem;
     config.hStream = stream;
-    config.attrs = &attr;
-    config.numAttrs = 1;
+    config.attrs = attrs;
+    config.numAttrs = n;
     driver::check(driver::api().cuLaunchKernelEx(&config, fn, args, nullptr), what);
     return;
   }

@@ -66,6 +66,8 @@ struct LaunchDims {
   // dependent launch, sm_90+ only): it must call kd_grid_dependency_wait before
   // reading what that kernel writes, in every CTA. Elsewhere an ordinary launch.
   bool overlap_previous = false;
+  // > 1: CTAs run as thread-block clusters of this many along z (sm_90+; cuLaunchKernelEx).
+  unsigned cluster_z = 1;
 };
 
 class Engine {

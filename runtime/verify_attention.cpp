@@ -156,6 +156,51 @@ void spread_combine(VerifyPlan& plan, const codegen::Arch& arch) {
   plan.combine_dynamic_smem = static_cast<unsigned>(std::clamp<long long>(pad, 0, arch.max_smem_per_block));
 }
 
+// KDTREE_VERIFY_SCHEDULE=cluster: uniform splits, 2 to KDTREE_MAX_CLUSTER_SPLITS, whose CTAs
+// run as one thread-block cluster per row tile and merge in shared memory (no
+// partials, no combine kernel). A forced num_splits is taken as it is (1: one CTA a
+// row tile, nothing to merge); otherwise the count is the uniform-split cost without
+// the partials' bytes or the combine.
+VerifyPlan plan_cluster(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& s,
+                        int batch_size, int total_nodes, int max_kv_len, int forced_splits) {
+  if (!launch.cluster_merge || arch.sm < 90) {
+    fail(KDTREE_ERROR_INVALID_ARGUMENT,
+         fmt::format("KDTREE_VERIFY_SCHEDULE=cluster needs a kernel that merges splits in a thread-block cluster "
+                     "(the qsplit kernel) on sm_90 or newer; this call runs {} on {}",
+                     launch.kernel, arch.name()));
+  }
+  const long long kv_tiles = ceil_div(max_kv_len, launch.block_n);
+  long long splits = forced_splits;
+  if (forced_splits != 0) {
+    require(forced_splits <= KDTREE_MAX_CLUSTER_SPLITS,
+            "num_splits {} with KDTREE_VERIFY_SCHEDULE=cluster must be 0 (automatic), 1 or 2..{} (a cluster's CTAs)",
+            forced_splits, KDTREE_MAX_CLUSTER_SPLITS);
+  } else {
+    const int group = s.num_q_heads / s.num_kv_heads;
+    const long long ctas =
+        std::max<long long>(ceil_div((long long)total_nodes * group, launch.block_m), batch_size) * s.num_kv_heads;
+    const long long slots = (long long)arch.num_sms * codegen::ctas_per_sm(arch, launch.dynamic_smem, launch.threads);
+    double best = 0;
+    for (long long cand = 2; cand <= std::min<long long>(KDTREE_MAX_CLUSTER_SPLITS, kv_tiles); ++cand) {
+      const double cost = std::ceil(double(ctas * cand) / slots) * (ceil_div(kv_tiles, cand) + 1.0);
+      if (cand == 2 || cost < best) {
+        best = cost;
+        splits = cand;
+      }
+    }
+    splits = splits > 0 ? ceil_div(kv_tiles, ceil_div(kv_tiles, splits)) : 1;  // no empty trailing split
+  }
+  VerifyPlan plan;
+  plan.num_splits = static_cast<int>(splits);
+  plan.cluster_splits = splits > 1 ? plan.num_splits : 0;
+  plan.split_tokens = checked_int(ceil_div(kv_tiles, splits) * launch.block_n, "split_tokens");
+  plan.grid_x =
+      static_cast<unsigned>(ceil_div((long long)s.max_tree_nodes * (s.num_q_heads / s.num_kv_heads), launch.block_m));
+  plan.grid_y = static_cast<unsigned>(batch_size * s.num_kv_heads);
+  plan.grid_z = static_cast<unsigned>(plan.num_splits);
+  return plan;
+}
+
 }  // namespace
 
 VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& s,
@@ -170,6 +215,15 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   const int ctas_per_sm = codegen::ctas_per_sm(arch, launch.dynamic_smem, launch.threads);
   long long splits = forced_splits;
   long long stream_ctas = 0;
+  const char* schedule = std::getenv("KDTREE_VERIFY_SCHEDULE");  // a tuning and test override
+  const std::string forced_schedule = schedule ? schedule : "";
+  if (!forced_schedule.empty() && forced_schedule != "stream" && forced_schedule != "splits" &&
+      forced_schedule != "cluster") {
+    fail(KDTREE_ERROR_INVALID_ARGUMENT,
+         fmt::format("KDTREE_VERIFY_SCHEDULE='{}' must be stream, splits, cluster or empty", forced_schedule));
+  }
+  if (forced_schedule == "cluster")
+    return plan_cluster(launch, arch, s, batch_size, total_nodes, max_kv_len, forced_splits);
   if (splits == 0) {
     // Model the time in KV tiles. Uniform splits: waves x KV tiles per CTA; a CTA
     // streams ceil(kv_tiles / s) tiles plus about one tile's worth of fixed work (Q
@@ -196,13 +250,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
         splits = cand;
       }
     }
-    splits = ceil_div(kv_tiles, ceil_div(kv_tiles, splits));       // no empty trailing split
-    const char* schedule = std::getenv("KDTREE_VERIFY_SCHEDULE");  // a tuning and test override
-    const std::string forced_schedule = schedule ? schedule : "";
-    if (!forced_schedule.empty() && forced_schedule != "stream" && forced_schedule != "splits") {
-      fail(KDTREE_ERROR_INVALID_ARGUMENT,
-           fmt::format("KDTREE_VERIFY_SCHEDULE='{}' must be stream, splits or empty", forced_schedule));
-    }
+    splits = ceil_div(kv_tiles, ceil_div(kv_tiles, splits));  // no empty trailing split
     if (launch.stream_k && forced_schedule != "splits") {
       // Stream-K: one CTA per slot share the ctas x kv_tiles units evenly, so no
       // wave is partial; a CTA pays the fixed work once per item it touches (the
@@ -310,6 +358,7 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   p.num_splits = plan.num_splits;
   p.split_tokens = plan.split_tokens;
   p.stream_ctas = plan.stream_ctas;
+  p.cluster_splits = plan.cluster_splits;
   // e4m3: scores are q . code x k_scale, so k_scale folds into the score scale;
   // O = P . code x v_scale, applied by the kernel once at the end.
   p.scale_log2 = a.sm_scale * (spec.kv_fp8() ? a.k_scale : 1.0f) * 1.4426950408889634f;
@@ -335,8 +384,10 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   main.grid_z = plan.grid_z;
   main.block_x = static_cast<unsigned>(launch.threads);
   main.dynamic_smem = static_cast<unsigned>(launch.dynamic_smem);
-  rt.launch(module.function("kdtree_verify_attention", launch.dynamic_smem), main,
-            launch.kv_tma_box_rows > 0 ? main_args : args, stream, "launching kdtree_verify_attention");
+  main.cluster_z = plan.cluster_splits > 1 ? static_cast<unsigned>(plan.cluster_splits) : 1u;
+  const char* main_entry = plan.cluster_splits > 1 ? "kdtree_verify_attention_cluster" : "kdtree_verify_attention";
+  rt.launch(module.function(main_entry, launch.dynamic_smem), main, launch.kv_tma_box_rows > 0 ? main_args : args,
+            stream, "launching kdtree_verify_attention");
   if (plan.combine_grid_x > 0) {
     LaunchDims combine;
     combine.grid_x = plan.combine_grid_x;

@@ -15,6 +15,9 @@ struct VerifyPlan {
   // > 0: stream-K (kernels with LaunchFacts::stream_k, automatic splits): this many
   // CTAs share all KV tiles evenly (num_splits 1; templates/verify_attention_common.cuh).
   int stream_ctas = 0;
+  // > 1: the num_splits splits of a row tile run as one thread-block cluster along z
+  // and merge in shared memory (KDTREE_VERIFY_SCHEDULE=cluster): no workspace, no combine.
+  int cluster_splits = 0;
   size_t workspace_bytes = 0;
   // The grids launched: the main kernel's x covers max_tree_nodes rows of a
   // (request, KV head) (CTAs past a request's rows exit at once), y the requests x
@@ -56,8 +59,10 @@ size_t verify_stream_workspace_bytes(const kdtree_verify_spec& spec, int block_m
 // The split plan for checked sizes and the generated kernel's launch facts;
 // forced_splits > 0 overrides the choice. With automatic splits a stream-K kernel
 // gets stream-K or uniform splits, whichever the cost model prefers;
-// KDTREE_VERIFY_SCHEDULE=stream or =splits forces one (anything else is an
-// INVALID_ARGUMENT naming the variable).
+// KDTREE_VERIFY_SCHEDULE=stream or =splits forces one, =cluster uniform splits merged
+// in a thread-block cluster (kernels with LaunchFacts::cluster_merge, sm_90+; a forced
+// num_splits up to KDTREE_MAX_CLUSTER_SPLITS); anything else is an INVALID_ARGUMENT
+// naming the variable.
 VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& spec,
                        int batch_size, int total_nodes, int max_kv_len, int forced_splits);
 

@@ -111,4 +111,53 @@ static __device__ __forceinline__ void kd_grid_dependency_wait() {
 #endif
 }
 
+// Thread-block clusters (sm_90+; the host launches a cluster only there, and these
+// compile to nothing below). kd_cluster_sync: every thread of every CTA of the
+// cluster arrives, and shared-memory writes before it (release) are visible to
+// reads after it (acquire) from any CTA of the cluster.
+static __device__ __forceinline__ kd_u32 kd_cluster_rank() {
+  kd_u32 r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+  return r;
+}
+
+static __device__ __forceinline__ void kd_cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
+
+// The shared::cluster address of shared address `addr` (kd_smem_addr) in CTA `rank`
+// of the cluster; a CTA's shared memory is one contiguous window there.
+static __device__ __forceinline__ kd_u32 kd_cluster_map(kd_u32 addr, kd_u32 rank) {
+  kd_u32 r = addr;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+#endif
+  return r;
+}
+
+static __device__ __forceinline__ kd_u32 kd_ld_cluster_u32(kd_u32 addr) {
+  kd_u32 v = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+#endif
+  return v;
+}
+
+static __device__ __forceinline__ uint4 kd_ld_cluster_v4(kd_u32 addr) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+#endif
+  return v;
+}
+
+static __device__ __forceinline__ float kd_ld_cluster_f32(kd_u32 addr) { return __uint_as_float(kd_ld_cluster_u32(addr)); }
+
 #endif  // KDTREE_COMMON_CUH

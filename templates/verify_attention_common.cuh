@@ -381,7 +381,27 @@ static __device__ __forceinline__ void rescale_o(float (&o)[MF][N_TILES][4], con
 // (DIM_PAIRS) the tiles come in (even dims, odd dims) pairs of a 16-dim block
 // (kv_fp8.cuh): lane t's four columns 4t .. 4t+3 of block jp are
 // o[2jp][2h], o[2jp+1][2h], o[2jp][2h+1], o[2jp+1][2h+1].
+// The stores of a thread's share of a row (out's 16-bit type) to `row`, global or shared.
 template <int N_TILES, bool DIM_PAIRS = KV_FP8>
+static __device__ __forceinline__ void store_row(kd_u16* row, const float (&o)[N_TILES][4], int h, float inv,
+                                                 int col) {
+  if constexpr (DIM_PAIRS) {
+    const int col4 = col + col % 8;  // col is the tile's first column + 2t: 4t in the 16-dim block
+#pragma unroll
+    for (int jp = 0; jp < N_TILES / 2; ++jp) {
+      *(uint2*)(row + col4 + jp * 16) =
+          make_uint2(kd_pack2<IS_BF16>(o[2 * jp][2 * h] * inv, o[2 * jp + 1][2 * h] * inv),
+                     kd_pack2<IS_BF16>(o[2 * jp][2 * h + 1] * inv, o[2 * jp + 1][2 * h + 1] * inv));
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < N_TILES; ++j)
+      *(kd_u32*)(row + col + j * 8) = kd_pack2<IS_BF16>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+  }
+}
+
+// PARTIAL_ROW: elements between partial rows (the qsplit cluster entry's padded stash).
+template <int N_TILES, bool DIM_PAIRS = KV_FP8, int PARTIAL_ROW = HEAD_DIM_V>
 static __device__ __forceinline__ void write_row(const kdtree_verify_params& p, const float (&o)[N_TILES][4], int h,
                                                  long long orow, long long prow, float l, float m_ref, bool poisoned,
                                                  int col, bool lse_lane) {
@@ -393,26 +413,11 @@ static __device__ __forceinline__ void write_row(const kdtree_verify_params& p, 
   if (prow < 0 && l == 0.f && !poisoned) inv = KD_NAN;  // no visible token: a malformed mask
   if constexpr (KV_FP8) inv *= p.v_scale;
   // The stores: a split's partial row or the output row, both in out's 16-bit type.
-  const auto store = [&](kd_u16* row) {
-    if constexpr (DIM_PAIRS) {
-      const int col4 = col + col % 8;  // col is the tile's first column + 2t: 4t in the 16-dim block
-#pragma unroll
-      for (int jp = 0; jp < N_TILES / 2; ++jp) {
-        *(uint2*)(row + col4 + jp * 16) =
-            make_uint2(kd_pack2<IS_BF16>(o[2 * jp][2 * h] * inv, o[2 * jp + 1][2 * h] * inv),
-                       kd_pack2<IS_BF16>(o[2 * jp][2 * h + 1] * inv, o[2 * jp + 1][2 * h + 1] * inv));
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < N_TILES; ++j)
-        *(kd_u32*)(row + col + j * 8) = kd_pack2<IS_BF16>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
-    }
-  };
   if (prow >= 0) {
-    store((kd_u16*)p.partial_o + prow * HEAD_DIM_V);
+    store_row<N_TILES, DIM_PAIRS>((kd_u16*)p.partial_o + prow * PARTIAL_ROW, o, h, inv, col);
     if (lse_lane) p.partial_lse[prow] = lse2;
   } else {
-    store((kd_u16*)p.out + orow * HEAD_DIM_V);
+    store_row<N_TILES, DIM_PAIRS>((kd_u16*)p.out + orow * HEAD_DIM_V, o, h, inv, col);
     if (p.lse && lse_lane) p.lse[orow] = lse2 * 0.69314718055994531f;
   }
 }

@@ -10,6 +10,10 @@
 #define KDTREE_QSPLIT_STATS 3
 #define KDTREE_SEGMENT_WALK_BYTES 128
 
+/* ---- Splits merged in a thread-block cluster (kdtree_verify_params.cluster_splits): at most
+ * the portable cluster size, which the host plans and the merge unrolls. */
+#define KDTREE_MAX_CLUSTER_SPLITS 8
+
 /* ---- Stream-K: what the combine needs of the item a CTA boundary c cuts (the item
  * holding unit c * chunk when that is not the item's first unit), written by CTA c
  * for the first boundary inside the item (merge 0 otherwise). */

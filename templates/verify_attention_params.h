@@ -33,6 +33,8 @@ typedef struct kdtree_verify_params {
   int split_tokens; /* KV tokens per split, a multiple of BLOCK_N */
   float scale_log2; /* sm_scale * log2(e); e4m3 caches: times k_scale */
   float v_scale;    /* e4m3 caches: the V dequantisation scale, applied to O once at the end (1 otherwise) */
+  int cluster_splits; /* > 1: the num_splits splits of a row tile run as one thread-block cluster (z) and
+                         merge in shared memory (no partials, no combine); 0 otherwise */
 } kdtree_verify_params;
 
 #endif

@@ -67,6 +67,9 @@
 #ifndef KD_SMEM_WALK
 #define KD_SMEM_WALK 92928  // of the CTA's segment walk (KDTREE_SEGMENT_WALK_BYTES)
 #endif
+#ifndef KD_CLUSTER_MERGE
+#define KD_CLUSTER_MERGE 0  // 1: a kdtree_verify_attention_cluster entry (the e4m3 MMA path, its rows fitting the K stages)
+#endif
 #ifndef KD_COMBINE_THREADS
 #define KD_COMBINE_THREADS 128  // threads per combine CTA
 #endif

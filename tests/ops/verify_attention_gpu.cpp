@@ -506,6 +506,51 @@ TEST_CASE(
   run_head_grid(576, 512, 8, e.session);
 }
 
+// sm_120's MLA e4m3 kernel with its uniform splits merged in a thread-block cluster
+// (KDTREE_VERIFY_SCHEDULE=cluster: the kdtree_verify_attention_cluster entry, no
+// partials, no combine), on whatever sm_90+ GPU runs the tests.
+struct ClusterSession {
+  static constexpr const char* kTiles = "kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,mma=e4m3";
+  E4m3MmaSession e4m3{kTiles};
+  kdtree::test::EnvVar schedule{"KDTREE_VERIFY_SCHEDULE", "cluster"};
+  bool runs() {
+    int sm = 0;
+    REQUIRE(kdtree_runtime_arch(e4m3.session.rt, &sm) == KDTREE_OK);
+    if (sm < 90) MESSAGE("not run: thread-block clusters need sm_90 or newer, this GPU is sm_" << sm);
+    return sm >= 90;
+  }
+};
+
+TEST_CASE(
+    "verify_attention GPU parity: mla576/512 e4m3 MMA path, splits merged in a cluster "
+    "(kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,mma=e4m3; KDTREE_VERIFY_SCHEDULE=cluster)") {
+  ClusterSession q;
+  if (!q.runs()) return;
+  run_head_grid(576, 512, 16, q.e4m3.session);
+}
+
+// Every cluster size, on uneven requests: a short request leaves the later splits of
+// its clusters past its kv_len (they stash nothing and still merge their rows).
+TEST_CASE("verify_attention GPU parity: qsplit e4m3 cluster merge, 2..8 splits, uneven lengths") {
+  ClusterSession q;
+  if (!q.runs()) return;
+  Session& s = q.e4m3.session;
+  s.bind();
+  uint64_t seed = base_seed() * 1000 + 960;
+  for (const int heads : {8, 16, 128}) {
+    VerifyCaseOptions o;
+    o.prefix_lens = {3000, 40, 700};
+    o.node_counts = {heads == 128 ? 5 : 16, 1, 9};
+    const kdtree_verify_spec spec =
+        make_verify_spec(576, 512, heads, 1, 16, 16, KDTREE_DTYPE_BF16, KDTREE_KV_DTYPE_E4M3);
+    const VerifyCase c = kdtree::ref::build_verify_case(spec, 3, seed++, o);
+    const auto ref = kdtree::ref::verify_attention(c.host_inputs());
+    DeviceCase d = upload(s.rt, c, 3);
+    for (int splits = 2; splits <= 8; ++splits) check_launch(s.rt, c, ref, d, splits, splits % 2 == 0, true);
+    check_launch(s.rt, c, ref, d, 0, true, true);
+  }
+}
+
 // The flash kernel's MLA e4m3 MMA tiles that fit sm_120 (its choice before qsplit had the path).
 TEST_CASE(
     "verify_attention GPU parity: mla576/512 e4m3 MMA path, flash tiles that fit sm_120 "
@@ -667,6 +712,15 @@ TEST_CASE("verify_attention GPU: qsplit kernel flags and NaNs bad pages and node
     check_page_index_errors(q.session, mla);
     check_node_count_errors(q.session, mla);
   }
+}
+
+TEST_CASE("verify_attention GPU: qsplit e4m3 cluster merge flags and NaNs bad pages and node counts") {
+  ClusterSession q;
+  if (!q.runs()) return;
+  kdtree_verify_spec spec = error_specs()[0];
+  spec.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  check_page_index_errors(q.e4m3.session, {spec});
+  check_node_count_errors(q.e4m3.session, {spec});
 }
 
 TEST_CASE("verify_attention GPU: kv_len over max_kv_len flags KV_LEN and NaNs that request") {

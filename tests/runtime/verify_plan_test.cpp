@@ -3,6 +3,7 @@
 // override, and the workspace each plan needs. Host only.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -106,6 +107,43 @@ TEST_CASE("verify_plan: KDTREE_VERIFY_SCHEDULE forces stream-K or uniform splits
       CHECK(std::string(e.what()).find("KDTREE_VERIFY_SCHEDULE='streamk'") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("verify_plan[mla576/512,e4m3]: KDTREE_VERIFY_SCHEDULE=cluster merges uniform splits in a cluster") {
+  kdtree_verify_spec e4m3 = mla(8, 16);
+  e4m3.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  const codegen::KernelSource sm120 =
+      codegen::generate_verify_attention(codegen::validate_verify_spec(e4m3), codegen::arch_from_sm(120));
+  REQUIRE(sm120.launch.cluster_merge);  // the qsplit e4m3 MMA kernel has the cluster entry
+  CHECK(std::find(sm120.entry_points.begin(), sm120.entry_points.end(), "kdtree_verify_attention_cluster") !=
+        sm120.entry_points.end());
+  CHECK(sm120.source.find("kdtree_verify_attention_cluster") != std::string::npos);
+  ScopedSchedule s("cluster");
+  // B=64 H=8 n=8 4K (the bytes-bound bench shape): no partials, no workspace, no combine.
+  const VerifyPlan b64 = plan(120, e4m3, 64, 8, 4096);
+  CHECK(b64.cluster_splits >= 2);
+  CHECK(b64.cluster_splits <= 8);
+  CHECK(b64.num_splits == b64.cluster_splits);
+  CHECK(b64.grid_z == unsigned(b64.cluster_splits));
+  CHECK(b64.grid_y == 64u);
+  CHECK(b64.stream_ctas == 0);
+  CHECK(b64.workspace_bytes == 0);
+  CHECK(b64.combine_grid_x == 0);
+  CHECK(int64_t(b64.split_tokens) * b64.num_splits >= 4096 + 8);
+  // A forced count up to 8 is taken; more is refused, naming num_splits.
+  CHECK(plan(120, e4m3, 64, 8, 4096, 3).cluster_splits == 3);
+  CHECK_THROWS_WITH_AS(plan(120, e4m3, 64, 8, 4096, 9), doctest::Contains("num_splits 9"), kdtree::Error);
+  const VerifyPlan one = plan(120, e4m3, 64, 8, 4096, 1);  // one CTA a row tile: nothing to merge
+  CHECK(one.cluster_splits == 0);
+  CHECK(one.num_splits == 1);
+  // One KV tile: nothing to split, an ordinary one-split launch.
+  const VerifyPlan tiny = plan(120, e4m3, 1, 1, 0);
+  CHECK(tiny.cluster_splits == 0);
+  CHECK(tiny.num_splits == 1);
+  // Kernels without the cluster entry (16-bit caches; sm_80, which has no clusters) are refused.
+  CHECK_THROWS_WITH_AS(plan(120, mla(8, 16), 64, 8, 4096), doctest::Contains("KDTREE_VERIFY_SCHEDULE=cluster"),
+                       kdtree::Error);
+  CHECK_THROWS_WITH_AS(plan(80, e4m3, 64, 8, 4096), doctest::Contains("sm_80"), kdtree::Error);
 }
 
 TEST_CASE("verify_plan: max_kv_len at KDTREE_MAX_KV_LEN plans positive splits; past it is refused") {

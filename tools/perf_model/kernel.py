@@ -23,28 +23,29 @@ class Kernel:
     port_bytes_per_warp: int    # shared-memory port bytes per warp and tile
 
 
-def resource_usage(cubin: str) -> int:
+def resource_usage(cubin: str, function: str = sass.KERNEL) -> int:
     out = subprocess.run([sass.find_tool("cuobjdump"), "-res-usage", cubin], check=True, capture_output=True, text=True).stdout
-    m = re.search(r"Function " + sass.KERNEL + r":\s*\n\s*REG:(\d+)", out)
+    m = re.search(r"Function " + function + r":\s*\n\s*REG:(\d+)", out)
     if not m:
-        raise ValueError(f"{cubin}: no resource usage for {sass.KERNEL}")
+        raise ValueError(f"{cubin}: no resource usage for {function}")
     return int(m.group(1))
 
 
-def ptxas_spills(log_text: str) -> int:
-    """Spill bytes (stores + loads) of kdtree_verify_attention in a ptxas -v log."""
-    section = log_text.split(f"Function properties for {sass.KERNEL}")
+def ptxas_spills(log_text: str, function: str = sass.KERNEL) -> int:
+    """Spill bytes (stores + loads) of one entry (kdtree_verify_attention) in a ptxas -v log."""
+    section = log_text.split(f"Function properties for {function}\n")
     if len(section) < 2:
         return -1
     m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", section[1])
     return int(m.group(1)) + int(m.group(2)) if m else -1
 
 
-def analyse(cubin: str, copies_per_thread: int, log_text: str | None = None, roles: int = 1) -> Kernel:
-    """roles > 1: the kernel has one tile loop per warp row (the qsplit kernel's
+def analyse(cubin: str, copies_per_thread: int, log_text: str | None = None, roles: int = 1,
+            function: str = sass.KERNEL) -> Kernel:
+    """function: the entry (kdtree_verify_attention, or its _cluster twin). roles > 1: the kernel has one tile loop per warp row (the qsplit kernel's
     tile_loop<ROLE>); role 0's is the one where row 0 arrives on the barrier that
     row 1 waits on (BAR.ARV 0x4: BAR_TO_LATE in templates/verify_attention_qsplit.cu)."""
-    instrs, labels = sass.parse_function(sass.disassemble(cubin))
+    instrs, labels = sass.parse_function(sass.disassemble(cubin), function)
     if roles > 1:
         loops = sass.main_loops(instrs, labels)
         if len(loops) != roles:
@@ -65,10 +66,10 @@ def analyse(cubin: str, copies_per_thread: int, log_text: str | None = None, rol
     path = paths[0]
     outside = sum(max(1, ins.stall) for k, ins in enumerate(instrs) if k not in inside)
     return Kernel(
-        name=cubin.rsplit("/", 1)[-1].removesuffix(".cubin"),
-        registers=resource_usage(cubin),
+        name=cubin.rsplit("/", 1)[-1].removesuffix(".cubin") + ("" if function == sass.KERNEL else " " + function),
+        registers=resource_usage(cubin, function),
         spill_instrs=sass.spills(instrs),
-        spill_bytes=ptxas_spills(log_text) if log_text is not None else -1,
+        spill_bytes=ptxas_spills(log_text, function) if log_text is not None else -1,
         counts=sass.count(path),
         outside_stall_cycles=outside,
         port_bytes_per_warp=sum(sass.access_bytes(i) for i in path if i.pred != "@!PT"),

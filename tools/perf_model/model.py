@@ -59,8 +59,8 @@ def stream_k(plan: dict) -> dict | None:
     """A stream-K plan's work per CTA (templates/verify_attention_common.cuh): the
     unit line of (request, KV head, row tile) items of kv tiles each, cut into
     stream_ctas ranges of chunk units. Returns the CTAs with work, chunk, the most
-    segments a CTA runs, the partial pieces written and the most pieces of an item;
-    None for a uniform-split plan."""
+    segments a CTA runs, the partial pieces written, the most pieces of an item and
+    the items cut; None for a uniform-split plan."""
     p_ctas = plan.get("stream_ctas", 0)
     if not p_ctas:
         return None
@@ -69,7 +69,7 @@ def stream_k(plan: dict) -> dict | None:
     total = items * tiles
     chunk = math.ceil(total / p_ctas)
     ctas = math.ceil(total / chunk)
-    segments = pieces = max_pieces = 0
+    segments = pieces = max_pieces = cut = 0
     for c in range(ctas):
         u0, u1 = c * chunk, min(total, (c + 1) * chunk)
         first, last = u0 // tiles, (u1 - 1) // tiles
@@ -77,9 +77,11 @@ def stream_k(plan: dict) -> dict | None:
     for i in range(items):
         c0, c1 = (i * tiles) // chunk, ((i + 1) * tiles - 1) // chunk
         if c1 > c0:
+            cut += 1
             pieces += c1 - c0 + 1
             max_pieces = max(max_pieces, c1 - c0 + 1)
-    return {"ctas": ctas, "chunk": chunk, "segments": segments, "pieces": pieces, "max_pieces": max_pieces}
+    return {"ctas": ctas, "chunk": chunk, "segments": segments, "pieces": pieces, "max_pieces": max_pieces,
+            "cut_items": cut}
 
 
 class Model:
@@ -120,6 +122,17 @@ class Model:
         row_bytes = (plan["head_qk"] + (0 if mla else plan["head_v"])) * (1 if plan.get("kv_dtype") == "e4m3" else 2)
         fill_bytes = plan["block_m"] * plan["head_qk"] * 2 + (plan["stages"] - 1) * plan["block_n"] * row_bytes
         store_bytes = plan["block_m"] * plan["head_v"] * (4 if plan["splits"] > 1 else 2)
+        cluster = plan.get("cluster_splits", 0)
+        merge = 0.0
+        if cluster > 1:
+            # Splits merged in a cluster: only rank 0 stores (the output rows), after it
+            # has read the other ranks' 16-bit rows from their shared memory, a chain of
+            # two remote loads per (row, split) and the bytes at the DSMEM rate, between
+            # two cluster barriers.
+            store_bytes = plan["block_m"] * plan["head_v"] * 2 / cluster
+            peer_bytes = (cluster - 1) * plan["block_m"] * plan["head_v"] * 2
+            chains = (cluster - 1) * 4 * 2 * r["dsmem_latency"]  # 4 rows a thread, stats then values
+            merge = max(peer_bytes / r["dsmem_bytes_per_clk_sm"], chains) + 2 * r["cluster_barrier_cycles"]
         l2_bpc = r["l2_bytes_per_s"] / clk
         cycles = 0.0
         first = None
@@ -136,28 +149,30 @@ class Model:
             # A stream-K CTA runs its range as segments; each one after the first
             # loads its Q tile and fills the pipeline again, and stores its rows.
             refill = (segments - 1) * (k.outside_stall_cycles + 2 * r["mem_latency"])
-            cycles += k.outside_stall_cycles + fill + tiles * t.cycles_per_tile + drain + refill
+            cycles += k.outside_stall_cycles + fill + tiles * t.cycles_per_tile + drain + refill + merge
         main_us = cycles / clk * 1e6
         flops, nbytes = shape_flops_bytes(plan)
         rows = plan["nodes"] * plan["batch"] * plan["q_heads"]
         partial_row_bytes = plan["head_v"] * 2 + 4  # 16-bit values and an fp32 LSE
-        partial_bytes = plan["splits"] * rows * partial_row_bytes if plan["splits"] > 1 else 0
+        partial_bytes = plan["splits"] * rows * partial_row_bytes if plan["splits"] > 1 and cluster <= 1 else 0
         pieces = plan["splits"]  # partials merged per row, at most
-        if stream:
+        merged_rows = rows       # rows the combine writes: every row of uniform splits,
+        if stream:               # a stream-K plan's cut items only (the main kernel writes whole items')
             partial_bytes = stream["pieces"] * plan["block_m"] * partial_row_bytes
             pieces = stream["max_pieces"]
+            merged_rows = min(rows, stream["cut_items"] * plan["block_m"])
         dram_us = (nbytes + partial_bytes) / r["dram_bytes_per_s"] * 1e6 + 2 * r["mem_latency"] / clk * 1e6
         binding = self.binding(first)
         if dram_us > main_us:
             main_us, binding = dram_us, "DRAM"
         combine_us = 0.0
-        if plan["splits"] > 1 or (stream and ctas > 1):
+        if (plan["splits"] > 1 and cluster <= 1) or (stream and ctas > 1):
             # Each combine thread holds 8 splits' loads in flight per round trip;
             # the partials were just written and are read from L2.
             batches = math.ceil(max(1, pieces) / 8) * max(1, plan["head_v"] // 512)
             launch_us = r["launch_us"] - (r["pdl_combine_saving_us"] if r["programmatic_launch"] else 0.0)
             combine_us = (launch_us + batches * r["mem_latency"] / clk * 1e6 +
-                          (partial_bytes + rows * plan["head_v"] * 2) / r["l2_bytes_per_s"] * 1e6)
+                          (partial_bytes + merged_rows * plan["head_v"] * 2) / r["l2_bytes_per_s"] * 1e6)
         total = r["launch_us"] + main_us + combine_us
         if waves * tiles * first.cycles_per_tile < 0.5 * cycles and binding != "DRAM":
             binding = "fill/drain (" + binding + ")"

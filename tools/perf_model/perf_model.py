@@ -3,7 +3,9 @@
 "Performance model").
 
   perf_model.py predict  --arch sm_120 [--tiles kernel=K,block_m=M,...] [--json FILE] [--compile-arch ARCH] [--splits N]
+                         [--schedule stream|splits|cluster]
   perf_model.py validate --measured BENCH_OUTPUT [--arch sm_90] [--tiles ...] [--column graph_us] [--max-error 20]
+                         [--schedule stream|splits|cluster]
   perf_model.py grid     [--arch sm_120]          SASS counts and spills of the whole verify_attention grid
   perf_model.py check    --baseline tools/perf_model/baseline_sm120.json [--update] [--tolerance 0.10]
                          (the CI guard: grid spills, then bench shapes' predicted sm_120 times vs the baseline)
@@ -67,13 +69,21 @@ def warp_roles(plan: dict) -> int:
     return 2 if plan.get("family") == "qsplit" else 1
 
 
+def entry(plan: dict) -> str:
+    """The main kernel's entry a plan launches: its cluster twin when the splits merge in a cluster."""
+    return "kdtree_verify_attention_cluster" if plan.get("cluster_splits", 0) > 1 else "kdtree_verify_attention"
+
+
 def load(arch: str, tiles: str | None, plan_tool: str, cache_dir: str | None, shape: str | None,
          compile_arch: str | None = None, splits: int | None = None,
-         kv_dtype: str | None = None) -> list[tuple[dict, kernel_mod.Kernel]]:
+         kv_dtype: str | None = None, schedule: str | None = None) -> list[tuple[dict, kernel_mod.Kernel]]:
     env = dict(os.environ)
     env.pop("KDTREE_VERIFY_TILES", None)
+    env.pop("KDTREE_VERIFY_SCHEDULE", None)
     if tiles:
         env["KDTREE_VERIFY_TILES"] = tiles
+    if schedule:
+        env["KDTREE_VERIFY_SCHEDULE"] = schedule
     with tempfile.TemporaryDirectory(prefix="kdtree-perf-") as out:
         cmd = [plan_tool, "--arch", arch, "--cubin-dir", out]
         if cache_dir:
@@ -95,12 +105,13 @@ def load(arch: str, tiles: str | None, plan_tool: str, cache_dir: str | None, sh
         for plan in plans:
             name = plan["kernel"]
             unmodelled(plan)
-            if name not in kernels:
+            function = entry(plan)
+            if (name, function) not in kernels:
                 with open(os.path.join(out, name + ".log")) as f:
                     log_text = f.read()
-                kernels[name] = kernel_mod.analyse(os.path.join(out, name + ".cubin"), copies_per_thread(plan), log_text,
-                                                   warp_roles(plan))
-            result.append((plan, kernels[name]))
+                kernels[name, function] = kernel_mod.analyse(os.path.join(out, name + ".cubin"), copies_per_thread(plan),
+                                                             log_text, warp_roles(plan), function)
+            result.append((plan, kernels[name, function]))
         return result
 
 
@@ -123,8 +134,11 @@ def grid_kernels(args, arch: str) -> list[tuple[dict, kernel_mod.Kernel]]:
             unmodelled(plan)
             with open(os.path.join(out, plan["kernel"] + ".log")) as f:
                 log_text = f.read()
-            result.append((plan, kernel_mod.analyse(os.path.join(out, plan["kernel"] + ".cubin"),
-                                                    copies_per_thread(plan), log_text, warp_roles(plan))))
+            # Each entry of the cubin: the main kernel, and its cluster twin where it has one.
+            for function in ["kdtree_verify_attention"] + (["kdtree_verify_attention_cluster"]
+                                                           if plan.get("cluster_merge") else []):
+                result.append((plan, kernel_mod.analyse(os.path.join(out, plan["kernel"] + ".cubin"),
+                                                        copies_per_thread(plan), log_text, warp_roles(plan), function)))
         return result
 
 
@@ -136,7 +150,7 @@ def check_grid(args, arch: str) -> int:
         c = k.counts
         ldsm = sum(v for n, v in c.items() if n.startswith("LDSM"))
         spill = k.spill_instrs or k.spill_bytes > 0
-        print(f"{plan['kernel']:58} {k.registers:4d} {c['total']:5d} {c.get('HMMA', 0):4d} {ldsm:4d} "
+        print(f"{k.name:58} {k.registers:4d} {c['total']:5d} {c.get('HMMA', 0):4d} {ldsm:4d} "
               f"{c.get('LDGSTS', 0):8d} {k.port_bytes_per_warp:7d}  "
               f"{'SPILLS: %d LDL/STL, %d bytes' % (k.spill_instrs, k.spill_bytes) if spill else 'none'}")
         if spill:
@@ -156,7 +170,7 @@ def predictions(args, arch: str, tiles: str | None, compile_arch: str | None = N
         rates["clock_hz"] = args.clock_ghz * 1e9  # a measured clock (scripts/device_perf_model.sh samples it)
     model = Model(rates)
     items = load(arch, tiles, args.plan_tool, args.cache_dir, args.shape, compile_arch, getattr(args, "splits", None),
-                 getattr(args, "kv_dtype", None))
+                 getattr(args, "kv_dtype", None), getattr(args, "schedule", None))
     return [(plan, k, model.predict(plan, k)) for plan, k in items]
 
 
@@ -326,6 +340,8 @@ def main() -> int:
     p.add_argument("--json")
     p.add_argument("--splits", type=int, help="what-if: force the KV split count")
     p.add_argument("--kv-dtype", choices=["as_q", "e4m3"], help="the KV caches' dtype (default as_q: 16-bit)")
+    p.add_argument("--schedule", choices=["stream", "splits", "cluster"],
+                   help="what-if: KDTREE_VERIFY_SCHEDULE for the planner (cluster: splits merged in a cluster)")
     p.add_argument("--compile-arch", help="what-if: --arch's tiles and plan, compiled for and run on this arch "
                                           "(shared-memory limits of --arch)")
     v = sub.add_parser("validate")
@@ -335,6 +351,8 @@ def main() -> int:
     v.add_argument("--column", default="graph_us", choices=["us", "b2b_us", "graph_us"])
     v.add_argument("--max-error", type=float, default=20.0)
     v.add_argument("--kv-dtype", choices=["as_q", "e4m3"], help="the KV caches' dtype (default as_q: 16-bit)")
+    v.add_argument("--schedule", choices=["stream", "splits", "cluster"],
+                   help="KDTREE_VERIFY_SCHEDULE the measurement ran with")
     g = sub.add_parser("grid", help="SASS counts and spills of every verify_attention kernel of the default grid")
     g.add_argument("--arch", default="sm_120")
     c = sub.add_parser("check")

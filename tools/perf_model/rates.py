@@ -40,6 +40,13 @@ CALIBRATION = {
     # 0.5 us a call in CUDA-graph replay (what the model predicts; -1.7 ... +1.2) and 1.1
     # (0.8-2.4) launched back to back, where the graph's own launch savings are absent.
     "pdl_combine_saving_us": 0.5,
+    # Thread-block clusters (KDTREE_VERIFY_SCHEDULE=cluster), not measured here yet:
+    # public Hopper microbenchmarks put a remote shared-memory load at ~180 cycles and
+    # the cluster's aggregate DSMEM rate at ~3.3 TB/s on 132 SMs (~14 B/clk an SM); a
+    # cluster barrier is taken as a round trip of that latency. Applied to sm_120 too.
+    "dsmem_latency": 200,
+    "dsmem_bytes_per_clk_sm": 16,
+    "cluster_barrier_cycles": 400,
 }
 
 RATES = {

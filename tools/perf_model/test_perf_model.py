@@ -284,6 +284,7 @@ class PlanTest(unittest.TestCase):
         self.assertEqual(s["segments"], 4)      # 27 units over items of 10: up to 4 items touched
         self.assertEqual(s["max_pieces"], 2)
         self.assertEqual(s["pieces"], 2 * 5)    # boundaries 27, 54, 81, 108, 135 each cut an item in two
+        self.assertEqual(s["cut_items"], 5)
         self.assertIsNone(stream_k(dict(plan, stream_ctas=0)))
 
     def test_measured_table_and_json(self):
@@ -300,6 +301,37 @@ class PlanTest(unittest.TestCase):
             self.assertEqual(read_measured(js, "us"), {"gqa64_b4_g8_n64_p8k": 213.1})
             with self.assertRaises(SystemExit):
                 read_measured(table, "b2b")
+
+
+class ClusterPlanTest(unittest.TestCase):
+    """Uniform splits merged in a thread-block cluster (KDTREE_VERIFY_SCHEDULE=cluster)
+    against the same splits through partials and the combine kernel."""
+
+    PLAN = {"shape": "mla_b64_h8_n8_p4k", "batch": 64, "q_heads": 8, "kv_heads": 1, "nodes": 8, "kv_len": 4104,
+            "head_qk": 576, "head_v": 512, "block_m": 64, "block_n": 32, "warps": 8, "stages": 4, "smem": 101248,
+            "max_smem_per_sm": 102400, "splits": 2, "stream_ctas": 0, "split_tokens": 2080, "grid": [1, 64, 2],
+            "active_x": 1, "kv_dtype": "e4m3"}
+
+    def predict(self, plan):
+        class K:
+            name = "k"
+            registers = 248
+            outside_stall_cycles = 2000
+        model = Model(rates_for("sm_120"))
+        model.tile = lambda k, warps, ctas, active: sim.SmResult(2500.0, 0.87, 0.5, 0.3, 0.5, {})
+        return model.predict(plan, K)
+
+    def test_no_partials_and_no_combine(self):
+        split = self.predict(dict(self.PLAN, cluster_splits=0))
+        cluster = self.predict(dict(self.PLAN, cluster_splits=2))
+        self.assertGreater(split.combine_us, 0.0)
+        self.assertEqual(cluster.combine_us, 0.0)
+        # Both read the KV at the DRAM rate; the cluster writes no partials (64 x 64 rows of
+        # 1028 bytes per split) and launches no combine.
+        self.assertEqual((split.binding, cluster.binding), ("DRAM", "DRAM"))
+        partials_us = 2 * 64 * 64 * 1028 / rates_for("sm_120")["dram_bytes_per_s"] * 1e6
+        self.assertAlmostEqual(split.main_us - cluster.main_us, partials_us, delta=0.01)
+        self.assertLess(cluster.us, split.us - partials_us)
 
 
 class ValidateTest(unittest.TestCase):
