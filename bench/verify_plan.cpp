@@ -101,11 +101,12 @@ int run_grid(kdtree::Engine& rt, const std::string& cubin_dir, int jobs) {
     std::printf(
         "{\"arch\":\"%s\",\"head_qk\":%d,\"head_v\":%d,\"width\":%d,\"page\":%d,\"dtype\":\"%s\",\"kv_dtype\":\"%s\","
         "\"family\":\"%s\",\"tiles\":\"%s\",\"block_m\":%d,\"block_n\":%d,\"warps\":%d,\"stages\":%d,"
-        "\"warp_rows\":%d,\"smem\":%d,\"kernel\":\"%s\"}\n",
+        "\"warp_rows\":%d,\"smem\":%d,\"cluster_merge\":%s,\"kernel\":\"%s\"}\n",
         arch.name().c_str(), it.spec.head_dim_qk, it.spec.head_dim_v, it.spec.max_tree_nodes, it.spec.page_size,
         kdtree::codegen::dtype_name(it.spec.dtype), kdtree::codegen::kv_dtype_name(it.spec.kv_dtype),
         kdtree::codegen::kernel_name(t.kernel), t.str().c_str(), t.block_m, t.block_n, t.warps, t.stages, t.warp_rows,
-        kdtree::codegen::verify_smem_bytes(it.spec, t), it.kernel.c_str());
+        kdtree::codegen::verify_smem_bytes(it.spec, t), it.source.launch.cluster_merge ? "true" : "false",
+        it.kernel.c_str());
   }
   return 0;
 }

@@ -523,7 +523,8 @@ struct ClusterSession {
 
 TEST_CASE(
     "verify_attention GPU parity: mla576/512 e4m3 MMA path, splits merged in a cluster "
-    "(kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,mma=e4m3; KDTREE_VERIFY_SCHEDULE=cluster)") {
+    "(KDTREE_VERIFY_SCHEDULE=cluster, tiles kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,"
+    "mma=e4m3)") {
   ClusterSession q;
   if (!q.runs()) return;
   run_head_grid(576, 512, 16, q.e4m3.session);

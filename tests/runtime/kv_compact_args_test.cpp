@@ -115,7 +115,7 @@ TEST_CASE("kv_compact C ABI: row sizes must be positive multiples of 8 (16-byte 
   expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "row_elems_v");
 }
 
-TEST_CASE("kv_compact C ABI: e4m3 rows are multiples of 16 bytes; kv_dtype must be a kdtree_kv_dtype") {
+TEST_CASE("kv_compact C ABI: e4m3 rows are multiples of 16 bytes, kv_dtype must be a kdtree_kv_dtype") {
   Fixture f(kTempDir);
   kdtree_kv_compact_args a = good_args();
   a.kv_dtype = KDTREE_KV_DTYPE_E4M3;

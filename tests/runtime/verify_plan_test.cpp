@@ -146,7 +146,7 @@ TEST_CASE("verify_plan[mla576/512,e4m3]: KDTREE_VERIFY_SCHEDULE=cluster merges u
   CHECK_THROWS_WITH_AS(plan(80, e4m3, 64, 8, 4096), doctest::Contains("sm_80"), kdtree::Error);
 }
 
-TEST_CASE("verify_plan: max_kv_len at KDTREE_MAX_KV_LEN plans positive splits; past it is refused") {
+TEST_CASE("verify_plan: max_kv_len at KDTREE_MAX_KV_LEN plans positive splits, past it is refused") {
   const ScopedSchedule unset("");
   const kdtree_verify_spec gqa64{64, 64, 8, 1, 64, 16, KDTREE_DTYPE_BF16};
   for (int sm : {90, 120}) {
