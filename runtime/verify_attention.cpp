@@ -156,51 +156,6 @@ void spread_combine(VerifyPlan& plan, const codegen::Arch& arch) {
   plan.combine_dynamic_smem = static_cast<unsigned>(std::clamp<long long>(pad, 0, arch.max_smem_per_block));
 }
 
-// KDTREE_VERIFY_SCHEDULE=cluster: uniform splits, 2 to KDTREE_MAX_CLUSTER_SPLITS, whose CTAs
-// run as one thread-block cluster per row tile and merge in shared memory (no
-// partials, no combine kernel). A forced num_splits is taken as it is (1: one CTA a
-// row tile, nothing to merge); otherwise the count is the uniform-split cost without
-// the partials' bytes or the combine.
-VerifyPlan plan_cluster(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& s,
-                        int batch_size, int total_nodes, int max_kv_len, int forced_splits) {
-  if (!launch.cluster_merge || arch.sm < 90) {
-    fail(KDTREE_ERROR_INVALID_ARGUMENT,
-         fmt::format("KDTREE_VERIFY_SCHEDULE=cluster needs a kernel that merges splits in a thread-block cluster "
-                     "(the qsplit kernel) on sm_90 or newer; this call runs {} on {}",
-                     launch.kernel, arch.name()));
-  }
-  const long long kv_tiles = ceil_div(max_kv_len, launch.block_n);
-  long long splits = forced_splits;
-  if (forced_splits != 0) {
-    require(forced_splits <= KDTREE_MAX_CLUSTER_SPLITS,
-            "num_splits {} with KDTREE_VERIFY_SCHEDULE=cluster must be 0 (automatic), 1 or 2..{} (a cluster's CTAs)",
-            forced_splits, KDTREE_MAX_CLUSTER_SPLITS);
-  } else {
-    const int group = s.num_q_heads / s.num_kv_heads;
-    const long long ctas =
-        std::max<long long>(ceil_div((long long)total_nodes * group, launch.block_m), batch_size) * s.num_kv_heads;
-    const long long slots = (long long)arch.num_sms * codegen::ctas_per_sm(arch, launch.dynamic_smem, launch.threads);
-    double best = 0;
-    for (long long cand = 2; cand <= std::min<long long>(KDTREE_MAX_CLUSTER_SPLITS, kv_tiles); ++cand) {
-      const double cost = std::ceil(double(ctas * cand) / slots) * (ceil_div(kv_tiles, cand) + 1.0);
-      if (cand == 2 || cost < best) {
-        best = cost;
-        splits = cand;
-      }
-    }
-    splits = splits > 0 ? ceil_div(kv_tiles, ceil_div(kv_tiles, splits)) : 1;  // no empty trailing split
-  }
-  VerifyPlan plan;
-  plan.num_splits = static_cast<int>(splits);
-  plan.cluster_splits = splits > 1 ? plan.num_splits : 0;
-  plan.split_tokens = checked_int(ceil_div(kv_tiles, splits) * launch.block_n, "split_tokens");
-  plan.grid_x =
-      static_cast<unsigned>(ceil_div((long long)s.max_tree_nodes * (s.num_q_heads / s.num_kv_heads), launch.block_m));
-  plan.grid_y = static_cast<unsigned>(batch_size * s.num_kv_heads);
-  plan.grid_z = static_cast<unsigned>(plan.num_splits);
-  return plan;
-}
-
 }  // namespace
 
 VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& s,
@@ -222,8 +177,22 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
     fail(KDTREE_ERROR_INVALID_ARGUMENT,
          fmt::format("KDTREE_VERIFY_SCHEDULE='{}' must be stream, splits, cluster or empty", forced_schedule));
   }
-  if (forced_schedule == "cluster")
-    return plan_cluster(launch, arch, s, batch_size, total_nodes, max_kv_len, forced_splits);
+  // KDTREE_VERIFY_SCHEDULE=cluster: uniform splits (at most KDTREE_MAX_CLUSTER_SPLITS) whose
+  // CTAs run as one thread-block cluster per row tile and merge in shared memory: no
+  // partials, no workspace, no combine. A forced num_splits is taken as it is (1: one
+  // CTA a row tile, nothing to merge).
+  const bool cluster = forced_schedule == "cluster";
+  if (cluster) {
+    if (!launch.cluster_merge || arch.sm < 90) {
+      fail(KDTREE_ERROR_INVALID_ARGUMENT,
+           fmt::format("KDTREE_VERIFY_SCHEDULE=cluster needs a kernel that merges splits in a thread-block cluster "
+                       "(the qsplit kernel) on sm_90 or newer; this call runs {} on {}",
+                       launch.kernel, arch.name()));
+    }
+    require(forced_splits <= KDTREE_MAX_CLUSTER_SPLITS,
+            "num_splits {} with KDTREE_VERIFY_SCHEDULE=cluster must be 0 (automatic), 1 or 2..{} (a cluster's CTAs)",
+            forced_splits, KDTREE_MAX_CLUSTER_SPLITS);
+  }
   if (splits == 0) {
     // Model the time in KV tiles. Uniform splits: waves x KV tiles per CTA; a CTA
     // streams ceil(kv_tiles / s) tiles plus about one tile's worth of fixed work (Q
@@ -233,25 +202,30 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
     // byte x the kernel's typical tensor efficiency (one half) / (SMs x a tile's
     // FLOPs). The cheapest s wins (the fewest on a tie), so small batches spread the
     // KV over the whole GPU, large ones are not cut into a partial last wave, and
-    // bytes-bound batches do not trade KV reads for partials.
+    // bytes-bound batches do not trade KV reads for partials. Cluster plans: 2 or more
+    // splits, without the partials' bytes or the combine.
     const long long ctas =
         std::max<long long>(ceil_div((long long)total_nodes * group, launch.block_m), batch_size) * s.num_kv_heads;
     const long long slots = (long long)arch.num_sms * ctas_per_sm;
     const double tile_flops = 2.0 * launch.block_m * launch.block_n * (s.head_dim_qk + s.head_dim_v);
     const double tiles_per_partial_byte = 0.5 * arch.flop_per_dram_byte / (arch.num_sms * tile_flops);
     const double row_partial_bytes = double(total_nodes) * s.num_q_heads * partial_row_bytes(s);
+    const bool partials = !cluster;
+    const long long first = cluster ? 2 : 1;
     double best = 0;
-    for (long long cand = 1; cand <= std::min<long long>(64, kv_tiles); ++cand) {
+    for (long long cand = first; cand <= std::min<long long>(cluster ? KDTREE_MAX_CLUSTER_SPLITS : 64, kv_tiles);
+         ++cand) {
       double waves = std::ceil(double(ctas * cand) / slots);
-      double cost = waves * (ceil_div(kv_tiles, cand) + (cand > 1 ? 1.5 : 1.0)) +
-                    (cand > 1 ? cand * row_partial_bytes * tiles_per_partial_byte : 0.0);
-      if (cand == 1 || cost < best) {
+      double cost = waves * (ceil_div(kv_tiles, cand) + (cand > 1 && partials ? 1.5 : 1.0)) +
+                    (cand > 1 && partials ? cand * row_partial_bytes * tiles_per_partial_byte : 0.0);
+      if (cand == first || cost < best) {
         best = cost;
         splits = cand;
       }
     }
-    splits = ceil_div(kv_tiles, ceil_div(kv_tiles, splits));  // no empty trailing split
-    if (launch.stream_k && forced_schedule != "splits") {
+    // No empty trailing split (one KV tile leaves a cluster plan no candidate: one split).
+    splits = splits > 0 ? ceil_div(kv_tiles, ceil_div(kv_tiles, splits)) : 1;
+    if (launch.stream_k && !cluster && forced_schedule != "splits") {
       // Stream-K: one CTA per slot share the ctas x kv_tiles units evenly, so no
       // wave is partial; a CTA pays the fixed work once per item it touches (the
       // kernel's stream_segment_tiles), and
@@ -283,10 +257,14 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   VerifyPlan plan;
   plan.num_splits = static_cast<int>(splits);
   plan.split_tokens = checked_int(ceil_div(kv_tiles, splits) * launch.block_n, "split_tokens");
-  plan.workspace_bytes = verify_workspace_bytes(s, total_nodes, plan.num_splits);
   plan.grid_x = static_cast<unsigned>(ceil_div((long long)s.max_tree_nodes * group, launch.block_m));
   plan.grid_y = static_cast<unsigned>(batch_size * s.num_kv_heads);
   plan.grid_z = static_cast<unsigned>(plan.num_splits);
+  if (cluster) {
+    plan.cluster_splits = plan.num_splits > 1 ? plan.num_splits : 0;
+    return plan;
+  }
+  plan.workspace_bytes = verify_workspace_bytes(s, total_nodes, plan.num_splits);
   if (plan.num_splits > 1) {
     // Row blocks enough for a request of average size; a larger request's CTAs loop.
     const long long mean_rows = ceil_div((long long)total_nodes * s.num_q_heads, batch_size);

@@ -372,15 +372,6 @@ static __device__ __forceinline__ void rescale_o(float (&o)[MF][N_TILES][4], con
   }
 }
 
-// A thread's share of one output row: its N_TILES column pairs (n8 tiles of the mma
-// C layout, row half h) from column col, scaled by 1 / l, as the 16-bit out and the
-// natural-log LSE, or (prow >= 0) as the 16-bit partial and the log2-domain LSE of a
-// split or stream-K piece. l is the row sum, m_ref its reference max (log2
-// domain); lse_lane: the one lane of the row that writes the LSE.
-// e4m3 caches: O is scaled by v_scale, and on the mma.sync dequantising path
-// (DIM_PAIRS) the tiles come in (even dims, odd dims) pairs of a 16-dim block
-// (kv_fp8.cuh): lane t's four columns 4t .. 4t+3 of block jp are
-// o[2jp][2h], o[2jp+1][2h], o[2jp][2h+1], o[2jp+1][2h+1].
 // The stores of a thread's share of a row (out's 16-bit type) to `row`, global or shared.
 template <int N_TILES, bool DIM_PAIRS = KV_FP8>
 static __device__ __forceinline__ void store_row(kd_u16* row, const float (&o)[N_TILES][4], int h, float inv,
@@ -400,6 +391,15 @@ static __device__ __forceinline__ void store_row(kd_u16* row, const float (&o)[N
   }
 }
 
+// A thread's share of one output row: its N_TILES column pairs (n8 tiles of the mma
+// C layout, row half h) from column col, scaled by 1 / l, as the 16-bit out and the
+// natural-log LSE, or (prow >= 0) as the 16-bit partial and the log2-domain LSE of a
+// split or stream-K piece. l is the row sum, m_ref its reference max (log2
+// domain); lse_lane: the one lane of the row that writes the LSE.
+// e4m3 caches: O is scaled by v_scale, and on the mma.sync dequantising path
+// (DIM_PAIRS) the tiles come in (even dims, odd dims) pairs of a 16-dim block
+// (kv_fp8.cuh): lane t's four columns 4t .. 4t+3 of block jp are
+// o[2jp][2h], o[2jp+1][2h], o[2jp][2h+1], o[2jp+1][2h+1].
 // PARTIAL_ROW: elements between partial rows (the qsplit cluster entry's padded stash).
 template <int N_TILES, bool DIM_PAIRS = KV_FP8, int PARTIAL_ROW = HEAD_DIM_V>
 static __device__ __forceinline__ void write_row(const kdtree_verify_params& p, const float (&o)[N_TILES][4], int h,
