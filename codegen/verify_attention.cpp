@@ -655,6 +655,10 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       params["KV_TMA_BOX_ROWS"] = std::to_string(src.launch.kv_tma_box_rows);
       src.launch.dynamic_smem = smem.bytes;
       runs_stream_k();
+      // Uniform splits merged in a thread-block cluster: a split stores its rows as 16-bit
+      // split partials in its idle K slots (verify_attention_wgmma_common.cuh).
+      src.launch.cluster_merge = true;
+      src.entry_points.push_back("kdtree_verify_attention_cluster");
       headers.push_back("wgmma.cuh");
       headers.push_back("verify_attention_tma.h");
       headers.push_back("verify_attention_wgmma_rows.cuh");

@@ -185,9 +185,10 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   if (cluster) {
     if (!launch.cluster_merge || arch.sm < 90) {
       fail(KDTREE_ERROR_INVALID_ARGUMENT,
-           fmt::format("KDTREE_VERIFY_SCHEDULE=cluster needs a kernel that merges splits in a thread-block cluster "
-                       "(the qsplit kernel) on sm_90 or newer; this call runs {} on {}",
-                       launch.kernel, arch.name()));
+           fmt::format(
+               "KDTREE_VERIFY_SCHEDULE=cluster needs a kernel that merges splits in a thread-block cluster "
+               "(sm_120's qsplit e4m3 kernel, sm_90's MLA wgmma kernels) on sm_90 or newer; this call runs {} on {}",
+               launch.kernel, arch.name()));
     }
     require(forced_splits <= KDTREE_MAX_CLUSTER_SPLITS,
             "num_splits {} with KDTREE_VERIFY_SCHEDULE=cluster must be 0 (automatic), 1 or 2..{} (a cluster's CTAs)",

@@ -636,4 +636,103 @@ static __device__ __forceinline__ long long partial_row(const kdtree_verify_para
                               : (long long)sg.partial_split * p.total_nodes * p.num_q_heads + orow;
 }
 
+// ---- Splits merged in a thread-block cluster (the kdtree_verify_attention_cluster
+// entries; p.cluster_splits > 1): the uniform splits of a row tile run as one
+// cluster along z and merge through shared memory instead of partials in global
+// memory and the combine kernel. Each split stashes its rows in its own shared
+// memory as a split partial would be (normalised by its own sums, v_scale applied,
+// out's 16-bit type, CLUSTER_ROW elements a row) and a log2-domain LSE per row at
+// CLUSTER_LSE; after a cluster barrier, split k merges rows k, k + S, ... of the
+// tile from every split's stash (cluster_merge) and writes them; a second barrier
+// keeps each CTA's shared memory until every split has read it. The CTAs of a
+// cluster share the request and the row tile, so they take the same early exits; a
+// split past the request's kv_len stashes LSE -inf (cluster_stash_nothing) and
+// still merges its rows.
+constexpr int CLUSTER_MAX_SPLITS = KDTREE_MAX_CLUSTER_SPLITS;  // the CTAs of a cluster, at most
+constexpr int CLUSTER_ROW = HEAD_DIM_V + 8;                     // elements a stashed row: 16 bytes of padding
+                                                                // rotate the rows' banks for the stores
+constexpr int CLUSTER_LSE = BLOCK_M * CLUSTER_ROW * 2;          // byte offset of the rows' LSEs in the stash
+constexpr int CLUSTER_STASH_BYTES = CLUSTER_LSE + BLOCK_M * 4;
+constexpr int CLUSTER_COLS = 8;                                 // columns a thread merges (16-byte loads)
+constexpr int CLUSTER_ROW_THREADS = HEAD_DIM_V / CLUSTER_COLS;
+static_assert(THREADS % CLUSTER_ROW_THREADS == 0, "whole rows per pass of the merge");
+
+// The LSE merge of one row's splits, as the split combine merges partials
+// (kdtree_verify_combine): split k weighs exp2(lse2[k] - the largest), a split that
+// saw nothing (LSE -inf) weighs 0, and a NaN LSE (a poisoned split) makes the row
+// NaN. Gives each split's weight w[k], the factor of the weighted sum (1 / the
+// weights' sum; NaN for a poisoned row or one with nothing visible) and the row's
+// natural-log LSE.
+template <int N>
+static __device__ __forceinline__ void lse_merge(const float (&lse2)[N], float (&w)[N], float& inv, float& lse) {
+  bool nan = false;
+  float m = -KD_INF;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    nan |= lse2[k] != lse2[k];
+    m = fmaxf(m, lse2[k]);
+  }
+  const float m_use = m == -KD_INF ? 0.f : m;
+  float wsum = 0.f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    w[k] = lse2[k] > -KD_INF ? kd_exp2(lse2[k] - m_use) : 0.f;
+    wsum += w[k];
+  }
+  inv = nan ? KD_NAN : (wsum > 0.f ? 1.f / wsum : KD_NAN);
+  lse = nan ? KD_NAN : (m_use + kd_log2(wsum)) * 0.69314718055994531f;
+}
+
+static __device__ __forceinline__ void cluster_stash_nothing(unsigned char* stash) {
+  float* lse = (float*)(stash + CLUSTER_LSE);
+  for (int r = threadIdx.x; r < BLOCK_M; r += THREADS) lse[r] = -KD_INF;
+}
+
+// stash: this CTA's stash (generic address of its shared memory); every CTA of the
+// cluster keeps its own at the same offset.
+static __device__ __forceinline__ void cluster_merge(const kdtree_verify_params& p, const Request& req, int row0,
+                                                     int rows_total, int out_head0, const unsigned char* stash) {
+  kd_cluster_sync();  // every split's rows are stashed
+  const int splits = p.cluster_splits;
+  const kd_u32 base = kd_smem_addr(stash);
+  const int c = (threadIdx.x % CLUSTER_ROW_THREADS) * CLUSTER_COLS;
+  for (int r = (int)kd_cluster_rank() + splits * (threadIdx.x / CLUSTER_ROW_THREADS); r < BLOCK_M;
+       r += splits * (THREADS / CLUSTER_ROW_THREADS)) {
+    if (row0 + r >= rows_total) break;
+    // Every split's LSE and values first (one round trip), then the merge by LSE.
+    float lse2[CLUSTER_MAX_SPLITS];
+    uint4 v[CLUSTER_MAX_SPLITS];
+#pragma unroll
+    for (int k = 0; k < CLUSTER_MAX_SPLITS; ++k) {
+      lse2[k] = -KD_INF;
+      v[k] = make_uint4(0u, 0u, 0u, 0u);
+      if (k < splits) {
+        const kd_u32 at = kd_cluster_map(base, k);
+        lse2[k] = kd_ld_cluster_f32(at + CLUSTER_LSE + r * 4);
+        v[k] = kd_ld_cluster_v4(at + (r * CLUSTER_ROW + c) * 2);
+      }
+    }
+    float w[CLUSTER_MAX_SPLITS], inv, lse;
+    lse_merge(lse2, w, inv, lse);
+    float acc[CLUSTER_COLS] = {};
+#pragma unroll
+    for (int k = 0; k < CLUSTER_MAX_SPLITS; ++k) {
+      if (w[k] == 0.f) continue;  // past the cluster, nothing visible, or NaN (the row is NaN): not read
+      const kd_u32 words[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 x = kd_unpack2<IS_BF16>(words[i]);
+        acc[2 * i] += w[k] * x.x;
+        acc[2 * i + 1] += w[k] * x.y;
+      }
+    }
+    const long long orow = out_row(p, req.node_base, row0 + r, out_head0);
+    kd_u32* out = (kd_u32*)((kd_u16*)p.out + orow * HEAD_DIM_V + c);  // out is 4-byte aligned (the C ABI)
+#pragma unroll
+    for (int i = 0; i < CLUSTER_COLS / 2; ++i) out[i] = kd_pack2<IS_BF16>(acc[2 * i] * inv, acc[2 * i + 1] * inv);
+    if (p.lse && c == 0) p.lse[orow] = lse;
+  }
+  kd_cluster_sync();  // every split has read this CTA's shared memory
+}
+
 #endif  // KDTREE_VERIFY_ATTENTION_COMMON_CUH

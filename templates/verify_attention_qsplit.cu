@@ -635,25 +635,11 @@ static __device__ __forceinline__ void tile_loop8(const kdtree_verify_params& p,
   if (ROLE == 1) compute_pv8(o, L, L.sk_addr + ((n_tiles - 1) % STAGES) * K_TILE_BYTES);
 }
 
-// ---- Splits merged in a cluster (p.cluster_splits > 1): the splits of a row tile
-// run as one thread-block cluster along z and merge through shared memory instead
-// of partials in global memory and the combine kernel. cluster_stash: each split
-// leaves its rows as a split partial (normalised by its own sums, v_scale applied,
-// out's 16-bit type, log2-domain LSE) in its K stages. cluster_merge: after a
-// cluster barrier, split k merges rows k, k + S, ... of the tile from every split's
-// shared memory and writes them; a second barrier keeps each CTA's shared memory
-// until every split has read it. The CTAs of a cluster share the request and the
-// row tile, so they take the same early exits; a split past the request's kv_len
-// stashes nothing (LSE -inf) and still merges its rows.
+// ---- Splits merged in a cluster (p.cluster_splits > 1; verify_attention_common.cuh):
+// cluster_stash leaves each split's rows in its K stages, by write_row as a split
+// partial.
 constexpr bool CLUSTER_MERGE = KD_CLUSTER_MERGE;
-constexpr int CLUSTER_MAX_SPLITS = KDTREE_MAX_CLUSTER_SPLITS;
-constexpr int CLUSTER_ROW = HEAD_DIM_V + 8;              // elements a stashed row: 16 bytes of padding rotate
-                                                         // the rows' banks for the fragment-order stores
-constexpr int CLUSTER_LSE = BLOCK_M * CLUSTER_ROW * 2;   // byte offset of the rows' LSEs
-constexpr int CLUSTER_COLS = 8;                          // columns a thread merges (16-byte loads)
-constexpr int CLUSTER_ROW_THREADS = HEAD_DIM_V / CLUSTER_COLS;
-static_assert(!CLUSTER_MERGE || CLUSTER_LSE + BLOCK_M * 4 <= SMEM_PART_S, "the K stages hold a split's rows");
-static_assert(THREADS % CLUSTER_ROW_THREADS == 0, "whole rows per pass of the merge");
+static_assert(!CLUSTER_MERGE || CLUSTER_STASH_BYTES <= SMEM_PART_S, "the K stages hold a split's rows");
 
 template <typename RowOf>
 static __device__ __forceinline__ void cluster_stash(const kdtree_verify_params& p, const float (&o)[MF][O_TILES][4],
@@ -674,66 +660,6 @@ static __device__ __forceinline__ void cluster_stash(const kdtree_verify_params&
                                               wn * V_COLS + (lane & 3) * 2, wn == 0 && (lane & 3) == 0);
     }
   }
-}
-
-static __device__ __forceinline__ void cluster_stash_nothing(unsigned char* smem_raw) {
-  float* lse = (float*)(smem_raw + CLUSTER_LSE);
-  for (int r = threadIdx.x; r < BLOCK_M; r += THREADS) lse[r] = -KD_INF;
-}
-
-static __device__ __forceinline__ void cluster_merge(const kdtree_verify_params& p, const Request& req, int row0,
-                                                     int rows_total, int out_head0, unsigned char* smem_raw) {
-  kd_cluster_sync();  // every split's rows are stashed
-  const int splits = p.cluster_splits;
-  const kd_u32 base = kd_smem_addr(smem_raw);
-  const int c = (threadIdx.x % CLUSTER_ROW_THREADS) * CLUSTER_COLS;
-  for (int r = (int)kd_cluster_rank() + splits * (threadIdx.x / CLUSTER_ROW_THREADS); r < BLOCK_M;
-       r += splits * (THREADS / CLUSTER_ROW_THREADS)) {
-    if (row0 + r >= rows_total) break;
-    // Every split's LSE and values first (one round trip), then the merge by LSE as
-    // kdtree_verify_combine's: splits that saw nothing weigh 0, a NaN poisons the row.
-    float lse[CLUSTER_MAX_SPLITS];
-    uint4 v[CLUSTER_MAX_SPLITS];
-#pragma unroll
-    for (int k = 0; k < CLUSTER_MAX_SPLITS; ++k) {
-      lse[k] = -KD_INF;
-      v[k] = make_uint4(0u, 0u, 0u, 0u);
-      if (k < splits) {
-        const kd_u32 at = kd_cluster_map(base, k);
-        lse[k] = kd_ld_cluster_f32(at + CLUSTER_LSE + r * 4);
-        v[k] = kd_ld_cluster_v4(at + (r * CLUSTER_ROW + c) * 2);
-      }
-    }
-    bool nan = false;
-    float m = -KD_INF;
-#pragma unroll
-    for (int k = 0; k < CLUSTER_MAX_SPLITS; ++k) {
-      nan |= lse[k] != lse[k];
-      m = fmaxf(m, lse[k]);
-    }
-    const float m_use = m == -KD_INF ? 0.f : m;
-    float w = 0.f, acc[CLUSTER_COLS] = {};
-#pragma unroll
-    for (int k = 0; k < CLUSTER_MAX_SPLITS; ++k) {
-      if (!(lse[k] > -KD_INF)) continue;  // nothing visible to that split (or NaN, flagged above)
-      const float wk = kd_exp2(lse[k] - m_use);
-      w += wk;
-      const kd_u32 words[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 x = kd_unpack2<IS_BF16>(words[i]);
-        acc[2 * i] += wk * x.x;
-        acc[2 * i + 1] += wk * x.y;
-      }
-    }
-    const float inv = nan ? KD_NAN : (w > 0.f ? 1.f / w : KD_NAN);
-    const long long orow = out_row(p, req.node_base, row0 + r, out_head0);
-    kd_u32* out = (kd_u32*)((kd_u16*)p.out + orow * HEAD_DIM_V + c);  // out is 4-byte aligned (the C ABI)
-#pragma unroll
-    for (int i = 0; i < CLUSTER_COLS / 2; ++i) out[i] = kd_pack2<IS_BF16>(acc[2 * i] * inv, acc[2 * i + 1] * inv);
-    if (p.lse && c == 0) p.lse[orow] = nan ? KD_NAN : (m_use + kd_log2(w)) * 0.69314718055994531f;
-  }
-  kd_cluster_sync();  // every split has read this CTA's shared memory
 }
 
 // One segment of the e4m3 MMA path: Q to registers, the tile loop, the rows.
@@ -814,7 +740,7 @@ static __device__ __forceinline__ void segment8(const kdtree_verify_params& p, c
   const int out_head0 = ((volatile Segment&)walk.seg).kv_head * p.group;
   if (cluster) {
     cluster_stash(p, o, poisoned, smem_raw, wn, lane, row_of);
-    cluster_merge(p, req, row0, rows_total, out_head0, smem_raw);
+    cluster_merge(p, req, row0, rows_total, out_head0, smem_raw);  // the stash at the K stages
     return;
   }
 #pragma unroll

@@ -67,7 +67,8 @@ static_assert(SMEM_K == SMEM_P1 + Q_BLOCK_BYTES && SMEM_P == SMEM_K + SLOTS * K_
                   SMEM_RED >= SMEM_P + BLOCK_M * ROW_BYTES && SMEM_BAR >= SMEM_RED + WGS * BLOCK_M * 4 &&
                   SMEM_ROWS >= SMEM_BAR + SLOTS * RANGES * 8 && SMEM_WALK >= SMEM_ROWS + SLOTS * BLOCK_N * 4,
               "the generator's layout");
-static_assert(BLOCK_M * STAGE_STRIDE * 4 <= SLOTS * K_SLOT_BYTES, "O's rows staged in the K slots");
+static_assert(BLOCK_M * STAGE_STRIDE * 4 <= SLOTS * K_SLOT_BYTES && CLUSTER_STASH_BYTES <= SLOTS * K_SLOT_BYTES,
+              "O's rows staged, or a cluster's split stashed, in the K slots");
 static_assert(SMEM_K % 1024 == 0 && K_SLOT_BYTES % 1024 == 0 && SMEM_P % 1024 == 0 && SMEM_P1 % 1024 == 0,
               "swizzle atoms are 1024-aligned");
 static_assert(SMEM_BAR % 8 == 0, "mbarriers are 8-byte aligned");
@@ -167,7 +168,7 @@ static __device__ __forceinline__ void compute_pv_ss(float (&o)[O_TILES][4], kd_
 
 // ---- A segment's tile pairs and its rows, as warpgroup WG (a template parameter,
 // so that ptxas sees no thread-dependent branch around a wgmma: it would serialise them).
-template <int WG>
+template <int WG, bool CLUSTER>
 static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p, const kdtree_kv_tma& kv_tma,
                                                    const SegmentWalk& walk,
                                                    const Request& req, const KvSource& kv_src, int row0,
@@ -301,22 +302,40 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
   // (Synchronises the CTA: both warpgroups' last PV has read its V from the slots.)
   const bool poisoned = bad_page_seen(p, bad_page);
 
-  // ---- O staged as fp32 rows in the idle K slots (row r_lo + 8h, this warpgroup's
-  // columns jt * 8 + 2t), then written a warp per row (write_staged_rows). The
-  // stride puts a half-warp's 4 rows of 8 floats in distinct banks.
+  if constexpr (CLUSTER) {
+    // ---- the rows as split partials in the idle K slots (a warp's 4-byte stores to
+    // its 8 rows of CLUSTER_ROW fall in distinct banks), merged in the cluster.
+    unsigned char* stash = (unsigned char*)stage;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float* srow = stage + (r_lo + 8 * h) * STAGE_STRIDE + WG * V_COLS + (lane % 4) * 2;
+    for (int h = 0; h < 2; ++h) {
+      const int r = r_lo + 8 * h;
+      const float inv = cluster_row_factor(p, red, r);
+      kd_u32* srow = (kd_u32*)((kd_u16*)stash + r * CLUSTER_ROW + WG * V_COLS + (lane % 4) * 2);
 #pragma unroll
-    for (int jt = 0; jt < O_TILES; ++jt) *(float2*)(srow + jt * 8) = make_float2(o[jt][2 * h], o[jt][2 * h + 1]);
+      for (int jt = 0; jt < O_TILES; ++jt) srow[jt * 4] = kd_pack2<IS_BF16>(o[jt][2 * h] * inv, o[jt][2 * h + 1] * inv);
+    }
+    cluster_stash_lse(stash, red, m_run, poisoned, r_lo, WG == 0 && lane % 4 == 0);
+    cluster_merge(p, req, row0, rows_total, 0, stash);
+    kd_fence_proxy_async();  // these reads of the slots before any later copies into them
+  } else {
+    // ---- O staged as fp32 rows in the idle K slots (row r_lo + 8h, this warpgroup's
+    // columns jt * 8 + 2t), then written a warp per row (write_staged_rows). The
+    // stride puts a half-warp's 4 rows of 8 floats in distinct banks.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float* srow = stage + (r_lo + 8 * h) * STAGE_STRIDE + WG * V_COLS + (lane % 4) * 2;
+#pragma unroll
+      for (int jt = 0; jt < O_TILES; ++jt) *(float2*)(srow + jt * 8) = make_float2(o[jt][2 * h], o[jt][2 * h + 1]);
+    }
+    __syncthreads();  // every row's two halves are staged
+    write_staged_rows<STAGE_STRIDE>(p, walk, req, row0, rows_total, stage, red, m_run, poisoned, r_lo,
+                                    WG == 0 && lane % 4 == 0);
   }
-  __syncthreads();  // every row's two halves are staged
-  write_staged_rows<STAGE_STRIDE>(p, walk, req, row0, rows_total, stage, red, m_run, poisoned, r_lo,
-                                  WG == 0 && lane % 4 == 0);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p,
-                                                                           const __grid_constant__ kdtree_kv_tma kv_tma) {
+// The kernel body; CLUSTER: the entry whose splits merge in a thread-block cluster.
+template <bool CLUSTER>
+static __device__ __forceinline__ void verify_rows(const kdtree_verify_params& p, const kdtree_kv_tma& kv_tma) {
   kd_launch_dependents();  // the split combine may launch now; it waits for this grid's writes
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   float* red = (float*)(smem_raw + SMEM_RED);  // [WGS][BLOCK_M]: row maxima, then row sums
@@ -364,7 +383,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     if (row0 >= rows_total) continue;
     const int t_begin = sg.t_begin;
     const int t_end = min(req.kv_len, sg.t_end);
-    if (t_begin >= t_end) continue;  // the combine skips splits past kv_len
+    if (t_begin >= t_end) {  // the combine skips splits past kv_len
+      if constexpr (CLUSTER) {
+        cluster_stash_nothing((unsigned char*)stage);
+        cluster_merge(p, req, row0, rows_total, 0, (unsigned char*)stage);
+      }
+      continue;
+    }
     const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
 
     // Q, then the first pair's tiles (the slots start free), each range by its filler.
@@ -394,9 +419,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     row_mask_words(p, req, row0, rows_total, r_lo, words);
 
     if (wg == 0) {
-      run_segment<0>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red, stage);
+      run_segment<0, CLUSTER>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red, stage);
     } else {
-      run_segment<1>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red, stage);
+      run_segment<1, CLUSTER>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red, stage);
     }
   }  // segments
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p,
+                                                                           const __grid_constant__ kdtree_kv_tma kv_tma) {
+  verify_rows<false>(p, kv_tma);
+}
+
+// Uniform splits merged in a thread-block cluster: launched as clusters of
+// p.cluster_splits CTAs along z, with cluster_splits > 1.
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    kdtree_verify_attention_cluster(const kdtree_verify_params p, const __grid_constant__ kdtree_kv_tma kv_tma) {
+  verify_rows<true>(p, kv_tma);
 }

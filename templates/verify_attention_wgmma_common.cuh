@@ -208,4 +208,34 @@ static __device__ __forceinline__ void write_staged_rows(const kdtree_verify_par
   }
 }
 
+// ---- Splits merged in a thread-block cluster (the kdtree_verify_attention_cluster
+// entries; verify_attention_common.cuh): in place of staging O for
+// write_staged_rows, a split stashes its rows as split partials in the idle K slots
+// (16-bit, each row times cluster_row_factor) and their LSEs (cluster_stash_lse),
+// then cluster_merge merges them across the cluster.
+
+// Row r's factor: 1 / its sum over both warpgroups (and v_scale for e4m3 caches); 0
+// for a row with nothing visible, whose LSE -inf gives it no weight.
+static __device__ __forceinline__ float cluster_row_factor(const kdtree_verify_params& p, const float* red, int r) {
+  const float l = red[r] + red[BLOCK_M + r];
+  float inv = l > 0.f ? 1.f / l : 0.f;
+  if constexpr (KV_FP8) inv *= p.v_scale;
+  return inv;
+}
+
+// The log2-domain LSEs of rows r_lo and r_lo + 8, by the thread that holds their
+// reference maxima m_run (lse_thread: one per row pair); NaN for a poisoned segment.
+static __device__ __forceinline__ void cluster_stash_lse(unsigned char* stash, const float* red,
+                                                         const float (&m_run)[2], bool poisoned, int r_lo,
+                                                         bool lse_thread) {
+  if (!lse_thread) return;
+  float* lse = (float*)(stash + CLUSTER_LSE);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r_lo + 8 * h;
+    const float l = red[r] + red[BLOCK_M + r];
+    lse[r] = poisoned ? KD_NAN : (l > 0.f ? m_run[h] + kd_log2(l) : -KD_INF);
+  }
+}
+
 #endif  // KDTREE_VERIFY_ATTENTION_WGMMA_COMMON_CUH

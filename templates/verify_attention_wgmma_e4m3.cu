@@ -67,7 +67,8 @@ static_assert(SMEM_K == V_BLOCKS * Q_BLOCK_BYTES && SMEM_P == SMEM_K + SLOTS * K
                   SMEM_SCALE >= SMEM_RED + WGS * BLOCK_M * 4 && SMEM_BAR >= SMEM_SCALE + (WGS + 1) * BLOCK_M * 4 &&
                   SMEM_ROWS >= SMEM_BAR + SLOTS * RANGES * 8 && SMEM_WALK >= SMEM_ROWS + SLOTS * BLOCK_N * 4,
               "the generator's layout");
-static_assert(BLOCK_M * STAGE_STRIDE * 4 <= SLOTS * K_SLOT_BYTES, "O's rows staged in the K slots");
+static_assert(BLOCK_M * STAGE_STRIDE * 4 <= SLOTS * K_SLOT_BYTES && CLUSTER_STASH_BYTES <= SLOTS * K_SLOT_BYTES,
+              "O's rows staged, or a cluster's split stashed, in the K slots");
 static_assert(SMEM_K % 1024 == 0 && K_SLOT_BYTES % 1024 == 0 && SMEM_P % 1024 == 0 && SMEM_P1 % 1024 == 0,
               "swizzle atoms are 1024-aligned");
 static_assert(SMEM_BAR % 8 == 0, "mbarriers are 8-byte aligned");
@@ -253,7 +254,7 @@ static __device__ __forceinline__ void pin_o(float (&o)[O_BLOCKS][8][4]) {
 
 // ---- A segment's tile pairs and its rows, as warpgroup WG (a template parameter,
 // so that ptxas sees no thread-dependent branch around a wgmma: it would serialise them).
-template <int WG>
+template <int WG, bool CLUSTER>
 static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p, const kdtree_kv_tma& kv_tma,
                                                    const SegmentWalk& walk, const Request& req, const KvSource& kv_src,
                                                    int row0, int rows_total, int t_begin, int t_end,
@@ -402,30 +403,53 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
   // (Synchronises the CTA: both warpgroups' last PV has read its V^T from the slots.)
   const bool poisoned = bad_page_seen(p, bad_page);
 
-  // ---- O staged as fp32 rows in the idle K slots: O^T column 8i + 2t + e is row
-  // 8i + 2t + e, dims 2j and 2j + 1 (j = lane / 4) of each 16-dim warp slice. A
-  // thread holds pieces of 16 rows, and writing them from registers took a per-row
-  // epilogue unrolled 16 times (about 30 KB of SASS run once a segment: 11 us on the
-  // H200, with or without its stores); from shared memory one warp writes a whole
-  // row, and the epilogue takes 3.5 us.
   const int dim_lo = WG * V_COLS + w * 16 + 2 * (lane / 4);
+  if constexpr (CLUSTER) {
+    // ---- the rows as split partials in the idle K slots (O^T column 8i + 2t + e is
+    // row 8i + 2t + e, as below; a warp's 4-byte stores to its 4 rows of CLUSTER_ROW
+    // fall in distinct banks), merged in the cluster.
+    unsigned char* stash = (unsigned char*)stage;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 8; ++i) {
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      float* srow = stage + (8 * i + 2 * (lane % 4) + e) * STAGE_STRIDE + dim_lo;
+      for (int e = 0; e < 2; ++e) {
+        const int r = 8 * i + 2 * (lane % 4) + e;
+        const float inv = cluster_row_factor(p, red, r);
+        kd_u16* srow = (kd_u16*)stash + r * CLUSTER_ROW + dim_lo;
 #pragma unroll
-      for (int mb = 0; mb < O_BLOCKS; ++mb) *(float2*)(srow + mb * 64) = make_float2(o[mb][i][e], o[mb][i][2 + e]);
+        for (int mb = 0; mb < O_BLOCKS; ++mb)
+          *(kd_u32*)(srow + mb * 64) = kd_pack2<IS_BF16>(o[mb][i][e] * inv, o[mb][i][2 + e] * inv);
+      }
     }
-  }
-  __syncthreads();  // every row's two halves are staged
+    cluster_stash_lse(stash, red, m_run, poisoned, r_lo, WG == 0 && lane % 4 == 0);
+    cluster_merge(p, req, row0, rows_total, 0, stash);
+    kd_fence_proxy_async();  // these reads of the slots before any later copies into them
+  } else {
+    // ---- O staged as fp32 rows in the idle K slots: O^T column 8i + 2t + e is row
+    // 8i + 2t + e, dims 2j and 2j + 1 (j = lane / 4) of each 16-dim warp slice. A
+    // thread holds pieces of 16 rows, and writing them from registers took a per-row
+    // epilogue unrolled 16 times (about 30 KB of SASS run once a segment: 11 us on the
+    // H200, with or without its stores); from shared memory one warp writes a whole
+    // row, and the epilogue takes 3.5 us.
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float* srow = stage + (8 * i + 2 * (lane % 4) + e) * STAGE_STRIDE + dim_lo;
+#pragma unroll
+        for (int mb = 0; mb < O_BLOCKS; ++mb) *(float2*)(srow + mb * 64) = make_float2(o[mb][i][e], o[mb][i][2 + e]);
+      }
+    }
+    __syncthreads();  // every row's two halves are staged
 
-  write_staged_rows<STAGE_STRIDE>(p, walk, req, row0, rows_total, stage, red, m_run, poisoned, r_lo,
-                                  WG == 0 && lane % 4 == 0);
+    write_staged_rows<STAGE_STRIDE>(p, walk, req, row0, rows_total, stage, red, m_run, poisoned, r_lo,
+                                    WG == 0 && lane % 4 == 0);
+  }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p,
-                                                                           const __grid_constant__ kdtree_kv_tma kv_tma) {
+// The kernel body; CLUSTER: the entry whose splits merge in a thread-block cluster.
+template <bool CLUSTER>
+static __device__ __forceinline__ void verify_rows(const kdtree_verify_params& p, const kdtree_kv_tma& kv_tma) {
   kd_launch_dependents();  // the split combine may launch now; it waits for this grid's writes
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   float* red = (float*)(smem_raw + SMEM_RED);  // [WGS][BLOCK_M]: row maxima, then row sums
@@ -474,7 +498,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     if (row0 >= rows_total) continue;
     const int t_begin = sg.t_begin;
     const int t_end = min(req.kv_len, sg.t_end);
-    if (t_begin >= t_end) continue;  // the combine skips splits past kv_len
+    if (t_begin >= t_end) {  // the combine skips splits past kv_len
+      if constexpr (CLUSTER) {
+        cluster_stash_nothing((unsigned char*)stage);
+        cluster_merge(p, req, row0, rows_total, 0, (unsigned char*)stage);
+      }
+      continue;
+    }
     const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
 
     // The first pair's tiles (the slots start free), each range by its filler, then Q.
@@ -512,11 +542,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention
     pack_q_rope(rope_raw, inv_scale, qr);
 
     if (wg == 0) {
-      run_segment<0>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, row_scale, words,
+      run_segment<0, CLUSTER>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, row_scale, words,
                      bad_page, sq, red, sc, stage);
     } else {
-      run_segment<1>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, row_scale, words,
+      run_segment<1, CLUSTER>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, row_scale, words,
                      bad_page, sq, red, sc, stage);
     }
   }  // segments
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_verify_attention(const kdtree_verify_params p,
+                                                                           const __grid_constant__ kdtree_kv_tma kv_tma) {
+  verify_rows<false>(p, kv_tma);
+}
+
+// Uniform splits merged in a thread-block cluster: launched as clusters of
+// p.cluster_splits CTAs along z, with cluster_splits > 1.
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    kdtree_verify_attention_cluster(const kdtree_verify_params p, const __grid_constant__ kdtree_kv_tma kv_tma) {
+  verify_rows<true>(p, kv_tma);
 }

@@ -506,50 +506,81 @@ TEST_CASE(
   run_head_grid(576, 512, 8, e.session);
 }
 
-// sm_120's MLA e4m3 kernel with its uniform splits merged in a thread-block cluster
-// (KDTREE_VERIFY_SCHEDULE=cluster: the kdtree_verify_attention_cluster entry, no
-// partials, no combine), on whatever sm_90+ GPU runs the tests.
-struct ClusterSession {
+// Uniform splits merged in a thread-block cluster (KDTREE_VERIFY_SCHEDULE=cluster: the
+// kdtree_verify_attention_cluster entry, no partials, no combine). The kernels with
+// that entry: sm_120's MLA e4m3 kernel (its tiles, on whatever sm_90+ GPU runs the
+// tests) and sm_90's MLA wgmma kernels (the default tiles there, both cache types).
+struct QsplitClusterSession {
   static constexpr const char* kTiles = "kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,mma=e4m3";
   E4m3MmaSession e4m3{kTiles};
   kdtree::test::EnvVar schedule{"KDTREE_VERIFY_SCHEDULE", "cluster"};
+  Session& session = e4m3.session;
   bool runs() {
     int sm = 0;
-    REQUIRE(kdtree_runtime_arch(e4m3.session.rt, &sm) == KDTREE_OK);
+    REQUIRE(kdtree_runtime_arch(session.rt, &sm) == KDTREE_OK);
     if (sm < 90) MESSAGE("not run: thread-block clusters need sm_90 or newer, this GPU is sm_" << sm);
     return sm >= 90;
   }
 };
 
-TEST_CASE(
-    "verify_attention GPU parity: mla576/512 e4m3 MMA path, splits merged in a cluster "
-    "(KDTREE_VERIFY_SCHEDULE=cluster, tiles kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,"
-    "mma=e4m3)") {
-  ClusterSession q;
-  if (!q.runs()) return;
-  run_head_grid(576, 512, 16, q.e4m3.session);
-}
+struct WgmmaClusterSession {
+  kdtree::test::EnvVar schedule{"KDTREE_VERIFY_SCHEDULE", "cluster"};
+  Session session;
+  bool runs() {
+    int sm = 0;
+    REQUIRE(kdtree_runtime_arch(session.rt, &sm) == KDTREE_OK);
+    if (sm != 90) MESSAGE("not run: the wgmma family is sm_90's, this GPU is sm_" << sm);
+    return sm == 90;
+  }
+};
 
 // Every cluster size, on uneven requests: a short request leaves the later splits of
 // its clusters past its kv_len (they stash nothing and still merge their rows).
-TEST_CASE("verify_attention GPU parity: qsplit e4m3 cluster merge, 2..8 splits, uneven lengths") {
-  ClusterSession q;
-  if (!q.runs()) return;
-  Session& s = q.e4m3.session;
+void check_cluster_sizes(Session& s, kdtree_kv_dtype kv_dtype, uint64_t seed) {
   s.bind();
-  uint64_t seed = base_seed() * 1000 + 960;
   for (const int heads : {8, 16, 128}) {
     VerifyCaseOptions o;
     o.prefix_lens = {3000, 40, 700};
     o.node_counts = {heads == 128 ? 5 : 16, 1, 9};
-    const kdtree_verify_spec spec =
-        make_verify_spec(576, 512, heads, 1, 16, 16, KDTREE_DTYPE_BF16, KDTREE_KV_DTYPE_E4M3);
+    const kdtree_dtype dtype = heads == 16 ? KDTREE_DTYPE_F16 : KDTREE_DTYPE_BF16;
+    const kdtree_verify_spec spec = make_verify_spec(576, 512, heads, 1, 16, 16, dtype, kv_dtype);
     const VerifyCase c = kdtree::ref::build_verify_case(spec, 3, seed++, o);
     const auto ref = kdtree::ref::verify_attention(c.host_inputs());
     DeviceCase d = upload(s.rt, c, 3);
-    for (int splits = 2; splits <= 8; ++splits) check_launch(s.rt, c, ref, d, splits, splits % 2 == 0, true);
-    check_launch(s.rt, c, ref, d, 0, true, true);
+    const bool e4m3_mma = takes_e4m3_mma(s, spec);
+    for (int splits = 2; splits <= 8; ++splits) check_launch(s.rt, c, ref, d, splits, splits % 2 == 0, e4m3_mma);
+    check_launch(s.rt, c, ref, d, 0, true, e4m3_mma);
   }
+}
+
+TEST_CASE(
+    "verify_attention GPU parity: mla576/512 e4m3 MMA path, splits merged in a cluster "
+    "(KDTREE_VERIFY_SCHEDULE=cluster, tiles kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,"
+    "mma=e4m3)") {
+  QsplitClusterSession q;
+  if (!q.runs()) return;
+  run_head_grid(576, 512, 16, q.session);
+}
+
+TEST_CASE("verify_attention GPU parity: qsplit e4m3 cluster merge, 2..8 splits, uneven lengths") {
+  QsplitClusterSession q;
+  if (!q.runs()) return;
+  check_cluster_sizes(q.session, KDTREE_KV_DTYPE_E4M3, base_seed() * 1000 + 960);
+}
+
+TEST_CASE(
+    "verify_attention GPU parity: mla576/512 wgmma, splits merged in a cluster "
+    "(KDTREE_VERIFY_SCHEDULE=cluster, sm_90's default tiles, 16-bit and e4m3 caches)") {
+  WgmmaClusterSession w;
+  if (!w.runs()) return;
+  run_head_grid(576, 512, 17, w.session);
+}
+
+TEST_CASE("verify_attention GPU parity: wgmma cluster merge, 2..8 splits, uneven lengths, 16-bit and e4m3 caches") {
+  WgmmaClusterSession w;
+  if (!w.runs()) return;
+  check_cluster_sizes(w.session, KDTREE_KV_DTYPE_AS_Q, base_seed() * 1000 + 950);
+  check_cluster_sizes(w.session, KDTREE_KV_DTYPE_E4M3, base_seed() * 1000 + 955);
 }
 
 // The flash kernel's MLA e4m3 MMA tiles that fit sm_120 (its choice before qsplit had the path).
@@ -715,13 +746,27 @@ TEST_CASE("verify_attention GPU: qsplit kernel flags and NaNs bad pages and node
   }
 }
 
+// Bad pages and node counts NaN their requests' rows in every split of a cluster.
+void check_cluster_errors(Session& s, std::vector<kdtree_kv_dtype> kv_dtypes) {
+  std::vector<kdtree_verify_spec> specs;
+  for (kdtree_kv_dtype kv : kv_dtypes) {
+    specs.push_back(error_specs()[0]);
+    specs.back().kv_dtype = kv;
+  }
+  check_page_index_errors(s, specs);
+  check_node_count_errors(s, specs);
+}
+
 TEST_CASE("verify_attention GPU: qsplit e4m3 cluster merge flags and NaNs bad pages and node counts") {
-  ClusterSession q;
+  QsplitClusterSession q;
   if (!q.runs()) return;
-  kdtree_verify_spec spec = error_specs()[0];
-  spec.kv_dtype = KDTREE_KV_DTYPE_E4M3;
-  check_page_index_errors(q.e4m3.session, {spec});
-  check_node_count_errors(q.e4m3.session, {spec});
+  check_cluster_errors(q.session, {KDTREE_KV_DTYPE_E4M3});
+}
+
+TEST_CASE("verify_attention GPU: wgmma cluster merge flags and NaNs bad pages and node counts") {
+  WgmmaClusterSession w;
+  if (!w.runs()) return;
+  check_cluster_errors(w.session, {KDTREE_KV_DTYPE_AS_Q, KDTREE_KV_DTYPE_E4M3});
 }
 
 TEST_CASE("verify_attention GPU: kv_len over max_kv_len flags KV_LEN and NaNs that request") {

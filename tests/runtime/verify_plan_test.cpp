@@ -146,6 +146,40 @@ TEST_CASE("verify_plan[mla576/512,e4m3]: KDTREE_VERIFY_SCHEDULE=cluster merges u
   CHECK_THROWS_WITH_AS(plan(80, e4m3, 64, 8, 4096), doctest::Contains("sm_80"), kdtree::Error);
 }
 
+TEST_CASE("verify_plan[mla576/512,sm_90]: the MLA wgmma kernels merge splits in a cluster, both cache types") {
+  kdtree_verify_spec e4m3 = mla(8, 16);
+  e4m3.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  for (const kdtree_verify_spec& s : {mla(8, 16), e4m3}) {
+    INFO("kv_dtype " << int(s.kv_dtype));
+    const codegen::KernelSource src =
+        codegen::generate_verify_attention(codegen::validate_verify_spec(s), codegen::arch_from_sm(90));
+    REQUIRE(src.launch.kernel.find("kernel=wgmma") == 0);
+    REQUIRE(src.launch.cluster_merge);
+    CHECK(std::find(src.entry_points.begin(), src.entry_points.end(), "kdtree_verify_attention_cluster") !=
+          src.entry_points.end());
+    CHECK(src.source.find("kdtree_verify_attention_cluster") != std::string::npos);
+    {
+      ScopedSchedule c("cluster");
+      // B=64 H=8 n=8 4K: 64 row tiles on 132 SMs, two splits a row tile in one wave.
+      const VerifyPlan b64 = plan(90, s, 64, 8, 4096);
+      CHECK(b64.cluster_splits == 2);
+      CHECK(b64.grid_z == 2u);
+      CHECK(b64.workspace_bytes == 0);
+      CHECK(b64.combine_grid_x == 0);
+      CHECK(b64.stream_ctas == 0);
+      CHECK(plan(90, s, 64, 8, 4096, 8).cluster_splits == 8);
+    }
+    // Without the override the planner's plan goes through the combine as before.
+    const ScopedSchedule unset("");
+    CHECK(plan(90, s, 64, 8, 4096).cluster_splits == 0);
+  }
+  // The GQA wgmma kernel has no cluster entry.
+  const ScopedSchedule c("cluster");
+  const kdtree_verify_spec gqa128{128, 128, 8, 1, 64, 64, KDTREE_DTYPE_BF16};
+  CHECK_THROWS_WITH_AS(plan(90, gqa128, 4, 64, 8192), doctest::Contains("KDTREE_VERIFY_SCHEDULE=cluster"),
+                       kdtree::Error);
+}
+
 TEST_CASE("verify_plan: max_kv_len at KDTREE_MAX_KV_LEN plans positive splits, past it is refused") {
   const ScopedSchedule unset("");
   const kdtree_verify_spec gqa64{64, 64, 8, 1, 64, 16, KDTREE_DTYPE_BF16};
