@@ -158,6 +158,14 @@ void spread_combine(VerifyPlan& plan, const codegen::Arch& arch) {
 
 }  // namespace
 
+namespace {
+// KDTREE_VERIFY_SCHEDULE, a tuning and test override (plan_verify checks its value).
+std::string schedule_override() {
+  const char* schedule = std::getenv("KDTREE_VERIFY_SCHEDULE");
+  return schedule ? schedule : "";
+}
+}  // namespace
+
 VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& s,
                        int batch_size, int total_nodes, int max_kv_len, int forced_splits) {
   if (launch.block_m < 1 || launch.block_n < 1 || launch.threads < 1) {
@@ -170,8 +178,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   const int ctas_per_sm = codegen::ctas_per_sm(arch, launch.dynamic_smem, launch.threads);
   long long splits = forced_splits;
   long long stream_ctas = 0;
-  const char* schedule = std::getenv("KDTREE_VERIFY_SCHEDULE");  // a tuning and test override
-  const std::string forced_schedule = schedule ? schedule : "";
+  const std::string forced_schedule = schedule_override();
   if (!forced_schedule.empty() && forced_schedule != "stream" && forced_schedule != "splits" &&
       forced_schedule != "cluster") {
     fail(KDTREE_ERROR_INVALID_ARGUMENT,
@@ -306,14 +313,17 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
             "workspace too small: {} bytes given, {} needed (kdtree_verify_workspace_size)",
             a.workspace ? a.workspace_size : 0, needed);
   };
-  // A forced split count fixes the workspace without asking the device.
-  if (a.num_splits > 0) check_workspace(verify_workspace_bytes(a.spec, a.total_nodes, a.num_splits));
+  // A forced split count fixes the workspace without asking the device: its partials, or none
+  // when the splits merge in a thread-block cluster (checked with the plan below).
+  if (a.num_splits > 0 && schedule_override() != "cluster") {
+    check_workspace(verify_workspace_bytes(a.spec, a.total_nodes, a.num_splits));
+  }
 
   Module& module = verify_module(rt, spec);
   const codegen::LaunchFacts& launch = module.launch();
   const VerifyPlan plan =
       plan_verify(launch, rt.arch(), a.spec, a.batch_size, a.total_nodes, a.max_kv_len, a.num_splits);
-  if (a.num_splits == 0) check_workspace(plan.workspace_bytes);  // a forced count was checked above
+  check_workspace(plan.workspace_bytes);
 
   kdtree_verify_params p{};
   p.q = a.q;
