@@ -304,7 +304,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
 
   if constexpr (CLUSTER) {
     // ---- the rows as split partials in the idle K slots (a warp's 4-byte stores to
-    // its 8 rows of CLUSTER_ROW fall in distinct banks), merged in the cluster.
+    // its 8 rows of CLUSTER_ROW fall in distinct banks); verify_rows merges them.
     unsigned char* stash = (unsigned char*)stage;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -315,8 +315,6 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
       for (int jt = 0; jt < O_TILES; ++jt) srow[jt * 4] = kd_pack2<IS_BF16>(o[jt][2 * h] * inv, o[jt][2 * h + 1] * inv);
     }
     cluster_stash_lse(stash, red, m_run, poisoned, r_lo, WG == 0 && lane % 4 == 0);
-    cluster_merge(p, req, row0, rows_total, 0, stash);
-    kd_fence_proxy_async();  // these reads of the slots before any later copies into them
   } else {
     // ---- O staged as fp32 rows in the idle K slots (row r_lo + 8h, this warpgroup's
     // columns jt * 8 + 2t), then written a warp per row (write_staged_rows). The
@@ -382,13 +380,10 @@ static __device__ __forceinline__ void verify_rows(const kdtree_verify_params& p
     const int row0 = sg.m_tile * BLOCK_M;
     if (row0 >= rows_total) continue;
     const int t_begin = sg.t_begin;
-    const int t_end = min(req.kv_len, sg.t_end);
-    if (t_begin >= t_end) {  // the combine skips splits past kv_len
-      if constexpr (CLUSTER) {
-        cluster_stash_nothing((unsigned char*)stage);
-        cluster_merge(p, req, row0, rows_total, 0, (unsigned char*)stage);
-      }
-      continue;
+    int t_end = min(req.kv_len, sg.t_end);
+    if (t_begin >= t_end) {
+      if constexpr (!CLUSTER) continue;  // the combine skips splits past kv_len
+      t_end = t_begin;  // a cluster's split past kv_len: no tiles, it stashes LSE -inf and merges its rows
     }
     const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
 
@@ -422,6 +417,10 @@ static __device__ __forceinline__ void verify_rows(const kdtree_verify_params& p
       run_segment<0, CLUSTER>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red, stage);
     } else {
       run_segment<1, CLUSTER>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, words, bad_page, sq, red, stage);
+    }
+    if constexpr (CLUSTER) {  // both warpgroups' rows are stashed (or none: LSE -inf)
+      cluster_merge(p, req, row0, rows_total, 0, (unsigned char*)stage);
+      kd_fence_proxy_async();  // these reads of the slots before any later copies into them
     }
   }  // segments
 }

@@ -407,7 +407,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
   if constexpr (CLUSTER) {
     // ---- the rows as split partials in the idle K slots (O^T column 8i + 2t + e is
     // row 8i + 2t + e, as below; a warp's 4-byte stores to its 4 rows of CLUSTER_ROW
-    // fall in distinct banks), merged in the cluster.
+    // fall in distinct banks); verify_rows merges them.
     unsigned char* stash = (unsigned char*)stage;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -422,8 +422,6 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
       }
     }
     cluster_stash_lse(stash, red, m_run, poisoned, r_lo, WG == 0 && lane % 4 == 0);
-    cluster_merge(p, req, row0, rows_total, 0, stash);
-    kd_fence_proxy_async();  // these reads of the slots before any later copies into them
   } else {
     // ---- O staged as fp32 rows in the idle K slots: O^T column 8i + 2t + e is row
     // 8i + 2t + e, dims 2j and 2j + 1 (j = lane / 4) of each 16-dim warp slice. A
@@ -497,13 +495,10 @@ static __device__ __forceinline__ void verify_rows(const kdtree_verify_params& p
     const int row0 = sg.m_tile * BLOCK_M;
     if (row0 >= rows_total) continue;
     const int t_begin = sg.t_begin;
-    const int t_end = min(req.kv_len, sg.t_end);
-    if (t_begin >= t_end) {  // the combine skips splits past kv_len
-      if constexpr (CLUSTER) {
-        cluster_stash_nothing((unsigned char*)stage);
-        cluster_merge(p, req, row0, rows_total, 0, (unsigned char*)stage);
-      }
-      continue;
+    int t_end = min(req.kv_len, sg.t_end);
+    if (t_begin >= t_end) {
+      if constexpr (!CLUSTER) continue;  // the combine skips splits past kv_len
+      t_end = t_begin;  // a cluster's split past kv_len: no tiles, it stashes LSE -inf and merges its rows
     }
     const int n_tiles = (t_end - t_begin + BLOCK_N - 1) / BLOCK_N;
 
@@ -547,6 +542,10 @@ static __device__ __forceinline__ void verify_rows(const kdtree_verify_params& p
     } else {
       run_segment<1, CLUSTER>(p, kv_tma, walk, req, kv_src, row0, rows_total, t_begin, t_end, fills, qr, row_scale, words,
                      bad_page, sq, red, sc, stage);
+    }
+    if constexpr (CLUSTER) {  // both warpgroups' rows are stashed (or none: LSE -inf)
+      cluster_merge(p, req, row0, rows_total, 0, (unsigned char*)stage);
+      kd_fence_proxy_async();  // these reads of the slots before any later copies into them
     }
   }  // segments
 }

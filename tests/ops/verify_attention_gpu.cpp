@@ -524,8 +524,10 @@ struct QsplitClusterSession {
 };
 
 struct WgmmaClusterSession {
-  kdtree::test::EnvVar schedule{"KDTREE_VERIFY_SCHEDULE", "cluster"};
+  kdtree::test::EnvVar schedule;
   Session session;
+  explicit WgmmaClusterSession(const char* schedule_value = "cluster")
+      : schedule("KDTREE_VERIFY_SCHEDULE", schedule_value) {}
   bool runs() {
     int sm = 0;
     REQUIRE(kdtree_runtime_arch(session.rt, &sm) == KDTREE_OK);
@@ -546,7 +548,7 @@ void check_cluster_sizes(Session& s, kdtree_kv_dtype kv_dtype, uint64_t seed) {
     const kdtree_verify_spec spec = make_verify_spec(576, 512, heads, 1, 16, 16, dtype, kv_dtype);
     const VerifyCase c = kdtree::ref::build_verify_case(spec, 3, seed++, o);
     const auto ref = kdtree::ref::verify_attention(c.host_inputs());
-    DeviceCase d = upload(s.rt, c, 3);
+    DeviceCase d = upload(s.rt, c, 8);  // the workspace of 8 uniform splits (a cluster plan needs none)
     const bool e4m3_mma = takes_e4m3_mma(s, spec);
     for (int splits = 2; splits <= 8; ++splits) check_launch(s.rt, c, ref, d, splits, splits % 2 == 0, e4m3_mma);
     check_launch(s.rt, c, ref, d, 0, true, e4m3_mma);
@@ -578,6 +580,15 @@ TEST_CASE(
 
 TEST_CASE("verify_attention GPU parity: wgmma cluster merge, 2..8 splits, uneven lengths, 16-bit and e4m3 caches") {
   WgmmaClusterSession w;
+  if (!w.runs()) return;
+  check_cluster_sizes(w.session, KDTREE_KV_DTYPE_AS_Q, base_seed() * 1000 + 950);
+  check_cluster_sizes(w.session, KDTREE_KV_DTYPE_E4M3, base_seed() * 1000 + 955);
+}
+
+// The same requests and split counts through the usual uniform splits (partials and the
+// combine), for comparison and for compute-sanitizer.
+TEST_CASE("verify_attention GPU parity: wgmma uniform splits, 2..8 splits, uneven lengths, 16-bit and e4m3 caches") {
+  WgmmaClusterSession w("splits");
   if (!w.runs()) return;
   check_cluster_sizes(w.session, KDTREE_KV_DTYPE_AS_Q, base_seed() * 1000 + 950);
   check_cluster_sizes(w.session, KDTREE_KV_DTYPE_E4M3, base_seed() * 1000 + 955);
