@@ -21,6 +21,10 @@ struct LaunchFacts {
   // verify_attention: the kernel can merge uniform splits inside a thread-block cluster
   // (kdtree_verify_params.cluster_splits; launched as clusters on sm_90+ only)
   bool cluster_merge = false;
+  // verify_attention: the planner runs a uniform plan of two splits as one cluster (no
+  // partials, no combine) unless KDTREE_VERIFY_SCHEDULE says otherwise: measured faster
+  // on the H200 for sm_90's MLA wgmma kernels (docs/PERFORMANCE.md)
+  bool cluster_two_splits = false;
   // verify_attention: a stream-K segment's fixed work (Q, the first copies, the partial
   // rows), in KV tile times, as the planner weighs stream-K against uniform splits
   double stream_segment_tiles = 1.5;

@@ -658,6 +658,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       // Uniform splits merged in a thread-block cluster: a split stores its rows as 16-bit
       // split partials in its idle K slots (verify_attention_wgmma_common.cuh).
       src.launch.cluster_merge = true;
+      src.launch.cluster_two_splits = true;  // H200: mla B=64 H=8 n=8 4K 101.3 -> 93.7 us bf16, 74.4 -> 69.8 e4m3
       src.entry_points.push_back("kdtree_verify_attention_cluster");
       headers.push_back("wgmma.cuh");
       headers.push_back("verify_attention_tma.h");

@@ -268,7 +268,11 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   plan.grid_x = static_cast<unsigned>(ceil_div((long long)s.max_tree_nodes * group, launch.block_m));
   plan.grid_y = static_cast<unsigned>(batch_size * s.num_kv_heads);
   plan.grid_z = static_cast<unsigned>(plan.num_splits);
-  if (cluster) {
+  // Two splits of a kernel measured faster merged in a cluster run as one unless the
+  // schedule is forced (KDTREE_VERIFY_SCHEDULE=splits keeps the partials and the combine).
+  const bool two_in_cluster =
+      launch.cluster_two_splits && launch.cluster_merge && arch.sm >= 90 && forced_schedule.empty() && splits == 2;
+  if (cluster || two_in_cluster) {
     plan.cluster_splits = plan.num_splits > 1 ? plan.num_splits : 0;
     return plan;
   }

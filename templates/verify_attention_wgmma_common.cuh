@@ -132,6 +132,12 @@ static __device__ __forceinline__ void fill_v_range(const kdtree_verify_params& 
   }
 }
 
+// The 128 threads of warpgroup WG (named barrier 1 + WG; 0 is __syncthreads).
+template <int WG>
+static __device__ __forceinline__ void warpgroup_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(1 + WG), "n"(WG_THREADS) : "memory");
+}
+
 // Waits for a range's copies; the fence hands what the generic proxy (cp.async)
 // wrote to the async proxy wgmma reads through.
 static __device__ __forceinline__ void wait_range(kd_u32 bar, kd_u32 parity) {

@@ -372,6 +372,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
     pin_o(o);
     if (2 * j + SLOTS < n_tiles) {
       const int tn = t_begin + (2 * j + SLOTS) * BLOCK_N;
+      warpgroup_sync<WG>();  // every warp's V^T ldmatrix of this slot came before its refill
       if (WG == 0) fill_v_range<0, false>(p, kv_tma, kv_src, tn, t_end, slot0, bars0, rows_0, wt, bad_page);
       if (WG == 1) fill_v_range<1, false>(p, kv_tma, kv_src, tn, t_end, slot0, bars0 + 8, rows_0, wt, bad_page);
     }
@@ -383,6 +384,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
     }
     if (2 * j + 1 + SLOTS < n_tiles) {
       const int tn = t_begin + (2 * j + 1 + SLOTS) * BLOCK_N;
+      warpgroup_sync<WG>();  // every warp's V^T ldmatrix of this slot came before its refill
       if (WG == 0) fill_v_range<0, false>(p, kv_tma, kv_src, tn, t_end, slot1, bars1, rows_1, wt, bad_page);
       if (WG == 1) fill_v_range<1, false>(p, kv_tma, kv_src, tn, t_end, slot1, bars1 + 8, rows_1, wt, bad_page);
     }

@@ -66,8 +66,12 @@ TEST_CASE("verify_plan[mla576/512,sm_90]: the overlapped combine requests shared
   REQUIRE(small.combine_grid_x * small.combine_grid_y == 256);
   CHECK(small.combine_dynamic_smem == unsigned(h200.max_smem_per_sm / 2 - 1024));
   CHECK(small.combine_dynamic_smem <= unsigned(h200.max_smem_per_block));
-  // B=64 H=8 n=8 4K: 4096 CTAs, 32 per SM (the CTA limit): a few KB.
-  const VerifyPlan large = plan(90, mla(8, 16), 64, 8, 4096);
+  // B=64 H=8 n=8 4K with its two splits' partials (automatically they merge in a cluster):
+  // 4096 CTAs, 32 per SM (the CTA limit): a few KB.
+  const VerifyPlan large = [] {
+    const ScopedSchedule splits("splits");
+    return plan(90, mla(8, 16), 64, 8, 4096);
+  }();
   REQUIRE(large.combine_grid_x * large.combine_grid_y == 4096);
   CHECK(large.combine_dynamic_smem == unsigned(h200.max_smem_per_sm / 32 - 1024));
   // No combine (one split), or an arch without programmatic launch: none.
@@ -169,9 +173,23 @@ TEST_CASE("verify_plan[mla576/512,sm_90]: the MLA wgmma kernels merge splits in 
       CHECK(b64.stream_ctas == 0);
       CHECK(plan(90, s, 64, 8, 4096, 8).cluster_splits == 8);
     }
-    // Without the override the planner's plan goes through the combine as before.
-    const ScopedSchedule unset("");
-    CHECK(plan(90, s, 64, 8, 4096).cluster_splits == 0);
+    // Without the override a plan of two uniform splits runs as a cluster (measured faster
+    // on the H200); KDTREE_VERIFY_SCHEDULE=splits keeps the partials and the combine.
+    {
+      const ScopedSchedule unset("");
+      const VerifyPlan b64 = plan(90, s, 64, 8, 4096);
+      CHECK(b64.cluster_splits == 2);
+      CHECK(b64.workspace_bytes == 0);
+      CHECK(b64.combine_grid_x == 0);
+      CHECK(plan(90, s, 64, 8, 4096, 2).cluster_splits == 2);
+      CHECK(plan(90, s, 64, 8, 4096, 3).cluster_splits == 0);  // other counts: the combine
+      CHECK(plan(90, s, 1, 16, 4096).cluster_splits == 0);     // many splits
+    }
+    const ScopedSchedule splits("splits");
+    const VerifyPlan b64 = plan(90, s, 64, 8, 4096);
+    CHECK(b64.num_splits == 2);
+    CHECK(b64.cluster_splits == 0);
+    CHECK(b64.workspace_bytes > 0);
   }
   // The GQA wgmma kernel has no cluster entry.
   const ScopedSchedule c("cluster");
