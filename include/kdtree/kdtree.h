@@ -199,7 +199,9 @@ typedef struct kdtree_verify_args {
 } kdtree_verify_args;
 
 /* Workspace bytes a verify_attention call with these host-known sizes needs
- * (num_splits = 0, the automatic choice). A call that forces num_splits = S > 1
+ * (num_splits = 0, the automatic choice); 0 where its plan needs none (one split,
+ * or splits merged in a thread-block cluster: sm_90's MLA kernels at two splits).
+ * A call that forces num_splits = S > 1
  * needs S * total_nodes * num_q_heads * (head_dim_v * 2 + 4) bytes: per split
  * and (node, head), the partial output row in q's 16-bit type and its fp32 LSE. */
 kdtree_status kdtree_verify_workspace_size(kdtree_runtime* rt, const kdtree_verify_spec* spec, int batch_size,
