@@ -156,14 +156,12 @@ void spread_combine(VerifyPlan& plan, const codegen::Arch& arch) {
   plan.combine_dynamic_smem = static_cast<unsigned>(std::clamp<long long>(pad, 0, arch.max_smem_per_block));
 }
 
-}  // namespace
-
-namespace {
 // KDTREE_VERIFY_SCHEDULE, a tuning and test override (plan_verify checks its value).
 std::string schedule_override() {
   const char* schedule = std::getenv("KDTREE_VERIFY_SCHEDULE");
   return schedule ? schedule : "";
 }
+
 }  // namespace
 
 VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& s,
@@ -189,8 +187,9 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   // partials, no workspace, no combine. A forced num_splits is taken as it is (1: one
   // CTA a row tile, nothing to merge).
   const bool cluster = forced_schedule == "cluster";
+  const bool can_cluster = launch.cluster_merge && arch.sm >= 90;  // the entry, and clusters on the arch
   if (cluster) {
-    if (!launch.cluster_merge || arch.sm < 90) {
+    if (!can_cluster) {
       fail(KDTREE_ERROR_INVALID_ARGUMENT,
            fmt::format(
                "KDTREE_VERIFY_SCHEDULE=cluster needs a kernel that merges splits in a thread-block cluster "
@@ -270,8 +269,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   plan.grid_z = static_cast<unsigned>(plan.num_splits);
   // Two splits of a kernel measured faster merged in a cluster run as one unless the
   // schedule is forced (KDTREE_VERIFY_SCHEDULE=splits keeps the partials and the combine).
-  const bool two_in_cluster =
-      launch.cluster_two_splits && launch.cluster_merge && arch.sm >= 90 && forced_schedule.empty() && splits == 2;
+  const bool two_in_cluster = can_cluster && launch.cluster_two_splits && forced_schedule.empty() && splits == 2;
   if (cluster || two_in_cluster) {
     plan.cluster_splits = plan.num_splits > 1 ? plan.num_splits : 0;
     return plan;

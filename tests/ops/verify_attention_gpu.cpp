@@ -291,16 +291,21 @@ void check_launch(kdtree_runtime* rt, const VerifyCase& c, const kdtree::ref::Ve
   tally().record(label, path_index(c.spec, e4m3_mma), cmp, ok);
 }
 
+// The compute capability of the session's GPU (sm_XX as XX).
+int session_sm(const Session& s) {
+  int sm = 0;
+  REQUIRE(kdtree_runtime_arch(s.rt, &sm) == KDTREE_OK);
+  return sm;
+}
+
 // Whether the kernel the runtime compiles for `spec` (the generator's tiles for this
 // GPU, KDTREE_VERIFY_TILES included) is on the e4m3 MMA path, whose tolerance is
 // Q's and P's rounding: sm_120's e4m3 kernels and sm_90's MLA e4m3 (wgmma) kernel.
 bool takes_e4m3_mma(const Session& s, const kdtree_verify_spec& spec) {
   if (s.e4m3_mma) return true;
   if (spec.kv_dtype != KDTREE_KV_DTYPE_E4M3) return false;
-  int sm = 0;
-  REQUIRE(kdtree_runtime_arch(s.rt, &sm) == KDTREE_OK);
   namespace cg = kdtree::codegen;
-  return cg::verify_tiles(cg::validate_verify_spec(spec), cg::arch_from_sm(sm)).mma_e4m3;
+  return cg::verify_tiles(cg::validate_verify_spec(spec), cg::arch_from_sm(session_sm(s))).mma_e4m3;
 }
 
 // Compiles every spec in parallel (NVRTC takes seconds per config).
@@ -479,8 +484,7 @@ struct E4m3MmaSession {
     session.e4m3_mma = true;
   }
   bool runs() {
-    int sm = 0;
-    REQUIRE(kdtree_runtime_arch(session.rt, &sm) == KDTREE_OK);
+    const int sm = session_sm(session);
     if (sm < 89) MESSAGE("not run: the e4m3 MMA path needs sm_89 or newer, this GPU is sm_" << sm);
     return sm >= 89;
   }
@@ -506,6 +510,27 @@ TEST_CASE(
   run_head_grid(576, 512, 8, e.session);
 }
 
+// Tiles forced on sm_90 GPUs only (not run on others): by default the wgmma family
+// (templates/verify_attention_wgmma.cu: warpgroup MMAs, sm_90a only; sm_90's MLA
+// default for 16-bit caches, the grid's 16-bit points), so these cases keep running
+// it whatever the generator prefers (tiles_value "": the generator's own tiles). `schedule`
+// as QsplitSession's.
+struct Sm90TilesSession {
+  static constexpr const char* kTiles = "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16";
+  kdtree::test::EnvVar tiles;
+  kdtree::test::EnvVar schedule;
+  Session session;
+  explicit Sm90TilesSession(const char* schedule_value = "", const char* tiles_value = kTiles, bool kv16_only = true)
+      : tiles("KDTREE_VERIFY_TILES", tiles_value), schedule("KDTREE_VERIFY_SCHEDULE", schedule_value) {
+    session.kv16_only = kv16_only;
+  }
+  bool runs() {
+    const int sm = session_sm(session);
+    if (sm != 90) MESSAGE("not run: these tiles are sm_90's (wgmma: sm_90a only), this GPU is sm_" << sm);
+    return sm == 90;
+  }
+};
+
 // Uniform splits merged in a thread-block cluster (KDTREE_VERIFY_SCHEDULE=cluster: the
 // kdtree_verify_attention_cluster entry, no partials, no combine). The kernels with
 // that entry: sm_120's MLA e4m3 kernel (its tiles, on whatever sm_90+ GPU runs the
@@ -516,23 +541,9 @@ struct QsplitClusterSession {
   kdtree::test::EnvVar schedule{"KDTREE_VERIFY_SCHEDULE", "cluster"};
   Session& session = e4m3.session;
   bool runs() {
-    int sm = 0;
-    REQUIRE(kdtree_runtime_arch(session.rt, &sm) == KDTREE_OK);
+    const int sm = session_sm(session);
     if (sm < 90) MESSAGE("not run: thread-block clusters need sm_90 or newer, this GPU is sm_" << sm);
     return sm >= 90;
-  }
-};
-
-struct WgmmaClusterSession {
-  kdtree::test::EnvVar schedule;
-  Session session;
-  explicit WgmmaClusterSession(const char* schedule_value = "cluster")
-      : schedule("KDTREE_VERIFY_SCHEDULE", schedule_value) {}
-  bool runs() {
-    int sm = 0;
-    REQUIRE(kdtree_runtime_arch(session.rt, &sm) == KDTREE_OK);
-    if (sm != 90) MESSAGE("not run: the wgmma family is sm_90's, this GPU is sm_" << sm);
-    return sm == 90;
   }
 };
 
@@ -573,25 +584,27 @@ TEST_CASE("verify_attention GPU parity: qsplit e4m3 cluster merge, 2..8 splits, 
 TEST_CASE(
     "verify_attention GPU parity: mla576/512 wgmma, splits merged in a cluster "
     "(KDTREE_VERIFY_SCHEDULE=cluster, sm_90's default tiles, 16-bit and e4m3 caches)") {
-  WgmmaClusterSession w;
+  Sm90TilesSession w("cluster", "", false);
   if (!w.runs()) return;
   run_head_grid(576, 512, 17, w.session);
 }
 
-TEST_CASE("verify_attention GPU parity: wgmma cluster merge, 2..8 splits, uneven lengths, 16-bit and e4m3 caches") {
-  WgmmaClusterSession w;
+// Both cache types' requests of check_cluster_sizes on sm_90's own kernels with `schedule`.
+void check_wgmma_sizes(const char* schedule) {
+  Sm90TilesSession w(schedule, "", false);
   if (!w.runs()) return;
   check_cluster_sizes(w.session, KDTREE_KV_DTYPE_AS_Q, base_seed() * 1000 + 950);
   check_cluster_sizes(w.session, KDTREE_KV_DTYPE_E4M3, base_seed() * 1000 + 955);
+}
+
+TEST_CASE("verify_attention GPU parity: wgmma cluster merge, 2..8 splits, uneven lengths, 16-bit and e4m3 caches") {
+  check_wgmma_sizes("cluster");
 }
 
 // The same requests and split counts through the usual uniform splits (partials and the
 // combine), for comparison and for compute-sanitizer.
 TEST_CASE("verify_attention GPU parity: wgmma uniform splits, 2..8 splits, uneven lengths, 16-bit and e4m3 caches") {
-  WgmmaClusterSession w("splits");
-  if (!w.runs()) return;
-  check_cluster_sizes(w.session, KDTREE_KV_DTYPE_AS_Q, base_seed() * 1000 + 950);
-  check_cluster_sizes(w.session, KDTREE_KV_DTYPE_E4M3, base_seed() * 1000 + 955);
+  check_wgmma_sizes("splits");
 }
 
 // The flash kernel's MLA e4m3 MMA tiles that fit sm_120 (its choice before qsplit had the path).
@@ -775,7 +788,7 @@ TEST_CASE("verify_attention GPU: qsplit e4m3 cluster merge flags and NaNs bad pa
 }
 
 TEST_CASE("verify_attention GPU: wgmma cluster merge flags and NaNs bad pages and node counts") {
-  WgmmaClusterSession w;
+  Sm90TilesSession w("cluster", "", false);
   if (!w.runs()) return;
   check_cluster_errors(w.session, {KDTREE_KV_DTYPE_AS_Q, KDTREE_KV_DTYPE_E4M3});
 }
@@ -837,27 +850,6 @@ TEST_CASE("verify_attention GPU: bad e4m3 scales and scales on 16-bit caches nev
     }
   }
 }
-
-// Tiles forced on sm_90 GPUs only (not run on others): by default the wgmma family
-// (templates/verify_attention_wgmma.cu: warpgroup MMAs, sm_90a only; sm_90's MLA
-// default for 16-bit caches, the grid's 16-bit points), so these cases keep running
-// it whatever the generator prefers. `schedule` as QsplitSession's.
-struct Sm90TilesSession {
-  static constexpr const char* kTiles = "kernel=wgmma,block_m=64,block_n=64,warps=8,stages=2,warp_rows=16";
-  kdtree::test::EnvVar tiles;
-  kdtree::test::EnvVar schedule;
-  Session session;
-  explicit Sm90TilesSession(const char* schedule_value = "", const char* tiles_value = kTiles, bool kv16_only = true)
-      : tiles("KDTREE_VERIFY_TILES", tiles_value), schedule("KDTREE_VERIFY_SCHEDULE", schedule_value) {
-    session.kv16_only = kv16_only;
-  }
-  bool runs() {
-    int sm = 0;
-    REQUIRE(kdtree_runtime_arch(session.rt, &sm) == KDTREE_OK);
-    if (sm != 90) MESSAGE("not run: these tiles are sm_90's (wgmma: sm_90a only), this GPU is sm_" << sm);
-    return sm == 90;
-  }
-};
 
 TEST_CASE(
     "verify_attention GPU parity: mla576/512 wgmma (sm_90's kernel, tiles "
