@@ -25,6 +25,10 @@ struct LaunchFacts {
   // partials, no combine) unless KDTREE_VERIFY_SCHEDULE says otherwise: measured faster
   // on the H200 for sm_90's MLA wgmma kernels (docs/PERFORMANCE.md)
   bool cluster_two_splits = false;
+  // verify_attention: the kernel's KV-tile throughput as a fraction of the arch's dense
+  // 16-bit tensor rate (Arch::flop_per_dram_byte's FLOPs), as the planner converts bytes
+  // (the KV's floor, the split partials) into tile times
+  double tensor_rate = 0.5;
   // verify_attention: a stream-K segment's fixed work (Q, the first copies, the partial
   // rows), in KV tile times, as the planner weighs stream-K against uniform splits
   double stream_segment_tiles = 1.5;

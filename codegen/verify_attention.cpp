@@ -679,6 +679,15 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
       // The e4m3 MMA path only: the 16-bit path's registers leave no room for the merge.
       src.launch.cluster_merge = tiles.mma_e4m3 && tiles.block_m * ((spec.head_dim_v + 8) * 2 + 4) <= smem.part_s;
       params["CLUSTER_MERGE"] = src.launch.cluster_merge ? "1" : "0";
+      if (block_scaled) {
+        // sm_120a: QMMA.SF at twice the bf16 rate, the modelled tile at 87% of it. The
+        // KV's bytes then bind a call like mla B=64 H=8 n=8 4K, whose two splits merged
+        // in a cluster (no partials, no combine) are predicted at 94.0 us against 110.8
+        // with stream-K (docs/PERFORMANCE.md; 96.0 at 2.2 GHz even if DSMEM were 4x
+        // slower than Hopper's). On the H200 the same kernel is even either way.
+        src.launch.tensor_rate = 1.75;
+        src.launch.cluster_two_splits = src.launch.cluster_merge;
+      }
       src.launch.dynamic_smem = smem.bytes;
       runs_stream_k();
       if (src.launch.cluster_merge) src.entry_points.push_back("kdtree_verify_attention_cluster");

@@ -204,27 +204,34 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
     // Model the time in KV tiles. Uniform splits: waves x KV tiles per CTA; a CTA
     // streams ceil(kv_tiles / s) tiles plus about one tile's worth of fixed work (Q
     // load, pipeline fill, and the combine when s > 1); CTAs run ctas_per_sm at a
-    // time on every SM. With s > 1 the partials (s x rows x partial_row_bytes) go
-    // through memory too: in tile times, bytes x the arch's FLOP per DRAM
-    // byte x the kernel's typical tensor efficiency (one half) / (SMs x a tile's
-    // FLOPs). The cheapest s wins (the fewest on a tie), so small batches spread the
-    // KV over the whole GPU, large ones are not cut into a partial last wave, and
-    // bytes-bound batches do not trade KV reads for partials. Cluster plans: 2 or more
-    // splits, without the partials' bytes or the combine.
+    // time on every SM. Bytes count in tile times too: bytes x the arch's FLOP per
+    // DRAM byte x the kernel's tensor_rate / (SMs x a tile's FLOPs). No plan streams
+    // the KV faster than DRAM (the floor: every request's KV read once, as if each
+    // were max_kv_len long), and with s > 1 the partials (s x rows x
+    // partial_row_bytes) go through memory after it. The cheapest s wins (the fewest
+    // on a tie), so small batches spread the KV over the whole GPU, large ones are
+    // not cut into a partial last wave, and bytes-bound batches do not trade KV reads
+    // for partials. Cluster plans (forced, or two splits of a cluster_two_splits
+    // kernel): without the partials' bytes or the combine.
     const long long ctas =
         std::max<long long>(ceil_div((long long)total_nodes * group, launch.block_m), batch_size) * s.num_kv_heads;
     const long long slots = (long long)arch.num_sms * ctas_per_sm;
     const double tile_flops = 2.0 * launch.block_m * launch.block_n * (s.head_dim_qk + s.head_dim_v);
-    const double tiles_per_partial_byte = 0.5 * arch.flop_per_dram_byte / (arch.num_sms * tile_flops);
+    const double tiles_per_byte = launch.tensor_rate * arch.flop_per_dram_byte / (arch.num_sms * tile_flops);
+    const double kv_row_bytes = double(s.head_dim_qk + (s.head_dim_qk == 576 ? 0 : s.head_dim_v)) *
+                                (s.kv_dtype == KDTREE_KV_DTYPE_E4M3 ? 1 : 2);  // MLA's V is in its K rows
+    const double kv_floor =
+        double(batch_size) * s.num_kv_heads * kv_tiles * launch.block_n * kv_row_bytes * tiles_per_byte;
     const double row_partial_bytes = double(total_nodes) * s.num_q_heads * partial_row_bytes(s);
-    const bool partials = !cluster;
+    const bool two_in_cluster = can_cluster && launch.cluster_two_splits && forced_schedule.empty();
     const long long first = cluster ? 2 : 1;
     double best = 0;
     for (long long cand = first; cand <= std::min<long long>(cluster ? KDTREE_MAX_CLUSTER_SPLITS : 64, kv_tiles);
          ++cand) {
+      const bool partials = cand > 1 && !cluster && !(two_in_cluster && cand == 2);
       double waves = std::ceil(double(ctas * cand) / slots);
-      double cost = waves * (ceil_div(kv_tiles, cand) + (cand > 1 && partials ? 1.5 : 1.0)) +
-                    (cand > 1 && partials ? cand * row_partial_bytes * tiles_per_partial_byte : 0.0);
+      double cost = std::max(waves * (ceil_div(kv_tiles, cand) + (partials ? 1.5 : 1.0)), kv_floor) +
+                    (partials ? cand * row_partial_bytes * tiles_per_byte : 0.0);
       if (cand == first || cost < best) {
         best = cost;
         splits = cand;
@@ -242,8 +249,8 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
       const long long chunk = ceil_div(units, p_ctas);
       const long long segments = 1 + ceil_div(chunk - 1, kv_tiles);
       const double slot_bytes = 2.0 * p_ctas * launch.block_m * partial_row_bytes(s);
-      const double cost =
-          chunk + launch.stream_segment_tiles * segments + (p_ctas > 1 ? slot_bytes * tiles_per_partial_byte : 0.0);
+      const double cost = std::max(chunk + launch.stream_segment_tiles * segments, kv_floor) +
+                          (p_ctas > 1 ? slot_bytes * tiles_per_byte : 0.0);
       if (cost < best || forced_schedule == "stream") stream_ctas = p_ctas;
     }
   }
@@ -267,10 +274,10 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   plan.grid_x = static_cast<unsigned>(ceil_div((long long)s.max_tree_nodes * group, launch.block_m));
   plan.grid_y = static_cast<unsigned>(batch_size * s.num_kv_heads);
   plan.grid_z = static_cast<unsigned>(plan.num_splits);
-  // Two splits of a kernel measured faster merged in a cluster run as one unless the
-  // schedule is forced (KDTREE_VERIFY_SCHEDULE=splits keeps the partials and the combine).
-  const bool two_in_cluster = can_cluster && launch.cluster_two_splits && forced_schedule.empty() && splits == 2;
-  if (cluster || two_in_cluster) {
+  // Two splits of a kernel measured (sm_90) or predicted (sm_120) faster merged in a
+  // cluster run as one unless the schedule is forced (KDTREE_VERIFY_SCHEDULE=splits
+  // keeps the partials and the combine).
+  if (cluster || (can_cluster && launch.cluster_two_splits && forced_schedule.empty() && splits == 2)) {
     plan.cluster_splits = plan.num_splits > 1 ? plan.num_splits : 0;
     return plan;
   }

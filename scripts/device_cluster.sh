@@ -11,7 +11,10 @@
 #      tools/perf_model/perf_model.py validate --arch sm_90 --kv-dtype e4m3 --tiles $sm120_mla --schedule cluster);
 #      on sm_90's own MLA kernels (wgmma, both cache types) the MLA shapes usual and clustered, and the
 #      bytes-bound shape at 2..4 splits each way,
-#   3. compute-sanitizer racecheck and memcheck on cluster cases of both kernels.
+#   3. compute-sanitizer racecheck and memcheck on cluster cases of both kernels,
+#   4. (section dsmem, not in the default set) bench/dsmem/dsmem_rates.cu built with nvcc for the GPU's own
+#      arch: the cluster barrier, remote-load latency and remote read rate the perf model charges for the merge
+#      (on an RTX PRO 6000 this measures what the sm_120 model assumes from Hopper).
 # Output in $OUT (default /tmp/kdtree-cluster-out).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -70,6 +73,12 @@ for family in qsplit wgmma; do
     echo "$tool $family: $(grep -E 'SUMMARY' "$out/${tool}_$family.log")"
   done
 done
+fi
+if has dsmem; then
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)  # 90, 120: sm_90a, sm_120a
+  nvcc -O3 -std=c++17 -arch="sm_${cc}a" bench/dsmem/dsmem_rates.cu -o "$out/dsmem_rates" && "$out/dsmem_rates" | tee "$out/dsmem.txt" ||
+    status=1
+  rm -f "$out/dsmem_rates"
 fi
 echo "total: $((SECONDS - t0)) s"
 exit $status

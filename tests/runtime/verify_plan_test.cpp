@@ -150,6 +150,34 @@ TEST_CASE("verify_plan[mla576/512,e4m3]: KDTREE_VERIFY_SCHEDULE=cluster merges u
   CHECK_THROWS_WITH_AS(plan(80, e4m3, 64, 8, 4096), doctest::Contains("sm_80"), kdtree::Error);
 }
 
+TEST_CASE("verify_plan[mla576/512,sm_120,e4m3]: the KV's bytes bind, two splits merge in a cluster") {
+  const ScopedSchedule unset("");
+  kdtree_verify_spec e4m3 = mla(8, 16);
+  e4m3.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  // B=64 H=8 n=8 4K: 64 row tiles whose 151 MB of e4m3 KV take longer than their tiles on
+  // 188 SMs, so stream-K's 188 CTAs gain nothing the partials and the combine do not cost.
+  const VerifyPlan b64 = plan(120, e4m3, 64, 8, 4096);
+  CHECK(b64.stream_ctas == 0);
+  CHECK(b64.cluster_splits == 2);
+  CHECK(b64.workspace_bytes == 0);
+  CHECK(b64.combine_grid_x == 0);
+  // The same call over a 16-bit cache is not bytes-bound at the 16-bit kernel's tile rate.
+  CHECK(plan(120, mla(8, 16), 64, 8, 4096).stream_ctas == 188);
+  // Compute-bound e4m3 calls keep stream-K (B=8 H=16 n=32 4K) or many uniform splits.
+  kdtree_verify_spec e4m3_h16 = mla(16, 32);
+  e4m3_h16.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  CHECK(plan(120, e4m3_h16, 8, 32, 4096).stream_ctas == 188);
+  const VerifyPlan b1 = plan(120, e4m3_h16, 1, 16, 4096);
+  CHECK(b1.num_splits > 2);
+  CHECK(b1.cluster_splits == 0);
+  // KDTREE_VERIFY_SCHEDULE=splits keeps the partials and the combine.
+  const ScopedSchedule splits("splits");
+  const VerifyPlan kept = plan(120, e4m3, 64, 8, 4096);
+  CHECK(kept.num_splits == 2);
+  CHECK(kept.cluster_splits == 0);
+  CHECK(kept.workspace_bytes > 0);
+}
+
 TEST_CASE("verify_plan[mla576/512,sm_90]: the MLA wgmma kernels merge splits in a cluster, both cache types") {
   kdtree_verify_spec e4m3 = mla(8, 16);
   e4m3.kv_dtype = KDTREE_KV_DTYPE_E4M3;

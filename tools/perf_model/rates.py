@@ -40,13 +40,16 @@ CALIBRATION = {
     # 0.5 us a call in CUDA-graph replay (what the model predicts; -1.7 ... +1.2) and 1.1
     # (0.8-2.4) launched back to back, where the graph's own launch savings are absent.
     "pdl_combine_saving_us": 0.5,
-    # Thread-block clusters (KDTREE_VERIFY_SCHEDULE=cluster), not measured here yet:
-    # public Hopper microbenchmarks put a remote shared-memory load at ~180 cycles and
-    # the cluster's aggregate DSMEM rate at ~3.3 TB/s on 132 SMs (~14 B/clk an SM); a
-    # cluster barrier is taken as a round trip of that latency. Applied to sm_120 too.
+    # Thread-block clusters (splits merged in a cluster). Measured on the H200 with
+    # bench/dsmem/dsmem_rates.cu (scripts/device_cluster.sh dsmem; clusters of two on
+    # every SM, cluster_merge's 16-byte loads): a dependent remote shared-memory load
+    # 201 cycles, 15.9 B/clk an SM read from the peer, a cluster barrier (all threads of
+    # both CTAs) 353 cycles; public Hopper microbenchmarks had put them at ~180 cycles,
+    # ~14 B/clk and a round trip. Not measured on an sm_120: applied to it as they are
+    # (the bytes-bound cluster plan stays DRAM-bound at 2.6 GHz even at 8x these costs).
     "dsmem_latency": 200,
     "dsmem_bytes_per_clk_sm": 16,
-    "cluster_barrier_cycles": 400,
+    "cluster_barrier_cycles": 350,
 }
 
 RATES = {
