@@ -18,6 +18,10 @@
 
 constexpr int WG_THREADS = 128;
 constexpr int KV_TMA_BOX_ROWS = KD_KV_TMA_BOX_ROWS;  // rows per TMA box: min(page size, BLOCK_N)
+// The V ranges' TMA boxes enter L2 evict-first over e4m3 caches (H200, mla B=64 H=8 n=8 4K:
+// 70.8 -> 68.4 us; B=4 H=128 n=64 8K, whose row tiles share the KV, unchanged); over 16-bit
+// caches the hint cost 0.5 us there, so they keep the default policy.
+constexpr bool KV_TMA_EVICT_FIRST = KV_ELEM_BYTES == 1;
 constexpr int RANGES = 3;
 constexpr int ROW_ELEMS = ROW_BYTES / KV_ELEM_BYTES;      // cache values in it
 constexpr int DIM_BLOCKS = (HEAD_DIM + ROW_ELEMS - 1) / ROW_ELEMS;  // column blocks of a K row
@@ -112,7 +116,7 @@ static __device__ __forceinline__ void load_kv_range_tma(const kdtree_verify_par
     for (int k = 0; k < ROUNDS; ++k) {
       const int i = min(k * 32 + wt, OPS - 1);
       const int c = range_lo(R) + i / BOXES, b = i % BOXES;
-      kd_tma_load_2d(k * 32 + wt < OPS, slot + c * K_BLOCK_BYTES + b * KV_TMA_BOX_ROWS * ROW_BYTES, tma.map,
+      kd_tma_load_2d<KV_TMA_EVICT_FIRST>(k * 32 + wt < OPS, slot + c * K_BLOCK_BYTES + b * KV_TMA_BOX_ROWS * ROW_BYTES, tma.map,
                      c * ROW_ELEMS, kv_slot[k] == 0xffffffffu ? 0 : int(kv_slot[k]), bar);
     }
   }

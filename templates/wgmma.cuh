@@ -236,13 +236,27 @@ static __device__ __forceinline__ void kd_mbar_arrive(kd_u32 bar, bool expect, k
 // TMA, when `on`: the box at element coordinates (x, y) of the tensor map `map`
 // (a __grid_constant__ kernel parameter) into shared memory at dst, its bytes
 // completing on bar. With 128-byte swizzling the pattern follows dst's address bits.
+// EVICT_FIRST: the box's lines enter L2 as the first to be evicted (an L2 cache
+// policy), for data a CTA streams through once.
+template <bool EVICT_FIRST = false>
 static __device__ __forceinline__ void kd_tma_load_2d(bool on, kd_u32 dst, const void* map, int x, int y, kd_u32 bar) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\n"
-      "@p cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-      "}\n" ::"r"(dst),
-      "l"(map), "r"(x), "r"(y), "r"(bar), "r"(int(on))
-      : "memory");
+  if constexpr (EVICT_FIRST) {
+    asm volatile(
+        "{\n.reg .pred p;\n.reg .b64 policy;\nsetp.ne.b32 p, %5, 0;\n"
+        "createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n"
+        "@p cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%2, %3}], [%4], policy;\n"
+        "}\n" ::"r"(dst),
+        "l"(map), "r"(x), "r"(y), "r"(bar), "r"(int(on))
+        : "memory");
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\n"
+        "@p cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+        "}\n" ::"r"(dst),
+        "l"(map), "r"(x), "r"(y), "r"(bar), "r"(int(on))
+        : "memory");
+  }
 }
 // Waits until the phase of the given parity has completed (acquire: the copies
 // it tracked are visible to this thread).
