@@ -18,9 +18,9 @@
 
 constexpr int WG_THREADS = 128;
 constexpr int KV_TMA_BOX_ROWS = KD_KV_TMA_BOX_ROWS;  // rows per TMA box: min(page size, BLOCK_N)
-// The V ranges' TMA boxes enter L2 evict-first over e4m3 caches (H200, mla B=64 H=8 n=8 4K:
-// 70.8 -> 68.4 us; B=4 H=128 n=64 8K, whose row tiles share the KV, unchanged); over 16-bit
-// caches the hint cost 0.5 us there, so they keep the default policy.
+// The V ranges' TMA boxes enter L2 evict-first over e4m3 caches (H200, graph us: mla B=64
+// H=8 n=8 4K 70.1 -> 67.6, B=32 H=16 n=16 2K 62.8 -> 61.9; B=4 H=128 n=64 8K, whose 128 row
+// tiles reread each request's KV, 740 -> 745); over 16-bit caches the hint cost B=64 0.5 us.
 constexpr bool KV_TMA_EVICT_FIRST = KV_ELEM_BYTES == 1;
 constexpr int RANGES = 3;
 constexpr int ROW_ELEMS = ROW_BYTES / KV_ELEM_BYTES;      // cache values in it
