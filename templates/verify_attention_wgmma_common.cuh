@@ -116,8 +116,8 @@ static __device__ __forceinline__ void load_kv_range_tma(const kdtree_verify_par
     for (int k = 0; k < ROUNDS; ++k) {
       const int i = min(k * 32 + wt, OPS - 1);
       const int c = range_lo(R) + i / BOXES, b = i % BOXES;
-      kd_tma_load_2d<KV_TMA_EVICT_FIRST>(k * 32 + wt < OPS, slot + c * K_BLOCK_BYTES + b * KV_TMA_BOX_ROWS * ROW_BYTES, tma.map,
-                     c * ROW_ELEMS, kv_slot[k] == 0xffffffffu ? 0 : int(kv_slot[k]), bar);
+      kd_tma_load_2d<KV_TMA_EVICT_FIRST>(k * 32 + wt < OPS, slot + c * K_BLOCK_BYTES + b * KV_TMA_BOX_ROWS * ROW_BYTES,
+                                         tma.map, c * ROW_ELEMS, kv_slot[k] == 0xffffffffu ? 0 : int(kv_slot[k]), bar);
     }
   }
 }
