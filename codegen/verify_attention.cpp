@@ -687,6 +687,11 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
         // slower than Hopper's). On the H200 the same kernel is even either way.
         src.launch.tensor_rate = 1.75;
         src.launch.cluster_two_splits = src.launch.cluster_merge;
+      } else if (arch.sm >= 120) {
+        // The 16-bit path's modelled sm_120 tile runs at 87% of the bf16 rate: the same call's
+        // 302 MB of 16-bit KV bind too, and two uniform splits (predicted 189.2 us) beat
+        // stream-K (195.3), whose partials add to the bytes.
+        src.launch.tensor_rate = 0.87;
       }
       src.launch.dynamic_smem = smem.bytes;
       runs_stream_k();

@@ -150,7 +150,7 @@ TEST_CASE("verify_plan[mla576/512,e4m3]: KDTREE_VERIFY_SCHEDULE=cluster merges u
   CHECK_THROWS_WITH_AS(plan(80, e4m3, 64, 8, 4096), doctest::Contains("sm_80"), kdtree::Error);
 }
 
-TEST_CASE("verify_plan[mla576/512,sm_120,e4m3]: the KV's bytes bind, two splits merge in a cluster") {
+TEST_CASE("verify_plan[mla576/512,sm_120]: where the KV's bytes bind, two splits (e4m3: merged in a cluster)") {
   const ScopedSchedule unset("");
   kdtree_verify_spec e4m3 = mla(8, 16);
   e4m3.kv_dtype = KDTREE_KV_DTYPE_E4M3;
@@ -161,8 +161,13 @@ TEST_CASE("verify_plan[mla576/512,sm_120,e4m3]: the KV's bytes bind, two splits 
   CHECK(b64.cluster_splits == 2);
   CHECK(b64.workspace_bytes == 0);
   CHECK(b64.combine_grid_x == 0);
-  // The same call over a 16-bit cache is not bytes-bound at the 16-bit kernel's tile rate.
-  CHECK(plan(120, mla(8, 16), 64, 8, 4096).stream_ctas == 188);
+  // Over a 16-bit cache its 302 MB bind as well: two uniform splits, whose partials cost less
+  // than stream-K's; the 16-bit path has no cluster entry, so they go through the combine.
+  const VerifyPlan b64_16 = plan(120, mla(8, 16), 64, 8, 4096);
+  CHECK(b64_16.stream_ctas == 0);
+  CHECK(b64_16.num_splits == 2);
+  CHECK(b64_16.cluster_splits == 0);
+  CHECK(b64_16.workspace_bytes > 0);
   // Compute-bound e4m3 calls keep stream-K (B=8 H=16 n=32 4K) or many uniform splits.
   kdtree_verify_spec e4m3_h16 = mla(16, 32);
   e4m3_h16.kv_dtype = KDTREE_KV_DTYPE_E4M3;
