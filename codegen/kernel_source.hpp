@@ -15,6 +15,7 @@ struct LaunchFacts {
   int dynamic_smem = 0;     // dynamic shared memory of entry_points[0], bytes
   int block_m = 0;          // verify_attention: (node, head) rows per CTA
   int block_n = 0;          // verify_attention: KV tokens per tile (a split is a multiple of it)
+  int kv_row_bytes = 0;     // verify_attention: cached bytes a token takes per KV head (VerifySpec::kv_row_bytes)
   int combine_threads = 0;  // verify_attention: threads per CTA of kdtree_verify_combine
   int combine_rows = 0;     // verify_attention: (node, head) rows per combine CTA
   bool stream_k = false;    // verify_attention: the kernel runs stream-K launches (kdtree_verify_params.stream_ctas)

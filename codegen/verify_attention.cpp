@@ -706,6 +706,7 @@ KernelSource generate_verify_attention(const VerifySpec& spec, const Arch& arch,
   src.launch.threads = tiles.warps * 32 + producer_threads;
   src.launch.block_m = tiles.block_m;
   src.launch.block_n = tiles.block_n;
+  src.launch.kv_row_bytes = spec.kv_row_bytes();
   src.launch.combine_threads = kCombineThreads;
   src.launch.combine_rows = kCombineThreads / combine_row_threads;
   return src;

@@ -22,6 +22,8 @@ struct VerifySpec {
   bool mla() const { return head_dim_qk == 576; }
   bool kv_fp8() const { return kv_dtype == KDTREE_KV_DTYPE_E4M3; }
   int kv_bytes() const { return kv_fp8() ? 1 : 2; }  // bytes per cached element
+  // bytes one token's cached rows take per KV head: K and V, or MLA's one row (V is its first dims)
+  int kv_row_bytes() const { return (head_dim_qk + (mla() ? 0 : head_dim_v)) * kv_bytes(); }
   // "mla576/512" or "gqa128"
   std::string head_name() const;
   // "verify_attention[mla576/512,W=64,page=64,bf16]", with ",kv=e4m3" before the

@@ -166,10 +166,10 @@ std::string schedule_override() {
 
 VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& arch, const kdtree_verify_spec& s,
                        int batch_size, int total_nodes, int max_kv_len, int forced_splits) {
-  if (launch.block_m < 1 || launch.block_n < 1 || launch.threads < 1) {
+  if (launch.block_m < 1 || launch.block_n < 1 || launch.threads < 1 || launch.kv_row_bytes < 1) {
     fail(KDTREE_ERROR_INTERNAL, fmt::format("verify_attention launch facts are incomplete (block_m {}, block_n {}, "
-                                            "threads {})",
-                                            launch.block_m, launch.block_n, launch.threads));
+                                            "threads {}, kv_row_bytes {})",
+                                            launch.block_m, launch.block_n, launch.threads, launch.kv_row_bytes));
   }
   const int group = s.num_q_heads / s.num_kv_heads;
   const long long kv_tiles = ceil_div(max_kv_len, launch.block_n);
@@ -200,6 +200,10 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
             "num_splits {} with KDTREE_VERIFY_SCHEDULE=cluster must be 0 (automatic), 1 or 2..{} (a cluster's CTAs)",
             forced_splits, KDTREE_MAX_CLUSTER_SPLITS);
   }
+  // Two splits of a kernel measured (sm_90) or predicted (sm_120) faster merged in a
+  // cluster run as one unless the schedule is forced (KDTREE_VERIFY_SCHEDULE=splits
+  // keeps the partials and the combine).
+  const bool two_in_cluster = can_cluster && launch.cluster_two_splits && forced_schedule.empty();
   if (splits == 0) {
     // Model the time in KV tiles. Uniform splits: waves x KV tiles per CTA; a CTA
     // streams ceil(kv_tiles / s) tiles plus about one tile's worth of fixed work (Q
@@ -218,12 +222,9 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
     const long long slots = (long long)arch.num_sms * ctas_per_sm;
     const double tile_flops = 2.0 * launch.block_m * launch.block_n * (s.head_dim_qk + s.head_dim_v);
     const double tiles_per_byte = launch.tensor_rate * arch.flop_per_dram_byte / (arch.num_sms * tile_flops);
-    const double kv_row_bytes = double(s.head_dim_qk + (s.head_dim_qk == 576 ? 0 : s.head_dim_v)) *
-                                (s.kv_dtype == KDTREE_KV_DTYPE_E4M3 ? 1 : 2);  // MLA's V is in its K rows
     const double kv_floor =
-        double(batch_size) * s.num_kv_heads * kv_tiles * launch.block_n * kv_row_bytes * tiles_per_byte;
+        double(batch_size) * s.num_kv_heads * kv_tiles * launch.block_n * launch.kv_row_bytes * tiles_per_byte;
     const double row_partial_bytes = double(total_nodes) * s.num_q_heads * partial_row_bytes(s);
-    const bool two_in_cluster = can_cluster && launch.cluster_two_splits && forced_schedule.empty();
     const long long first = cluster ? 2 : 1;
     double best = 0;
     for (long long cand = first; cand <= std::min<long long>(cluster ? KDTREE_MAX_CLUSTER_SPLITS : 64, kv_tiles);
@@ -274,10 +275,7 @@ VerifyPlan plan_verify(const codegen::LaunchFacts& launch, const codegen::Arch& 
   plan.grid_x = static_cast<unsigned>(ceil_div((long long)s.max_tree_nodes * group, launch.block_m));
   plan.grid_y = static_cast<unsigned>(batch_size * s.num_kv_heads);
   plan.grid_z = static_cast<unsigned>(plan.num_splits);
-  // Two splits of a kernel measured (sm_90) or predicted (sm_120) faster merged in a
-  // cluster run as one unless the schedule is forced (KDTREE_VERIFY_SCHEDULE=splits
-  // keeps the partials and the combine).
-  if (cluster || (can_cluster && launch.cluster_two_splits && forced_schedule.empty() && splits == 2)) {
+  if (cluster || (two_in_cluster && splits == 2)) {
     plan.cluster_splits = plan.num_splits > 1 ? plan.num_splits : 0;
     return plan;
   }
