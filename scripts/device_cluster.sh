@@ -17,14 +17,8 @@
 #      (on an RTX PRO 6000 this measures what the sm_120 model assumes from Hopper).
 # Output in $OUT (default /tmp/kdtree-cluster-out).
 set -uo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-carry=$root/.carry
-out=${OUT:-/tmp/kdtree-cluster-out}
-mkdir -p "$out"
-export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-cache}
-sm120_mla=kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,mma=e4m3
+device_out=/tmp/kdtree-cluster-out
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 t0=$SECONDS
 status=0
 sections=${*:-tests bench sanitize}

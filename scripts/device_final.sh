@@ -3,9 +3,7 @@
 # tiles), then the verify parity tests and the MLA benchmark under sm_120's tile
 # choices (the kernel source is the same on every arch; only tiles differ).
 set -uo pipefail
-carry=$PWD/.carry
-out=${OUT:-/tmp/kdtree-out}
-export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 status=0
 bash scripts/device_gpu_run.sh all || status=1
 # sm_120's MLA kernel (kernel=qsplit,block_m=64,block_n=16,warps=8,stages=4,warp_rows=32) has its own parity test case in the run above.

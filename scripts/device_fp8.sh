@@ -10,14 +10,8 @@
 #      the e4m3 MMA path (needs torch and this checkout's Python: scripts/kdtree_wheel.sh).
 # Output in $OUT (default /tmp/kdtree-fp8-out).
 set -uo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-carry=$root/.carry
-out=${OUT:-/tmp/kdtree-fp8-out}
-mkdir -p "$out"
-export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-cache}
-sm120_mla=kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,mma=e4m3
+device_out=/tmp/kdtree-fp8-out
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 flash_mla=kernel=flash,block_m=64,block_n=32,warps=8,stages=2,warp_rows=16,mma=e4m3  # sm_120's before qsplit had the path
 t0=$SECONDS
 status=0

@@ -4,13 +4,7 @@
 # benchmarks, with logs and JSON under $OUT. Usage: bash scripts/device_gpu_run.sh [tests|bench|all]
 set -uo pipefail
 what=${1:-all}
-carry=$PWD/.carry
-out=${OUT:-/tmp/kdtree-out}
-mkdir -p "$out"
-export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
-# The sm_90 cache pack_device_carry.sh compiled, else a fresh one.
-if [ -d "$carry/cache" ]; then export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-$carry/cache}; fi
-export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-cache}
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$out/gpu.txt"
 "$carry/bin/kdtree-gen" info
 status=0

@@ -11,12 +11,7 @@
 #   python3 tools/perf_model/perf_model.py --shape mla validate --kv-dtype e4m3 --measured $OUT/bench_e4m3_sm120_mla.txt --tiles kernel=qsplit,block_m=64,block_n=32,warps=8,stages=4,warp_rows=32,mma=e4m3
 # (add --clock-ghz with the median of $OUT/sm_clock_mhz.txt / 1000 to use the measured clock).
 set -uo pipefail
-carry=$PWD/.carry
-out=${OUT:-/tmp/kdtree-out}
-mkdir -p "$out"
-export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-if [ -d "$carry/cache" ]; then export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-$carry/cache}; fi
-export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-cache}
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 status=0
 nvidia-smi --query-gpu=clocks.sm --format=csv,noheader,nounits -lms 100 > "$out/sm_clock_mhz.txt" 2>/dev/null &
 sampler=$!

@@ -6,12 +6,7 @@
 # like scripts/device_gpu_run.sh; logs go to $OUT. About 3 minutes on an H200.
 # Exit: 0 clean, 1 a finding or a failed test, 77 no GPU here (nothing was run).
 set -uo pipefail
-carry=$PWD/.carry
-out=${OUT:-/tmp/kdtree-out}
-mkdir -p "$out"
-export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
-if [ -d "$carry/cache" ]; then export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-$carry/cache}; fi
-export KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-/tmp/kdtree-cache}
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 
 if ! nvidia-smi -L > /dev/null 2>&1; then
   echo "device_sanitize: no GPU here (nvidia-smi -L failed): nothing was checked" >&2

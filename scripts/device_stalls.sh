@@ -4,9 +4,7 @@
 # With SOURCES, also the stall samples per SASS instruction (ncu's SourceCounters section, its source page as
 # gzipped CSV) for tools/stall_sources.py to summarise here.
 set -uo pipefail
-carry=$PWD/.carry
-export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export KDTREE_CACHE_DIR=/tmp/kdtree-cache
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 m=sm__cycles_elapsed.avg,smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
 m=$m,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum

@@ -3,9 +3,7 @@
 # KDTREE_VERIFY_TILES candidate (key=value, e.g. kernel=flash,block_m=64,block_n=32,stages=3).
 # Usage: bash scripts/device_tile_sweep.sh PREFIX TILES...
 set -uo pipefail
-carry=$PWD/.carry
-export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export KDTREE_CACHE_DIR=/tmp/kdtree-cache
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 prefix=$1
 shift
 for tiles in "$@"; do
