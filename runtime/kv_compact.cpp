@@ -22,6 +22,9 @@ void require_row(int elems, int elem_bytes, const char* name, const char* type) 
 }
 
 constexpr int kMaxGridYZ = 65535;
+// A row (one token's cached elements of all its KV heads) of at most 1 GiB: its 16-byte
+// vectors and the grid's column chunks then stay far inside int.
+constexpr long long kMaxRowBytes = 1ll << 30;
 
 }  // namespace
 
@@ -48,6 +51,12 @@ void kv_compact(Engine& rt, const kdtree_kv_compact_args& a) {
   require_row(a.row_elems_k, elem_bytes, "row_elems_k", type);
   require(a.row_elems_v >= 0, "row_elems_v = {} must be >= 0 (0 for MLA)", a.row_elems_v);
   require_row(a.row_elems_v, elem_bytes, "row_elems_v", type);
+  require((long long)a.row_elems_k * elem_bytes <= kMaxRowBytes,
+          "row_elems_k = {} is {} bytes a row: at most {} (1 GiB)", a.row_elems_k,
+          (long long)a.row_elems_k * elem_bytes, kMaxRowBytes);
+  require((long long)a.row_elems_v * elem_bytes <= kMaxRowBytes,
+          "row_elems_v = {} is {} bytes a row: at most {} (1 GiB)", a.row_elems_v,
+          (long long)a.row_elems_v * elem_bytes, kMaxRowBytes);
   require_buffer(a.k_caches, 8, "k_caches");
   if (a.row_elems_v == 0) {
     require(a.v_caches == nullptr, "v_caches must be NULL when row_elems_v is 0 (MLA: one cache)");
@@ -65,7 +74,8 @@ void kv_compact(Engine& rt, const kdtree_kv_compact_args& a) {
 
   const int chunk = codegen::kKvCompactChunkVecs;
   // The kernel moves bytes: the row widths in 16-byte vectors are all it needs.
-  const int row_vecs_k = a.row_elems_k * elem_bytes / 16, row_vecs_v = a.row_elems_v * elem_bytes / 16;
+  const int row_vecs_k = static_cast<int>((long long)a.row_elems_k * elem_bytes / 16);
+  const int row_vecs_v = static_cast<int>((long long)a.row_elems_v * elem_bytes / 16);
   const int chunks_k = (row_vecs_k + chunk - 1) / chunk, chunks_v = (row_vecs_v + chunk - 1) / chunk;
 
   Module& module = rt.module(spec.fast_key(), [&] { return codegen::generate_kv_compact(spec, rt.arch()); });

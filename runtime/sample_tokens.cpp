@@ -24,7 +24,9 @@ void sample_tokens(Engine& rt, const kdtree_sample_args& a) {
   require_buffer(a.logits, spec.logits_dtype == KDTREE_DTYPE_F32 ? 4 : 2, "logits");
   require_buffer(a.out_tokens, 4, "out_tokens");
   require_optional_buffer(a.row_offsets, 8, "row_offsets");
-  require(std::isfinite(a.temperature), "temperature = {} must be finite", a.temperature);
+  // -inf is a temperature <= 0 (greedy); NaN and +inf say nothing a caller could mean.
+  require(!std::isnan(a.temperature) && a.temperature != INFINITY, "temperature = {} must be finite, or <= 0 (greedy)",
+          a.temperature);
 
   // T <= 0 is greedy; so is a T so small that 1/T overflows (its limit is the argmax).
   const float inv_temperature = a.temperature > 0.0f ? 1.0f / a.temperature : 0.0f;

@@ -27,6 +27,10 @@ void tree_accept(Engine& rt, const kdtree_tree_accept_args& a) {
   require_buffer(a.accept_lens, 4, "accept_lens");
   require_buffer(a.bonus_tokens, 4, "bonus_tokens");
   require_optional_buffer(a.error_flags, 4, "error_flags");
+  require_disjoint({{a.accepted_path, size_t(a.batch_size) * a.max_tree_nodes * 4, "accepted_path"},
+                    {a.accept_lens, size_t(a.batch_size) * 4, "accept_lens"},
+                    {a.bonus_tokens, size_t(a.batch_size) * 4, "bonus_tokens"},
+                    {a.error_flags, 4, "error_flags"}});
   if (a.node_indptr) {
     // The kernel bounds every packed target read by total_nodes (kdtree.h).
     require(a.total_nodes >= a.batch_size && a.total_nodes <= (long long)a.batch_size * a.max_tree_nodes,

@@ -41,6 +41,16 @@ void tree_build(Engine& rt, const kdtree_tree_build_args& a) {
   require_buffer(a.next_sibling, 4, "next_sibling");
   require_buffer(a.node_counts, 4, "node_counts");
   require_optional_buffer(a.scores, 4, "scores");
+  const size_t bw = size_t(a.batch_size) * a.max_tree_nodes * 4;
+  require_disjoint({{a.tokens, bw, "tokens"},
+                    {a.parents, bw, "parents"},
+                    {a.depths, bw, "depths"},
+                    {a.positions, bw, "positions"},
+                    {a.tree_mask, bw * 2 * ((a.max_tree_nodes + 63) / 64), "tree_mask"},
+                    {a.first_child, bw, "first_child"},
+                    {a.next_sibling, bw, "next_sibling"},
+                    {a.node_counts, size_t(a.batch_size) * 4, "node_counts"},
+                    {a.scores, bw, "scores"}});
 
   Module& module = rt.module(spec.fast_key(), [&] { return codegen::generate_tree_build(spec, rt.arch()); });
   CUfunction fn = module.function("kdtree_tree_build", 0);

@@ -300,8 +300,10 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   require_buffer(a.page_table, 4, "page_table");
   require_buffer(a.kv_lens, 4, "kv_lens");
   require_buffer(a.tree_mask, 8, "tree_mask");
-  require_buffer(a.out, 4, "out");
+  // e4m3 caches and sm_90's MLA kernels store out 8 bytes at a time.
+  require_buffer(a.out, 8, "out");
   require_optional_buffer(a.lse, 4, "lse");
+  require_optional_buffer(a.error_flags, 4, "error_flags");
   // The combine kernel reads the split partials as float4.
   require_optional_buffer(a.workspace, 16, "workspace");
   if (spec.mla()) {
@@ -315,6 +317,9 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   require(std::isfinite(a.sm_scale) && a.sm_scale > 0.0f,
           "sm_scale {} must be positive and finite (e.g. 1/sqrt(head_dim_qk))", a.sm_scale);
   check_kv_scales(spec.kv_fp8(), a.k_scale, a.v_scale);
+  const size_t out_bytes = size_t(a.total_nodes) * a.spec.num_q_heads * a.spec.head_dim_v * 2;
+  const size_t lse_bytes = size_t(a.total_nodes) * a.spec.num_q_heads * 4;
+  require_disjoint({{a.out, out_bytes, "out"}, {a.lse, lse_bytes, "lse"}, {a.error_flags, 4, "error_flags"}});
   auto check_workspace = [&](size_t needed) {
     require(needed == 0 || (a.workspace != nullptr && a.workspace_size >= needed),
             "workspace too small: {} bytes given, {} needed (kdtree_verify_workspace_size)",
@@ -331,6 +336,10 @@ void verify_attention(Engine& rt, const kdtree_verify_args& a) {
   const VerifyPlan plan =
       plan_verify(launch, rt.arch(), a.spec, a.batch_size, a.total_nodes, a.max_kv_len, a.num_splits);
   check_workspace(plan.workspace_bytes);
+  require_disjoint({{a.out, out_bytes, "out"},
+                    {a.lse, lse_bytes, "lse"},
+                    {plan.workspace_bytes ? a.workspace : nullptr, plan.workspace_bytes, "workspace"},
+                    {a.error_flags, 4, "error_flags"}});
 
   kdtree_verify_params p{};
   p.q = a.q;

@@ -727,7 +727,7 @@ static __device__ __forceinline__ void cluster_merge(const kdtree_verify_params&
       }
     }
     const long long orow = out_row(p, req.node_base, row0 + r, out_head0);
-    kd_u32* out = (kd_u32*)((kd_u16*)p.out + orow * HEAD_DIM_V + c);  // out is 4-byte aligned (the C ABI)
+    kd_u32* out = (kd_u32*)((kd_u16*)p.out + orow * HEAD_DIM_V + c);  // out is 8-byte aligned (the C ABI)
 #pragma unroll
     for (int i = 0; i < CLUSTER_COLS / 2; ++i) out[i] = kd_pack2<IS_BF16>(acc[2 * i] * inv, acc[2 * i + 1] * inv);
     if (p.lse && c == 0) p.lse[orow] = lse;

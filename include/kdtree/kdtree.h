@@ -155,7 +155,7 @@ kdtree_status kdtree_runtime_arch(kdtree_runtime* rt, int* sm_arch);
 
 /* The compile-time shape of a verify_attention kernel. num_q_heads and
  * num_kv_heads are run-time values (not part of the kernel key) but live here
- * because every call needs them.
+ * because every call needs them; num_q_heads is 1..1024.
  *  MLA (absorbed): head_dim_qk 576, head_dim_v 512, num_kv_heads 1, v_cache NULL.
  *  GQA/MHA: head_dim_qk == head_dim_v in {64, 128, 256}; num_q_heads % num_kv_heads == 0. */
 typedef struct kdtree_verify_spec {
@@ -170,6 +170,10 @@ typedef struct kdtree_verify_spec {
                                integer is KDTREE_ERROR_INVALID_ARGUMENT naming kv_dtype */
 } kdtree_verify_spec;
 
+/* Device pointers are aligned as their comments say (q, k_cache, v_cache and workspace 16
+ * bytes; out and tree_mask 8; the int32 arrays and lse 4): a misaligned one is
+ * KDTREE_ERROR_INVALID_ARGUMENT naming it. out, lse, workspace and error_flags are
+ * written: each must be a buffer of its own (sharing memory is refused, naming both). */
 typedef struct kdtree_verify_args {
   kdtree_verify_spec spec;
   int batch_size;             /* >= 1; batch_size * num_kv_heads <= 65535 (one CTA row per request and KV head) */
@@ -177,16 +181,16 @@ typedef struct kdtree_verify_args {
                                  max_tree_nodes, and total_nodes * num_q_heads <= 2^31 - 1 */
   int max_kv_len;             /* host upper bound of kv_lens[b], 1..2^30 (KDTREE_MAX_KV_LEN); plans the KV split */
   int num_pages;              /* physical pages in the caches; page ids are checked against it */
-  const void* q;              /* device [total_nodes, num_q_heads, head_dim_qk] */
+  const void* q;              /* device, 16-byte aligned [total_nodes, num_q_heads, head_dim_qk] */
   const int32_t* node_indptr; /* device [batch_size + 1]; request b owns nodes [indptr[b], indptr[b+1]) */
-  const void* k_cache;        /* device [num_pages, page_size, num_kv_heads, head_dim_qk] of kv_dtype elements */
-  const void* v_cache;        /* device [num_pages, page_size, num_kv_heads, head_dim_v]; NULL for MLA */
-  const int32_t* page_table;  /* device [batch_size, max_pages_per_req] */
+  const void* k_cache; /* device, 16-byte aligned [num_pages, page_size, num_kv_heads, head_dim_qk] of kv_dtype */
+  const void* v_cache; /* device, 16-byte aligned [num_pages, page_size, num_kv_heads, head_dim_v]; NULL for MLA */
+  const int32_t* page_table; /* device [batch_size, max_pages_per_req] */
   int max_pages_per_req;
   const int32_t* kv_lens;    /* device [batch_size]: prefix + tree nodes */
   const uint64_t* tree_mask; /* device [total_nodes, ceil(max_tree_nodes / 64)] */
   float sm_scale;            /* > 0, e.g. 1/sqrt(head_dim_qk) */
-  void* out;                 /* device [total_nodes, num_q_heads, head_dim_v] */
+  void* out;                 /* device, 8-byte aligned [total_nodes, num_q_heads, head_dim_v] */
   float* lse;                /* device [total_nodes, num_q_heads], natural log; may be NULL */
   void* workspace; /* device, 16-byte aligned, >= kdtree_verify_workspace_size bytes; may be NULL if that is 0 */
   size_t workspace_size;
@@ -218,7 +222,9 @@ kdtree_status kdtree_warm(kdtree_runtime* rt, const kdtree_verify_spec* spec);
 
 /* Tree ops use the padded per-request layout: request b's nodes are rows
  * [b * max_tree_nodes, b * max_tree_nodes + node_counts[b]); rows past the count
- * are written as -1 (ids) / 0 (mask words). */
+ * are written as -1 (ids) / 0 (mask words). The outputs of one call (and
+ * error_flags) must not share memory: that is KDTREE_ERROR_INVALID_ARGUMENT naming
+ * both. */
 typedef struct kdtree_tree_build_args {
   int batch_size;
   int depth;                   /* D: drafter depth, 1..16 */
@@ -281,7 +287,8 @@ typedef struct kdtree_sample_args {
   kdtree_dtype logits_dtype; /* BF16 or F32 */
   const void* logits;        /* device [num_rows, row_stride] */
   int64_t row_stride;        /* elements; 0 = vocab_size */
-  float temperature;         /* <= 0: greedy argmax (lowest index wins ties) */
+  float temperature;         /* <= 0 (-inf too), or so small that 1 / temperature is not finite: greedy argmax
+                                (lowest index wins ties); NaN and +inf: KDTREE_ERROR_INVALID_ARGUMENT */
   uint64_t seed;
   const int64_t* row_offsets; /* device [num_rows] RNG offsets, or NULL = row index */
   int32_t* out_tokens;        /* device [num_rows] */
@@ -294,8 +301,12 @@ kdtree_status kdtree_sample_tokens(kdtree_runtime* rt, const kdtree_sample_args*
  * copied as bytes, so any row of a multiple of 16 bytes moves: 16-bit rows
  * (row_elems a multiple of 8; MLA 576, GQA num_kv_heads x 64/128/256) and e4m3
  * rows (kv_dtype E4M3: row_elems a multiple of 16; MLA 576 bytes, GQA
- * num_kv_heads x 64/128/256 bytes). The scales of e4m3 caches are per cache,
- * so they do not move. */
+ * num_kv_heads x 64/128/256 bytes), of at most 1 GiB. The scales of e4m3 caches
+ * are per cache, so they do not move. num_layers and batch_size are 1..65535.
+ * The per-layer cache pointers are read on the device, where nothing checks
+ * them: each must be non-NULL and 16-byte aligned (rows move as 16-byte
+ * vectors), and no two layers' caches (K or V) may share memory (their rows are
+ * moved concurrently). The Python package checks both. */
 typedef struct kdtree_kv_compact_args {
   int num_layers;
   int batch_size;

@@ -7,6 +7,8 @@ every message names the argument and what was expected. The supported widths, pa
 come from the C library's table (_shapes.py).
 """
 
+import ctypes
+import math
 import operator
 
 import torch
@@ -71,24 +73,23 @@ def cuda_device(index):
 
 def device_index(named, require_cuda=True):
     """The CUDA device index all tensors are on (-1: the CPU, for ACCEPT_CPU only); named: (name, tensor or
-    None) pairs. Without require_cuda (the fake implementations) only -1."""
-    if not require_cuda:
-        return -1
+    None) pairs. Without require_cuda (the fake implementations): -1, once the tensors share a device
+    (fake tensors carry the device the real ones will be on)."""
     first = first_name = None
     index = -1
     for name, t in named:
         if t is None:
             continue
         if first is None:
-            if not t.is_cuda and not (ACCEPT_CPU and t.device.type == "cpu"):
+            if require_cuda and not t.is_cuda and not (ACCEPT_CPU and t.device.type == "cpu"):
                 raise ValueError(f"{name}: expected a CUDA tensor, got one on {t.device}")
             first, first_name, index = t, name, t.get_device()
         elif t.get_device() != index or t.is_cuda is not first.is_cuda or t.device.type != first.device.type:
-            if not t.is_cuda and not (ACCEPT_CPU and t.device.type == "cpu"):
+            if require_cuda and not t.is_cuda and not (ACCEPT_CPU and t.device.type == "cpu"):
                 raise ValueError(f"{name}: expected a CUDA tensor, got one on {t.device}")
             raise ValueError(f"{name}: on {t.device}, but {first_name} is on {first.device}; all tensors must "
                              f"be on one device")
-    return index
+    return index if require_cuda else -1
 
 
 def one_of(name, value, allowed, what):
@@ -115,6 +116,19 @@ def integer(name, value):
         return operator.index(value)
     except TypeError:
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}") from None
+
+
+def float32(value):
+    """value as the C ABI's float carries it (a Python float is a double: 1e-50 is 0, 1e39 is inf)."""
+    return ctypes.c_float(value).value
+
+
+def positive_float32(name, value, what=""):
+    """A scale the C ABI takes as a float: finite and > 0 there, as well as here."""
+    v32 = float32(value) if math.isfinite(value) else value
+    if not (math.isfinite(v32) and v32 > 0):
+        held = "" if v32 == value or not math.isfinite(value) else f" (as float32, the C ABI's type: {v32})"
+        raise ValueError(f"{name}: expected a finite value > 0{what}, got {value}{held}")
 
 
 def int32_range(name, value, lo=0):

@@ -151,15 +151,44 @@ def _device(index):
     return C.cuda_device(index) if index >= 0 else torch.device("cpu")  # CPU: C.ACCEPT_CPU (tests) only
 
 
-def _pointer_table(name, caches, stacked, index, stream):
-    """The device address of the table of per-layer cache addresses."""
+def _table_key(caches, stacked, index):
+    """What a pointer table depends on: the per-layer addresses (stacked: base, layers and layer stride)."""
     if stacked:
         t = caches[0]
-        base, layers, stride = t.data_ptr(), t.shape[0], t.stride(0) * t.element_size()
-        key = (index, "stacked", base, layers, stride)
-    else:
-        ptrs = tuple(map(_T.data_ptr, caches))
-        key = (index, ptrs)
+        return (index, "stacked", t.data_ptr(), t.shape[0], t.stride(0) * t.element_size())
+    return (index, tuple(map(_T.data_ptr, caches)))
+
+
+def _spans(name, caches, stacked):
+    """(name of the layer, first byte, bytes) of every layer's cache."""
+    if stacked:
+        t = caches[0]
+        size, stride = t[0].numel() * t.element_size(), t.stride(0) * t.element_size()
+        return [(f"{name}[0][{i}]", t.data_ptr() + i * stride, size) for i in range(t.shape[0])]
+    return [(f"{name}[{i}]", t.data_ptr(), t.numel() * t.element_size()) for i, t in enumerate(caches)]
+
+
+def _check_addresses(k_caches, v_caches, stacked):
+    """The kernel moves rows as 16-byte vectors and the layers' copies run concurrently: every layer's cache
+    must start 16-byte aligned, and no two may share memory (their rows would be moved by two CTAs at once)."""
+    spans = _spans("k_caches", k_caches, stacked) + ([] if v_caches is None else _spans("v_caches", v_caches, stacked))
+    for name, start, _ in spans:
+        if start % 16:
+            raise ValueError(f"{name}: its data starts at address {start:#x}, not 16-byte aligned (kv_compact moves "
+                             f"rows as 16-byte vectors); pass a cache whose storage offset keeps that alignment")
+    spans.sort(key=lambda s: s[1])
+    for (a, a0, an), (b, b0, _) in zip(spans, spans[1:]):
+        if a0 + an > b0:
+            raise ValueError(f"{a} and {b} share memory; every layer's K and V cache must be a separate buffer "
+                             f"(kv_compact moves their rows concurrently)")
+
+
+_checked_lock = threading.Lock()
+_checked = set()  # (k table key, v table key) whose addresses passed _check_addresses
+
+
+def _pointer_table(name, caches, stacked, index, stream, key):
+    """The device address of the table of per-layer cache addresses (key: _table_key's)."""
     hit = _tables.get(key)
     if hit is not None:
         if hit.event is not None and hit.stream != stream and not _launch.capturing():
@@ -170,6 +199,7 @@ def _pointer_table(name, caches, stacked, index, stream):
         return hit.ptr
     device = _device(index)
     if stacked:
+        _, _, base, layers, stride = key
         table = torch.arange(layers, dtype=torch.int64, device=device) * stride + base
         if _launch.capturing():
             return table.data_ptr()  # in the graph's pool, alive as long as the graph
@@ -180,6 +210,7 @@ def _pointer_table(name, caches, stacked, index, stream):
                 f"{name}: the per-layer pointer table for these {len(caches)} caches is not on the device yet, "
                 f"and it cannot be uploaded inside CUDA-graph capture; call kdtree.kv_compact once with the "
                 f"same caches before capturing (warm-up), or pass the caches as one stacked tensor")
+        ptrs = key[1]
         host = torch.tensor(ptrs, dtype=torch.int64).pin_memory()
         table = torch.empty(len(ptrs), dtype=torch.int64, device=device)
         table.copy_(host, non_blocking=True)
@@ -219,8 +250,14 @@ def _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, ac
             return _run(k_caches, v_caches, page_table, kv_lens, node_counts, accepted_path, accept_lens, stacked)
     stream = _launch.current_stream(index)
     a = e.args()
-    a.k_caches = _pointer_table("k_caches", k_caches, stacked, index, stream)
-    a.v_caches = None if v_caches is None else _pointer_table("v_caches", v_caches, stacked, index, stream)
+    k_key = _table_key(k_caches, stacked, index)
+    v_key = None if v_caches is None else _table_key(v_caches, stacked, index)
+    if (k_key, v_key) not in _checked:  # addresses the plan cache does not cover
+        _check_addresses(k_caches, v_caches, stacked)
+        with _checked_lock:
+            _checked.add((k_key, v_key))
+    a.k_caches = _pointer_table("k_caches", k_caches, stacked, index, stream, k_key)
+    a.v_caches = None if v_caches is None else _pointer_table("v_caches", v_caches, stacked, index, stream, v_key)
     a.page_table, a.kv_lens, a.node_counts = page_table.data_ptr(), kv_lens.data_ptr(), node_counts.data_ptr()
     a.accepted_path, a.accept_lens, a.stream = accepted_path.data_ptr(), accept_lens.data_ptr(), stream
     status = _lib.api.kv_compact(_launch.runtime(index), _byref(a))  # index is the current device (above)

@@ -29,6 +29,8 @@ DTYPE_F32 = 2
 KV_DTYPE_AS_Q = 0
 KV_DTYPE_E4M3 = 1
 
+MAX_KV_LEN = 1 << 30  # KDTREE_MAX_KV_LEN
+
 c_enum = c_int  # C enums with these values are int-sized on every ABI kdtree targets
 
 

@@ -16,6 +16,7 @@ _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float32: _lib.DTYPE_F32}  # lo
 _DTYPE_KEYS = tuple(_DTYPES)
 _U64 = 2**64
 _INF = math.inf
+_F32_MAX = 3.4028234663852886e38  # the largest float32: a temperature above it may round to inf
 
 
 class Plan(NamedTuple):
@@ -39,8 +40,9 @@ def check(logits, temperature, row_offsets, require_cuda=True):
     if st[1] != 1 or (rows > 1 and st[0] < vocab):
         raise ValueError(f"logits: expected unit stride along the vocabulary and a row stride >= {vocab}, got "
                          f"strides {tuple(st)}")
-    if not math.isfinite(temperature):
-        raise ValueError(f"temperature: expected a finite value, got {temperature}")
+    if math.isnan(temperature) or C.float32(temperature) == _INF:
+        raise ValueError(f"temperature: expected a finite value within float32's range (the C ABI takes a float; "
+                         f"<= 0, -inf too, means greedy), got {temperature}")
     if row_offsets is not None:
         C.shape("row_offsets", C.tensor("row_offsets", row_offsets, (torch.int64,), 1), (rows,))
     index = C.device_index((("logits", logits), ("row_offsets", row_offsets)), require_cuda)
@@ -66,7 +68,7 @@ def _run(logits, temperature=0.0, seed=0, row_offsets=None):  # defaults: the sc
     else:
         tensors, scalars = (logits, row_offsets), 2
     e = _cache.find(scalars, tensors)
-    if e is None or not -_INF < temperature < _INF:  # not seen lately, or a temperature to reject
+    if e is None or not temperature <= _F32_MAX:  # not seen lately, or a temperature to check (NaN, float32's inf)
         e = _launches.get(check(logits, temperature, row_offsets))
         _cache.add(scalars, tensors, e)
     index = e.index

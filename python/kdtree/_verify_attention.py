@@ -87,9 +87,7 @@ def _scales(kv_dtype, k_scale, v_scale):
         out = []
         for name, v in (("k_scale", k_scale), ("v_scale", v_scale)):
             v = 1.0 if v is None else v
-            if not (math.isfinite(v) and v > 0):
-                raise ValueError(f"{name}: expected a finite value > 0 for a float8_e4m3fn cache (value = "
-                                 f"stored x {name}), got {v}")
+            C.positive_float32(name, v, f" for a float8_e4m3fn cache (value = stored x {name})")
             out.append(float(v))
         return tuple(out)
     for name, v in (("k_scale", k_scale), ("v_scale", v_scale)):
@@ -139,7 +137,10 @@ def check(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_
             C.shape("v_cache", vs, tuple(ks))
         C.tensor("v_cache", v_cache)
         num_kv_heads, head_dim_v = ks[2], head.head_dim_v
-        if num_kv_heads < 1 or num_q_heads % num_kv_heads != 0:
+        if num_kv_heads < 1:
+            raise ValueError(f"k_cache: expected at least one KV head (shape [num_pages, page_size, num_kv_heads "
+                             f">= 1, {head_dim_qk}]), got {list(ks)}")
+        if num_q_heads % num_kv_heads != 0:
             raise ValueError(f"q: {num_q_heads} query heads is not a multiple of k_cache's {num_kv_heads} KV heads")
     num_pages, page_size = ks[0], ks[1]
     C.page_size("k_cache.shape[1] (page size)", page_size)
@@ -149,9 +150,9 @@ def check(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_
     C.shape("kv_lens", C.tensor("kv_lens", kv_lens, _I32, 1), (batch_size,))
     C.shape("node_indptr", C.tensor("node_indptr", node_indptr, _I32, 1), (batch_size + 1,))
     C.shape("tree_mask", C.tensor("tree_mask", tree_mask, _I64, 2), (total_nodes, C.mask_words(w)))
-    if batch_size < 1:
-        raise ValueError(f"page_table: expected at least one request (shape [B >= 1, max_pages_per_req]), got "
-                         f"{list(page_table.shape)}")
+    if batch_size < 1 or max_pages_per_req < 1:
+        raise ValueError(f"page_table: expected at least one request and one page column (shape [B >= 1, "
+                         f"max_pages_per_req >= 1]), got {list(page_table.shape)}")
     if not batch_size <= total_nodes <= batch_size * w:
         raise ValueError(f"q: {total_nodes} tree nodes (rows) for {batch_size} requests; each request has "
                          f"1..max_tree_nodes = {w} nodes")
@@ -159,14 +160,14 @@ def check(q, k_cache, v_cache, page_table, kv_lens, node_indptr, tree_mask, max_
     if max_kv_len is None:
         max_kv_len = capacity
     max_kv_len = C.integer("max_kv_len", max_kv_len)
-    C.int32_range("max_kv_len", max_kv_len)
+    if not 1 <= max_kv_len <= _lib.MAX_KV_LEN:
+        raise ValueError(f"max_kv_len: {max_kv_len} is out of range [1, {_lib.MAX_KV_LEN}] (KDTREE_MAX_KV_LEN)")
     if max_kv_len > capacity:
         raise ValueError(f"max_kv_len: {max_kv_len} exceeds page_table's capacity of {max_pages_per_req} pages "
                          f"x {page_size} = {capacity} positions")
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(head_dim_qk)
-    if not (math.isfinite(sm_scale) and sm_scale > 0):
-        raise ValueError(f"sm_scale: expected a finite value > 0, got {sm_scale}")
+    C.positive_float32("sm_scale", sm_scale)
     k_scale, v_scale = _scales(kv_dtype, k_scale, v_scale)
     index = C.device_index((("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("page_table", page_table),
                             ("kv_lens", kv_lens), ("node_indptr", node_indptr), ("tree_mask", tree_mask)),

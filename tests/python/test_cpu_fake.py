@@ -133,3 +133,13 @@ def test_fake_implementation_traces_with_symbolic_shapes(op):
     gm = make_fx(fn, tracing_mode="symbolic")(*inputs)
     name = op.split("[")[0]
     assert any(n.op == "call_function" and n.target == getattr(torch.ops.kdtree, name).default for n in gm.graph.nodes)
+
+
+def test_fake_implementations_reject_tensors_on_two_devices():
+    # The real ops refuse them; a traced graph must not accept what the call then refuses.
+    _fake_cuda_or_skip()
+    with FakeTensorMode():
+        a = shapes.verify_args("cuda")
+        with pytest.raises(ValueError, match=r"^page_table: on cpu, but q is on cuda:0; all tensors must be on one"):
+            torch.ops.kdtree.verify_attention(a["q"], a["k_cache"], None, a["page_table"].cpu(), a["kv_lens"],
+                                              a["node_indptr"], a["tree_mask"], 16)

@@ -3,6 +3,8 @@ and the device by the CPU: checks that each ctypes argument struct carries the t
 sizes derived from their shapes, torch's stream, and the workspace / pointer tables the package manages."""
 
 import contextlib
+import math
+import re
 import ctypes
 
 import pytest
@@ -247,3 +249,50 @@ def test_tree_build_out_writes_into_the_given_tensors(recorder):
         kdtree.tree_build(**a, out=first._replace(scores=first.tokens))
     with pytest.raises(TypeError, match=r"^out: expected a TreeBuildResult"):
         kdtree.tree_build(**a, out=first[:3])
+
+
+def _misaligned_like(t):
+    """t's contents in a buffer whose data starts 2 bytes past a 16-byte boundary (a valid tensor still)."""
+    flat = torch.zeros(t.numel() + 8, dtype=t.dtype)
+    return flat[1:1 + t.numel()].view(t.shape)
+
+
+@pytest.mark.parametrize("stacked", [False, True], ids=["list", "stacked"])
+def test_kv_compact_refuses_caches_the_kernel_cannot_copy_by_16_bytes(recorder, stacked):
+    # The layer addresses live in a device table the C library cannot check: the package checks them.
+    a = shapes.kv_compact_args(stacked=stacked, layers=3, row=(1, 576))
+    k = a["k_caches"]
+    bad = _misaligned_like(k) if stacked else [_misaligned_like(k[0])] + k[1:]
+    assert (bad if stacked else bad[0]).data_ptr() % 16 == 2
+    name = "k_caches[0][0]" if stacked else "k_caches[0]"
+    with pytest.raises(ValueError, match=rf"^{re.escape(name)}: its data starts at address 0x[0-9a-f]+, not 16-byte "
+                                         r"aligned"):
+        kdtree.kv_compact(bad, a["page_table"], a["kv_lens"], a["node_counts"], a["accepted_path"],
+                          a["accept_lens"])
+    assert recorder.calls == []
+
+
+def test_kv_compact_refuses_layers_that_share_memory(recorder):
+    # Each layer (and K and V) is copied by its own CTAs at once: one buffer twice would race.
+    a = shapes.kv_compact_args(mla=False, row=(2, 64), layers=3)
+    args = (a["page_table"], a["kv_lens"], a["node_counts"], a["accepted_path"], a["accept_lens"])
+    k, v = a["k_caches"], a["v_caches"]
+    with pytest.raises(ValueError, match=r"^k_caches\[0\] and k_caches\[1\] share memory"):
+        kdtree.kv_compact([k[0], k[0], k[2]], *args, v_caches=v)
+    with pytest.raises(ValueError, match=r"share memory; every layer's K and V cache must be a separate buffer"):
+        kdtree.kv_compact(k, *args, v_caches=k)
+    assert recorder.calls == []
+    kdtree.kv_compact(k, *args, v_caches=v)  # the same caches apart: launched
+    assert recorder.calls[-1][0] == "kv_compact"
+
+
+def test_scales_and_temperatures_are_checked_as_the_c_abi_floats_they_become(recorder):
+    v = shapes.verify_args()
+    call = (v["q"], v["k_cache"], v["page_table"], v["kv_lens"], v["node_indptr"], v["tree_mask"])
+    with pytest.raises(ValueError, match=r"^sm_scale: expected a finite value > 0, got 1e-50 \(as float32"):
+        kdtree.verify_attention(*call, max_tree_nodes=16, sm_scale=1e-50)
+    s = shapes.sample_args()
+    kdtree.sample_tokens(s["logits"], temperature=-math.inf)  # <= 0: greedy
+    assert recorder.calls[-1][0] == "sample_tokens" and recorder.calls[-1][1]["temperature"] == -math.inf
+    with pytest.raises(ValueError, match=r"^temperature: expected a finite value within float32's range"):
+        kdtree.sample_tokens(s["logits"], temperature=1e39)

@@ -113,6 +113,14 @@ TEST_CASE("kv_compact C ABI: row sizes must be positive multiples of 8 (16-byte 
   expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "row_elems_v");
   a.row_elems_v = 12;
   expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "row_elems_v");
+  // Rows past 1 GiB: their widths in 16-byte vectors once overflowed int (a zero or a
+  // wrapped grid, the K rows silently not moved).
+  a = gqa_args();
+  a.row_elems_k = 2147483640;
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "row_elems_k");
+  a = gqa_args();
+  a.row_elems_v = 1 << 30;
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "row_elems_v");
 }
 
 TEST_CASE("kv_compact C ABI: e4m3 rows are multiples of 16 bytes, kv_dtype must be a kdtree_kv_dtype") {

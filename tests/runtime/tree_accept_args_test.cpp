@@ -94,3 +94,11 @@ TEST_CASE("tree_accept C ABI: packed targets need total_nodes in batch_size..bat
     CHECK(std::string(kdtree_last_error()).find("node_indptr[batch_size]") != std::string::npos);
   }
 }
+
+TEST_CASE("tree_accept C ABI: outputs that share memory are refused, naming both") {
+  Fixture f(kTempDir);
+  kdtree_tree_accept_args a = good_args();
+  a.bonus_tokens = a.accept_lens;
+  expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "accept_lens");
+  CHECK(names(kdtree_last_error(), "bonus_tokens"));
+}

@@ -122,3 +122,15 @@ TEST_CASE("tree_build C ABI: every required pointer is checked for NULL and alig
     expect_error(f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "tree_mask");
   }
 }
+
+TEST_CASE("tree_build C ABI: outputs that share memory are refused, naming both") {
+  Fixture f(kTempDir);
+  kdtree_tree_build_args a = good_args();
+  a.parents = a.tokens;
+  kdtree::test::expect_error(kdtree_tree_build, "kdtree_tree_build", f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "tokens");
+  CHECK(names(kdtree_last_error(), "parents"));
+  a = good_args();
+  a.scores = reinterpret_cast<float*>(a.node_counts) - 2;  // its last 8 bytes on node_counts' first
+  kdtree::test::expect_error(kdtree_tree_build, "kdtree_tree_build", f.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, "scores");
+  CHECK(names(kdtree_last_error(), "node_counts"));
+}

@@ -63,9 +63,9 @@ kdtree_verify_args good_args(const kdtree_verify_spec& spec) {
   a.kv_lens = fake<const int32_t>(6);
   a.tree_mask = fake<const uint64_t>(7);
   a.sm_scale = 0.0625f;
-  a.out = fake<void>(8);
-  a.lse = fake<float>(9);
-  a.workspace = fake<void>(10);
+  a.out = fake<void>(8);  // MLA's out takes 1.1 MB: two slots of the fixture's
+  a.lse = fake<float>(10);
+  a.workspace = fake<void>(12);
   a.workspace_size = size_t(1) << 34;
   a.error_flags = nullptr;
   a.stream = nullptr;
@@ -468,7 +468,7 @@ TEST_CASE("verify_args: grid limits, forced splits, workspace alignment and the 
   SUBCASE("a workspace that is not 16-byte aligned (the combine kernel reads float4)") {
     kdtree_verify_args a = good_args(mla_spec());
     a.num_splits = 3;
-    a.workspace = fake<void>(10, 4);
+    a.workspace = fake<void>(12, 4);
     expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"workspace", "aligned"});
   }
   SUBCASE("a negative total_nodes is named before any workspace size is computed from it") {
@@ -477,5 +477,24 @@ TEST_CASE("verify_args: grid limits, forced splits, workspace alignment and the 
     a.total_nodes = -1;
     expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"total_nodes"});
     CHECK(!names(kdtree_last_error(), "workspace"));
+  }
+}
+
+TEST_CASE("verify_args: out 8-byte aligned, error_flags 4-byte aligned, outputs in buffers of their own") {
+  Fixture fx(kTempDir);
+  for (const kdtree_verify_spec& spec : {gqa_spec(), mla_spec()}) {
+    INFO((spec.head_dim_qk == 576 ? "mla" : "gqa"));
+    kdtree_verify_args a = good_args(spec);
+    a.out = fake<void>(8, 4);  // e4m3 caches and sm_90's MLA kernels store out 8 bytes at a time
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"out"});
+    a = good_args(spec);
+    a.error_flags = fake<int32_t>(14, 2);
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"error_flags"});
+    a = good_args(spec);
+    a.lse = reinterpret_cast<float*>(a.out) + 64;
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"out", "lse"});
+    a = good_args(spec);
+    a.error_flags = reinterpret_cast<int32_t*>(a.lse);
+    expect_rejected(fx.rt, a, KDTREE_ERROR_INVALID_ARGUMENT, {"lse", "error_flags"});
   }
 }
