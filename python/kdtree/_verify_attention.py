@@ -18,7 +18,8 @@ _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}  # to
 E4M3 = getattr(torch, "float8_e4m3fn", None)  # the e4m3 cache dtype (torch >= 2.1)
 _TORCH_DTYPES = {code: dt for dt, code in _DTYPES.items()}
 _I32 = (torch.int32,)
-_I64 = (torch.int64,)
+# tree_mask: kdtree.h's uint64 words, which torch holds as int64 (or as uint64 where it has that dtype).
+_I64 = (torch.int64,) + ((torch.uint64,) if hasattr(torch, "uint64") else ())
 
 
 class Plan(NamedTuple):
