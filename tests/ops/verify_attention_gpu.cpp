@@ -627,6 +627,43 @@ TEST_CASE("verify_attention GPU parity: gqa64") { run_head_grid(64, 64, 1); }
 TEST_CASE("verify_attention GPU parity: gqa128") { run_head_grid(128, 128, 2); }
 TEST_CASE("verify_attention GPU parity: gqa256") { run_head_grid(256, 256, 3); }
 
+// sm_120's GQA tile candidates at its 1024 FLOP/clk/SM tensor rate (docs/PERFORMANCE.md, "sm_120: GQA tiles
+// at the measured tensor rate"): 8 warps of 16 rows, on whatever GPU runs the tests, in runtimes of their
+// own; the generator chooses them only once they pass here and the model's H200 rows hold at them.
+void run_gqa_candidates(int head, const char* tiles16, const char* tiles_e4m3, int head_index) {
+  {
+    INFO("KDTREE_VERIFY_TILES=" << tiles16);
+    kdtree::test::EnvVar tiles("KDTREE_VERIFY_TILES", tiles16);
+    Session s;
+    s.kv16_only = true;
+    run_head_grid(head, head, head_index, s);
+  }
+  INFO("KDTREE_VERIFY_TILES=" << tiles_e4m3);
+  E4m3MmaSession e(tiles_e4m3);
+  if (e.runs()) run_head_grid(head, head, head_index + 1, e.session);
+}
+
+TEST_CASE(
+    "verify_attention GPU parity: gqa64 with sm_120's candidate tiles "
+    "(kernel=flash,block_m=128,block_n=32,warps=8,stages=4,warp_rows=16; e4m3: stages=3,mma=e4m3)") {
+  run_gqa_candidates(64, "kernel=flash,block_m=128,block_n=32,warps=8,stages=4,warp_rows=16",
+                     "kernel=flash,block_m=128,block_n=32,warps=8,stages=3,warp_rows=16,mma=e4m3", 20);
+}
+
+TEST_CASE(
+    "verify_attention GPU parity: gqa128 with sm_120's candidate tiles "
+    "(kernel=flash,block_m=128,block_n=64,warps=8,stages=2,warp_rows=16; e4m3: block_m=64,block_n=32,warps=4)") {
+  run_gqa_candidates(128, "kernel=flash,block_m=128,block_n=64,warps=8,stages=2,warp_rows=16",
+                     "kernel=flash,block_m=64,block_n=32,warps=4,stages=2,warp_rows=16,mma=e4m3", 22);
+}
+
+TEST_CASE(
+    "verify_attention GPU parity: gqa256 with sm_120's candidate tiles "
+    "(kernel=flash,block_m=128,block_n=16,warps=8,stages=2,warp_rows=16; e4m3: block_n=32,stages=3,mma=e4m3)") {
+  run_gqa_candidates(256, "kernel=flash,block_m=128,block_n=16,warps=8,stages=2,warp_rows=16",
+                     "kernel=flash,block_m=128,block_n=32,warps=8,stages=3,warp_rows=16,mma=e4m3", 24);
+}
+
 void check_page_index_errors(Session& s, const std::vector<kdtree_verify_spec>& specs) {
   s.bind();
   uint64_t seed = base_seed() * 1000 + 900;
