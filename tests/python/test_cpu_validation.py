@@ -60,8 +60,7 @@ VERIFY_CASES = [
     ("width float", _with(V, max_tree_nodes=16.0), TypeError, r"^max_tree_nodes: expected an int, got float"),
     ("max_kv_len float", _with(V, max_kv_len=64.0), TypeError, r"^max_kv_len: expected an int, got float"),
     ("cpu tensors", V, ValueError, r"^q: expected a CUDA tensor, got one on cpu"),
-] + ([("tree_mask uint64 passes", _with(V, tree_mask=V["tree_mask"].to(torch.uint64)), ValueError,
-       r"^q: expected a CUDA tensor")] if hasattr(torch, "uint64") else [])  # kdtree.h's type
+]
 
 
 @pytest.mark.parametrize("args,exc,pattern", [c[1:] for c in VERIFY_CASES], ids=[c[0] for c in VERIFY_CASES])
@@ -133,6 +132,12 @@ SAMPLE_CASES = [
 def test_sample_tokens_rejects(args, exc, pattern):
     with pytest.raises(exc, match=pattern):
         _call(kdtree.sample_tokens, args)
+
+
+@pytest.mark.skipif(not hasattr(torch, "uint64"), reason="this torch has no uint64 dtype")
+def test_verify_attention_takes_tree_mask_as_uint64_too():  # kdtree.h's type
+    with pytest.raises(ValueError, match=r"^q: expected a CUDA tensor"):  # got past the dtype check
+        _call(kdtree.verify_attention, _with(V, tree_mask=V["tree_mask"].to(torch.uint64)))
 
 
 def test_sample_tokens_accepts_a_row_stride_wider_than_the_vocabulary():
