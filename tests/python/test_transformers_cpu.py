@@ -153,7 +153,7 @@ def test_cache_too_small_names_the_sizes(cache_dir):
 
 def test_without_transformers_is_a_clear_import_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)
-    with pytest.raises(ImportError, match="pip install transformers"):
+    with pytest.raises(ImportError, match=r"pip install .kdtree\[transformers\]."):
         kt.DDTreeDecoder(object())
 
 
@@ -194,3 +194,93 @@ def test_greedy_check_fails_without_kv_compact(cache_dir):
     # model need not flip a token in 32, top-2 margins moved far past that noise where the tokens agree.
     noise, broken = right["numeric_margin_noise"], g["measured_margin_noise"]
     assert g["other_divergences"] > 0 or broken > 10 * noise, (noise, broken, g["requests"])
+
+
+def test_end_of_sequence_ends_a_request_as_generate_does(cache_dir):
+    """tokens end at the first end-of-sequence id (given, or the model's generation_config's by default)."""
+    model, drafter, dcfg, _ = models("qwen3-tiny", cache_dir)
+    dec = hf.decoder(model, drafter, dcfg, backend="torch", budget=15, top_k=4, page_size=16,
+                     cache_dtype=torch.float32)
+    ps = prompts("qwen3-tiny")[:2]
+    full = dec.generate(ps, 16, eos_token_id=None).tokens
+    eos = full[0][3]
+    cut = [row[:row.index(eos) + 1] if eos in row else row for row in full]
+    assert dec.generate(ps, 16, eos_token_id=eos).tokens == cut
+    assert dec.generate(ps, 16, eos_token_id=[12345, eos]).tokens == cut
+    old = model.generation_config.eos_token_id
+    model.generation_config.eos_token_id = eos
+    try:
+        assert dec.generate(ps, 16).tokens == cut
+    finally:
+        model.generation_config.eos_token_id = old
+    with pytest.raises(TypeError, match=r"^eos_token_id: expected an int"):
+        dec.generate(ps, 4, eos_token_id="</s>")
+
+
+def test_positions_are_checked_against_the_positions_a_decode_reaches(cache_dir):
+    """The last round's tree reaches prompt + max_new + depth - 1; the cache holds a tree more, which is no
+    position (a prompt that ends there used to be refused)."""
+    model, drafter, dcfg, _ = models("qwen3-tiny", cache_dir)
+    dec = hf.decoder(model, drafter, dcfg, backend="torch", budget=15, top_k=4, page_size=16,
+                     cache_dtype=torch.float32)
+    top, new, D = model.config.max_position_embeddings, 4, dcfg.draft_depth
+    p = (prompts("qwen3-tiny")[3] * 64)[: top - new - D]
+    assert len(dec.generate([p], new).tokens[0]) == new
+    with pytest.raises(ValueError, match=rf"reach position {top}, beyond the model's max_position_embeddings {top}"):
+        dec.generate([p + [1]], new)
+
+
+def test_prompts_stream_ids_and_page_size_are_checked(cache_dir):
+    model, drafter, dcfg, _ = models("qwen3-tiny", cache_dir)
+    dec = hf.decoder(model, drafter, dcfg, backend="torch", budget=15, top_k=4, page_size=16)
+    ps = prompts("qwen3-tiny")[:2]
+    with pytest.raises(TypeError, match=r"^prompts: expected a list of token-id lists, one per request and without "
+                                        r"padding \(a \[B, T\] tensor"):
+        dec.generate(torch.tensor([ps[0][:9], ps[1][:9]]), 4)
+    with pytest.raises(TypeError, match=r"^prompts: expected a list of token-id lists, one per request \(a single"):
+        dec.generate(ps[0], 4)
+    with pytest.raises(ValueError, match=r"^stream_ids: expected one per request \(2\), got 1"):
+        dec.generate(ps, 4, stream_ids=[0])
+    for bad in (0, -16, 16.0):
+        with pytest.raises(ValueError, match=r"^page_size must be a positive int"):
+            hf.decoder(model, drafter, dcfg, backend="torch", budget=15, top_k=4, page_size=bad)
+    with pytest.raises(ValueError, match=rf"^top_k must be 1\.\.{min(64, model.config.vocab_size)} "):
+        hf.decoder(model, drafter, dcfg, backend="torch", budget=15, top_k=65, page_size=16)
+
+
+def test_mla_keeps_a_forward_wrapper_on_its_attention_modules(cache_dir):
+    """The absorbed MLA forward is put on each attention module for a decode, then the module's own (a wrapper
+    someone installed on the instance) is put back, not deleted."""
+    model, drafter, dcfg, _ = models("deepseek-tiny", cache_dir)
+    calls = []
+    attn = model.model.layers[0].self_attn
+    inner = attn.forward
+
+    def wrapped(*a, **k):
+        calls.append(1)
+        return inner(*a, **k)
+
+    attn.forward = wrapped
+    try:
+        dec = hf.decoder(model, drafter, dcfg, backend="torch", budget=4, top_k=4, page_size=16)
+        dec.generate([prompts("deepseek-tiny")[0]], 2)
+        assert attn.forward is wrapped
+        model(torch.tensor([[1, 2, 3]]))
+        assert calls
+    finally:
+        del attn.forward
+
+
+def test_mla_rows_of_another_width_on_the_torch_backend():
+    """kv_lora_rank 512 with a rope head other than 64 (a 528-wide row): V is the latent part, not the row."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    torch.manual_seed(0)
+    m = DeepseekV3ForCausalLM(DeepseekV3Config(vocab_size=64, hidden_size=64, intermediate_size=64,
+                                               num_hidden_layers=1, num_attention_heads=2, kv_lora_rank=512,
+                                               qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16,
+                                               q_lora_rank=None, first_k_dense_replace=1, eos_token_id=None,
+                                               max_position_embeddings=256)).eval()
+    p = [3, 9, 27, 17, 51, 25]
+    ref = m.generate(torch.tensor([p]), max_new_tokens=4, do_sample=False, min_new_tokens=4)[0, len(p):].tolist()
+    dec = kt.DDTreeDecoder(m, backend="torch", page_size=16, cache_dtype=torch.float32)
+    assert dec.generate([p], 4, mode="ar").tokens[0] == ref

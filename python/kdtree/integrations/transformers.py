@@ -55,10 +55,10 @@ def require_transformers():
     try:
         import transformers
     except ImportError as e:
-        raise ImportError("kdtree.integrations.transformers needs Hugging Face transformers 5.x: "
-                          f"pip install transformers (supported: transformers{SUPPORTED_VERSIONS})") from e
-    major = int(transformers.__version__.split(".")[0])
-    if major != 5:
+        raise ImportError("kdtree.integrations.transformers needs Hugging Face transformers: pip install "
+                          f"'kdtree[transformers]' (or 'transformers{SUPPORTED_VERSIONS}')") from e
+    major, minor = (int("".join(ch for ch in x if ch.isdigit()) or 0) for x in transformers.__version__.split(".")[:2])
+    if major != 5 or minor < 17:
         raise ImportError(f"kdtree.integrations.transformers supports transformers{SUPPORTED_VERSIONS}, found "
                           f"{transformers.__version__}: pip install 'transformers{SUPPORTED_VERSIONS}'")
     return transformers
@@ -187,8 +187,8 @@ class _Step:
         v = d.v_cache[layer] if d.v_cache is not None else None
         if self.dense:
             return self._attend_dense(q, k, v, scale)
-        if v is None and d.spec.v_dim != 512:
-            v = k[..., : d.spec.v_dim]  # the torch backend's small MLA rows: V = the latent part
+        if v is None and (d.spec.v_dim, d.spec.head_dim) != (512, 576):
+            v = k[..., : d.spec.v_dim]  # the torch backend's other MLA rows: V = the latent part
         return d.ops.verify_attention(q.to(d.cache_dtype).contiguous(), k, self.page_table, self.kv_total, self.indptr,
                                       self.mask, max_tree_nodes=self.W, v_cache=v, sm_scale=scale,
                                       max_kv_len=self.max_kv or d.max_kv)
@@ -278,9 +278,34 @@ def _register():
 
 # ----------------------------------------------------------------------------- the decoder
 
+_MODEL_EOS = object()  # generate()'s default: the model's generation_config.eos_token_id
+
+
+def _eos_ids(model, eos_token_id):
+    """The end-of-sequence ids as a set (model given: its generation_config's)."""
+    if model is not None:
+        cfg = getattr(model, "generation_config", None)
+        eos_token_id = getattr(cfg, "eos_token_id", None)
+    if eos_token_id is None:
+        return frozenset()
+    ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+    if any(isinstance(t, bool) or not isinstance(t, int) for t in ids):
+        raise TypeError(f"eos_token_id: expected an int, a list of ints or None, got {eos_token_id!r}")
+    return frozenset(ids)
+
+
+def _eos_end(row, eos):
+    """How many of a request's tokens generate() keeps: up to and with its first end-of-sequence token."""
+    for i, t in enumerate(row):
+        if t in eos:
+            return i + 1
+    return len(row)
+
+
 @dataclass
 class DDTreeOutput:
-    tokens: list             # per request, exactly max_new_tokens generated token ids
+    tokens: list             # per request, max_new_tokens generated token ids, or fewer ending at the first
+                             # end-of-sequence token (as generate() stops there)
     steps: int               # decoding rounds run
     accept_lens: list        # per round, per request accepted draft tokens (-1: request already done)
     budgets: list            # per round, the tree budget used
@@ -310,6 +335,8 @@ class DDTreeDecoder:
         self.spec = model_spec(model)
         if attention not in ("verify", "sdpa"):
             raise ValueError(f"attention must be 'verify' or 'sdpa', got {attention!r}")
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+            raise ValueError(f"page_size must be a positive int, got {page_size!r}")
         if backend == "kdtree":
             check_kdtree_shapes(self.spec, page_size, cache_dtype)
         self.ops = load_ops(backend)
@@ -326,8 +353,14 @@ class DDTreeDecoder:
         if drafter is not None:
             D = int(drafter.depth)
             if not 1 <= self.top_k <= min(64, self.spec.vocab_size):
-                raise ValueError(f"top_k must be 1..64, got {top_k}")
+                raise ValueError(f"top_k must be 1..{min(64, self.spec.vocab_size)} (at most 64 and the vocabulary's "
+                                 f"{self.spec.vocab_size} tokens), got {top_k}")
             most = min(sum(self.top_k ** d for d in range(1, D + 1)), self.widths[-1] - 1)
+            if self.auto:
+                bad = [b for b in auto_budgets if isinstance(b, bool) or not isinstance(b, int) or b < 1]
+                if bad or not auto_budgets:
+                    raise ValueError(f"auto_budgets must be positive ints (budgets above {most} are left out: "
+                                     f"this drafter's trees hold at most {most} nodes), got {list(auto_budgets)!r}")
             cands = [b for b in auto_budgets if b <= most] if self.auto else [int(budget)]
             if not cands or any(not 1 <= b <= most for b in cands):
                 raise ValueError(f"budget must be 1..{most} (a {D}-deep, {self.top_k}-wide tree in a tree of at most "
@@ -360,12 +393,15 @@ class DDTreeDecoder:
             if self.spec.family == "mla":
                 for layer in self.base.layers:
                     attn = layer.self_attn
+                    swapped.append((attn, attn.__dict__.get("forward")))  # a wrapper someone put on the instance
                     attn.forward = _mla_forward.__get__(attn)
-                    swapped.append(attn)
             yield
         finally:
-            for attn in swapped:
-                del attn.forward  # back to the class's forward
+            for attn, own in swapped:
+                if own is None:
+                    del attn.forward  # back to the class's forward
+                else:
+                    attn.forward = own
             cfg._attn_implementation = old_impl
             _active.reset(token)
 
@@ -384,11 +420,13 @@ class DDTreeDecoder:
         B = len(prompts)
         D = self.drafter.depth if self.drafter is not None else 0
         Wmax = max(self.width(b + 1) for b in self.budgets) if self.mode == "spec" else self.widths[0]
-        need_len = max(len(p) for p in prompts) + max_new + D + 1 + Wmax
-        if need_len > spec.max_positions:
+        need_len = max(len(p) for p in prompts) + max_new + D + 1 + Wmax  # KV rows (a round's tree included)
+        # Positions: the last round's tree reaches D past the last committed token (prompt + max_new, 0-based).
+        top = max(len(p) for p in prompts) + max_new + D - 1
+        if top >= spec.max_positions:
             raise ValueError(f"prompts of up to {max(len(p) for p in prompts)} tokens + max_new_tokens {max_new} + "
-                             f"drafter depth {D} + one tree of {Wmax} nodes reach position {need_len}, beyond the "
-                             f"model's max_position_embeddings {spec.max_positions}")
+                             f"drafter depth {D} reach position {top}, beyond the model's max_position_embeddings "
+                             f"{spec.max_positions}: lower max_new_tokens")
         self.M = math.ceil(need_len / ps)
         self.max_kv = self.M * ps
         self._kv_base = need_len - Wmax  # + a round's tree width: that round's bound on a request's KV
@@ -443,6 +481,12 @@ class DDTreeDecoder:
 
     def _admit(self, prompts, max_new, stream_ids, num_pages):
         spec = self.spec
+        if isinstance(prompts, torch.Tensor):
+            raise TypeError("prompts: expected a list of token-id lists, one per request and without padding (a [B, T] "
+                            "tensor's rows would take its padding for prompt tokens: pass [row[mask].tolist() ...])")
+        if not isinstance(prompts, (list, tuple)) or any(isinstance(p, int) or not hasattr(p, "__len__") for p in prompts):
+            raise TypeError("prompts: expected a list of token-id lists, one per request (a single prompt is "
+                            "[[t0, t1, ...]])")
         if not prompts:
             raise ValueError("prompts: expected at least one prompt")
         for i, p in enumerate(prompts):
@@ -452,6 +496,8 @@ class DDTreeDecoder:
                 raise ValueError(f"prompts[{i}] has a token outside 0..{spec.vocab_size - 1}")
         if max_new < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new}")
+        if stream_ids is not None and len(stream_ids) != len(prompts):
+            raise ValueError(f"stream_ids: expected one per request ({len(prompts)}), got {len(stream_ids)}")
         self.device = self.lm_head.weight.device
         self.model_dtype = self.lm_head.weight.dtype
         dev, B = self.device, len(prompts)
@@ -598,16 +644,19 @@ class DDTreeDecoder:
 
     @torch.no_grad()
     def generate(self, prompts, max_new_tokens, *, mode="spec", stream_ids=None, record_margins=False,
-                 num_pages=None, profile=False, lag=2) -> DDTreeOutput:
+                 num_pages=None, profile=False, lag=2, eos_token_id=_MODEL_EOS) -> DDTreeOutput:
         """Decodes every prompt (a list of token id lists; the batch is their number) to max_new_tokens.
         mode "spec" (DDTree) or "ar" (one token per round through the same cache and attention). The host
         checks for the end `lag` rounds late without waiting on the device (auto budgets read one number
-        per round)."""
+        per round). eos_token_id: an id or a list of ids, or None; by default the model's
+        generation_config.eos_token_id, as generate() takes it. A request's tokens end at its first one (the
+        rounds still decode every request to max_new_tokens)."""
         if mode not in ("spec", "ar"):
             raise ValueError(f"mode must be 'spec' or 'ar', got {mode!r}")
         if mode == "spec" and self.drafter is None:
             raise ValueError("mode 'spec' needs a drafter (DDTreeDecoder(model, drafter, ...))")
         self.mode, self.record_margins = mode, record_margins
+        eos = _eos_ids(self.model if eos_token_id is _MODEL_EOS else None, eos_token_id)
         t0 = time.perf_counter()
         self._admit(prompts, max_new_tokens, stream_ids, num_pages)
         self._sync()
@@ -656,8 +705,11 @@ class DDTreeDecoder:
         if int(self.gen.min()) < max_new_tokens:
             raise RuntimeError(f"decoding stopped after {steps} rounds with requests unfinished: {self.gen.tolist()}")
         acc = torch.stack(self.acc_log).tolist() if self.acc_log else []
+        tokens = self.out[:, :max_new_tokens].tolist()
+        ends = [_eos_end(row, eos) for row in tokens]
+        margins = self.out_margin[:, :max_new_tokens].tolist() if record_margins else None
         return DDTreeOutput(
-            tokens=self.out[:, :max_new_tokens].tolist(), steps=steps, accept_lens=acc,
-            budgets=list(self.budget_log), margins=self.out_margin[:, :max_new_tokens].tolist() if record_margins else None,
+            tokens=[row[:n] for row, n in zip(tokens, ends)], steps=steps, accept_lens=acc,
+            budgets=list(self.budget_log), margins=[row[:n] for row, n in zip(margins, ends)] if margins else None,
             seconds=t_prefill + (t_end - t1), prefill_seconds=t_prefill,
             stage_ms={k: v / steps for k, v in stage_ms.items()} if profile else None)
