@@ -284,3 +284,13 @@ def test_mla_rows_of_another_width_on_the_torch_backend():
     ref = m.generate(torch.tensor([p]), max_new_tokens=4, do_sample=False, min_new_tokens=4)[0, len(p):].tolist()
     dec = kt.DDTreeDecoder(m, backend="torch", page_size=16, cache_dtype=torch.float32)
     assert dec.generate([p], 4, mode="ar").tokens[0] == ref
+
+
+def test_a_cpu_model_on_the_kdtree_backend_says_to_move_it_or_use_torch(cache_dir):
+    model, drafter, dcfg, _ = models("qwen3-tiny", cache_dir)
+    try:
+        dec = hf.decoder(model, drafter, dcfg, backend="kdtree", budget=15, top_k=4, page_size=16)
+    except (ImportError, OSError, ValueError) as e:  # no kdtree library here, or a head kdtree has no kernel for
+        pytest.skip(f"the kdtree backend does not load for this model here: {e}")
+    with pytest.raises(ValueError, match=r"^the model is on cpu; backend='kdtree' runs kdtree's CUDA kernels"):
+        dec.generate(prompts("qwen3-tiny")[:1], 4)

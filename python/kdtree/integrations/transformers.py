@@ -499,6 +499,9 @@ class DDTreeDecoder:
         if stream_ids is not None and len(stream_ids) != len(prompts):
             raise ValueError(f"stream_ids: expected one per request ({len(prompts)}), got {len(stream_ids)}")
         self.device = self.lm_head.weight.device
+        if self.backend == "kdtree" and self.device.type != "cuda":
+            raise ValueError(f"the model is on {self.device}; backend='kdtree' runs kdtree's CUDA kernels: move the "
+                             f"model to a GPU, or use backend='torch'")
         self.model_dtype = self.lm_head.weight.dtype
         dev, B = self.device, len(prompts)
         self.B = B
