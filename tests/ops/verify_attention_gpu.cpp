@@ -645,21 +645,21 @@ void run_gqa_candidates(int head, const char* tiles16, const char* tiles_e4m3, i
 
 TEST_CASE(
     "verify_attention GPU parity: gqa64 with sm_120's candidate tiles "
-    "(kernel=flash,block_m=128,block_n=32,warps=8,stages=4,warp_rows=16; e4m3: stages=3,mma=e4m3)") {
+    "(kernel=flash,block_m=128,block_n=32,warps=8,stages=4,warp_rows=16, e4m3: stages=3,mma=e4m3)") {
   run_gqa_candidates(64, "kernel=flash,block_m=128,block_n=32,warps=8,stages=4,warp_rows=16",
                      "kernel=flash,block_m=128,block_n=32,warps=8,stages=3,warp_rows=16,mma=e4m3", 20);
 }
 
 TEST_CASE(
     "verify_attention GPU parity: gqa128 with sm_120's candidate tiles "
-    "(kernel=flash,block_m=128,block_n=64,warps=8,stages=2,warp_rows=16; e4m3: block_m=64,block_n=32,warps=4)") {
+    "(kernel=flash,block_m=128,block_n=64,warps=8,stages=2,warp_rows=16, e4m3: block_m=64,block_n=32,warps=4)") {
   run_gqa_candidates(128, "kernel=flash,block_m=128,block_n=64,warps=8,stages=2,warp_rows=16",
                      "kernel=flash,block_m=64,block_n=32,warps=4,stages=2,warp_rows=16,mma=e4m3", 22);
 }
 
 TEST_CASE(
     "verify_attention GPU parity: gqa256 with sm_120's candidate tiles "
-    "(kernel=flash,block_m=128,block_n=16,warps=8,stages=2,warp_rows=16; e4m3: block_n=32,stages=3,mma=e4m3)") {
+    "(kernel=flash,block_m=128,block_n=16,warps=8,stages=2,warp_rows=16, e4m3: block_n=32,stages=3,mma=e4m3)") {
   run_gqa_candidates(256, "kernel=flash,block_m=128,block_n=16,warps=8,stages=2,warp_rows=16",
                      "kernel=flash,block_m=128,block_n=32,warps=8,stages=3,warp_rows=16,mma=e4m3", 24);
 }
