@@ -14,17 +14,20 @@
 namespace kdtree {
 namespace {
 
+// A row (one token's cached elements of all its KV heads) of at most 1 GiB: its 16-byte
+// vectors and the grid's column chunks then stay far inside int.
+constexpr long long kMaxRowBytes = 1ll << 30;
+
 // Rows are copied as 16-byte vectors: 8 16-bit or 16 e4m3 elements.
 void require_row(int elems, int elem_bytes, const char* name, const char* type) {
   const int per_vec = 16 / elem_bytes;
   require(elems % per_vec == 0, "{} = {} must be a multiple of {} for {} rows (rows are copied as 16-byte vectors)",
           name, elems, per_vec, type);
+  require((long long)elems * elem_bytes <= kMaxRowBytes, "{} = {} is {} bytes a row: at most {} (1 GiB)", name, elems,
+          (long long)elems * elem_bytes, kMaxRowBytes);
 }
 
 constexpr int kMaxGridYZ = 65535;
-// A row (one token's cached elements of all its KV heads) of at most 1 GiB: its 16-byte
-// vectors and the grid's column chunks then stay far inside int.
-constexpr long long kMaxRowBytes = 1ll << 30;
 
 }  // namespace
 
@@ -51,12 +54,6 @@ void kv_compact(Engine& rt, const kdtree_kv_compact_args& a) {
   require_row(a.row_elems_k, elem_bytes, "row_elems_k", type);
   require(a.row_elems_v >= 0, "row_elems_v = {} must be >= 0 (0 for MLA)", a.row_elems_v);
   require_row(a.row_elems_v, elem_bytes, "row_elems_v", type);
-  require((long long)a.row_elems_k * elem_bytes <= kMaxRowBytes,
-          "row_elems_k = {} is {} bytes a row: at most {} (1 GiB)", a.row_elems_k,
-          (long long)a.row_elems_k * elem_bytes, kMaxRowBytes);
-  require((long long)a.row_elems_v * elem_bytes <= kMaxRowBytes,
-          "row_elems_v = {} is {} bytes a row: at most {} (1 GiB)", a.row_elems_v,
-          (long long)a.row_elems_v * elem_bytes, kMaxRowBytes);
   require_buffer(a.k_caches, 8, "k_caches");
   if (a.row_elems_v == 0) {
     require(a.v_caches == nullptr, "v_caches must be NULL when row_elems_v is 0 (MLA: one cache)");

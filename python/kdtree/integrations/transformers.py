@@ -281,11 +281,8 @@ def _register():
 _MODEL_EOS = object()  # generate()'s default: the model's generation_config.eos_token_id
 
 
-def _eos_ids(model, eos_token_id):
-    """The end-of-sequence ids as a set (model given: its generation_config's)."""
-    if model is not None:
-        cfg = getattr(model, "generation_config", None)
-        eos_token_id = getattr(cfg, "eos_token_id", None)
+def _eos_ids(eos_token_id):
+    """The end-of-sequence ids as a set."""
     if eos_token_id is None:
         return frozenset()
     ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
@@ -420,11 +417,12 @@ class DDTreeDecoder:
         B = len(prompts)
         D = self.drafter.depth if self.drafter is not None else 0
         Wmax = max(self.width(b + 1) for b in self.budgets) if self.mode == "spec" else self.widths[0]
-        need_len = max(len(p) for p in prompts) + max_new + D + 1 + Wmax  # KV rows (a round's tree included)
+        longest = max(len(p) for p in prompts)
+        need_len = longest + max_new + D + 1 + Wmax  # KV rows (a round's tree included)
         # Positions: the last round's tree reaches D past the last committed token (prompt + max_new, 0-based).
-        top = max(len(p) for p in prompts) + max_new + D - 1
+        top = longest + max_new + D - 1
         if top >= spec.max_positions:
-            raise ValueError(f"prompts of up to {max(len(p) for p in prompts)} tokens + max_new_tokens {max_new} + "
+            raise ValueError(f"prompts of up to {longest} tokens + max_new_tokens {max_new} + "
                              f"drafter depth {D} reach position {top}, beyond the model's max_position_embeddings "
                              f"{spec.max_positions}: lower max_new_tokens")
         self.M = math.ceil(need_len / ps)
@@ -435,7 +433,7 @@ class DDTreeDecoder:
             num_pages = need
         if num_pages < need:
             raise ValueError(f"the KV cache is too small: a batch of {B} requests needs {need} pages of {ps} tokens "
-                             f"({self.M} per request: longest prompt {max(len(p) for p in prompts)} + "
+                             f"({self.M} per request: longest prompt {longest} + "
                              f"max_new_tokens {max_new} + drafter depth {D} + one tree of {Wmax} nodes), but "
                              f"num_pages is {num_pages}; raise num_pages or lower the batch or max_new_tokens")
         L, rows = spec.num_layers, (spec.num_kv_heads, spec.head_dim)
@@ -659,7 +657,9 @@ class DDTreeDecoder:
         if mode == "spec" and self.drafter is None:
             raise ValueError("mode 'spec' needs a drafter (DDTreeDecoder(model, drafter, ...))")
         self.mode, self.record_margins = mode, record_margins
-        eos = _eos_ids(self.model if eos_token_id is _MODEL_EOS else None, eos_token_id)
+        if eos_token_id is _MODEL_EOS:
+            eos_token_id = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        eos = _eos_ids(eos_token_id)
         t0 = time.perf_counter()
         self._admit(prompts, max_new_tokens, stream_ids, num_pages)
         self._sync()
