@@ -1,8 +1,8 @@
 """DDTree speculative decoding of Hugging Face transformers causal LMs through kdtree.
 
 Supported: transformers 5.x (tested with 5.17 and 5.24; `pip install 'transformers>=5.17,<6'`), models
-DeepseekV3ForCausalLM (MLA, absorbed form over a 576-wide latent cache row), Qwen3ForCausalLM and
-LlamaForCausalLM (GQA, head dim 64/128/256). transformers is imported only when a DDTreeDecoder is made.
+DeepseekV3ForCausalLM (MLA, absorbed form over a 576-wide latent cache row), Qwen3ForCausalLM,
+Qwen2ForCausalLM and LlamaForCausalLM (GQA, head dim 64/128/256). transformers is imported only when a DDTreeDecoder is made.
 
 One DDTree round, all on the device: drafter top-K -> tree_build -> ONE target forward over the tree nodes
 (verify_attention in every layer, RoPE at prefix_len + depth) -> sample_tokens -> tree_accept -> kv_compact.
@@ -44,7 +44,8 @@ from . import load_ops, rounds  # load_ops: the backend switch (kdtree or torch)
 from .budget import DEFAULT_BUDGETS, AutoBudget, CostTable, RoundLog
 
 SUPPORTED_VERSIONS = ">=5.17,<6"
-SUPPORTED_MODELS = {"DeepseekV3ForCausalLM": "mla", "Qwen3ForCausalLM": "gqa", "LlamaForCausalLM": "gqa"}
+SUPPORTED_MODELS = {"DeepseekV3ForCausalLM": "mla", "Qwen3ForCausalLM": "gqa", "Qwen2ForCausalLM": "gqa",
+                    "LlamaForCausalLM": "gqa"}
 ATTN_NAME = "kdtree_ddtree"
 
 _active = contextvars.ContextVar("kdtree_ddtree_step", default=None)
@@ -114,7 +115,7 @@ def model_spec(model) -> ModelSpec:
     family = SUPPORTED_MODELS.get(arch)
     if family is None:
         raise ValueError(f"kdtree.integrations.transformers: {arch} is not supported; supported models: "
-                         f"{', '.join(SUPPORTED_MODELS)} (DeepSeek-V3 MLA, Qwen3 and Llama GQA)")
+                         f"{', '.join(SUPPORTED_MODELS)} (DeepSeek-V3 MLA, Qwen3, Qwen2 and Llama GQA)")
     c = model.config
     L, H = c.num_hidden_layers, c.num_attention_heads
     maxpos = getattr(c, "max_position_embeddings", 1 << 30) or (1 << 30)
@@ -315,7 +316,8 @@ class DDTreeOutput:
 class DDTreeDecoder:
     """DDTree decoding of a transformers causal LM over a kdtree paged KV cache.
 
-    model      DeepseekV3ForCausalLM, Qwen3ForCausalLM or LlamaForCausalLM (eval mode; float32 or bf16)
+    model      DeepseekV3ForCausalLM, Qwen3ForCausalLM, Qwen2ForCausalLM or LlamaForCausalLM (eval mode; float32
+               or bf16)
     drafter    a Drafter (per-depth top-K tokens and log-probs); None allows mode="ar" only
     backend    "kdtree" (CUDA) or "torch" (kdtree.integrations.torch_ops: any device, for CPU tests)
     budget     draft nodes per round (1..127), or "auto": chosen each round from the measured step cost at the
