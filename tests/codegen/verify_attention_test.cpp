@@ -115,6 +115,15 @@ TEST_CASE("tiles fit each arch's shared memory") {
   CHECK(g120.block_m == 128);
   CHECK(g120.stages == 2);
   CHECK(ctas_per_sm(arch_from_sm(120), verify_smem_bytes(gqa64, g120), g120.warps * 32) == 2);
+  // sm_120's gqa256 takes the tiles tools/perf_model chose for it (validated on the H200) as they are.
+  VerifySpec gqa256;
+  gqa256.head_dim_qk = gqa256.head_dim_v = 256;
+  CHECK(choose_verify_tiles(gqa256, arch_from_sm(120)).str() ==
+        "kernel=flash,block_m=128,block_n=16,warps=8,stages=2,warp_rows=16");
+  gqa256.kv_dtype = KDTREE_KV_DTYPE_E4M3;
+  CHECK(choose_verify_tiles(gqa256, arch_from_sm(120)).str() ==
+        "kernel=flash,block_m=128,block_n=32,warps=8,stages=3,warp_rows=16,mma=e4m3");
+  CHECK(choose_verify_tiles(gqa256, arch_from_sm(89)).str() != choose_verify_tiles(gqa256, arch_from_sm(120)).str());
   CHECK(choose_verify_tiles(gqa64, arch_from_sm(90)).str() ==
         "kernel=wgmma,block_m=128,block_n=128,warps=8,stages=4,warp_rows=16");
   VerifySpec gqa64_e4m3 = gqa64;

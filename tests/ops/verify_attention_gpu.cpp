@@ -617,8 +617,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "verify_attention GPU parity: gqa256 e4m3 MMA path with sm_120's tiles "
-    "(kernel=flash,block_m=64,block_n=64,warps=4,stages=2,warp_rows=16,mma=e4m3)") {
+    "verify_attention GPU parity: gqa256 e4m3 MMA path with 4-warp tiles (sm_120's before its 8-warp ones, "
+    "kernel=flash,block_m=64,block_n=64,warps=4,stages=2,warp_rows=16,mma=e4m3)") {
   E4m3MmaSession e("kernel=flash,block_m=64,block_n=64,warps=4,stages=2,warp_rows=16,mma=e4m3");
   if (!e.runs()) return;
   run_head_grid(256, 256, 7, e.session);
@@ -629,7 +629,8 @@ TEST_CASE("verify_attention GPU parity: gqa256") { run_head_grid(256, 256, 3); }
 
 // sm_120's GQA tile candidates at its 1024 FLOP/clk/SM tensor rate (docs/PERFORMANCE.md, "sm_120: GQA tiles
 // at the measured tensor rate"): 8 warps of 16 rows, on whatever GPU runs the tests, in runtimes of their
-// own; the generator chooses them only once they pass here and the model's H200 rows hold at them.
+// own. The generator chooses a candidate only once it passes here and the model's H200 rows hold at it:
+// gqa256's (both cache types) since it did; gqa64's and gqa128's did not hold.
 void run_gqa_candidates(int head, const char* tiles16, const char* tiles_e4m3, int head_index) {
   {
     INFO("KDTREE_VERIFY_TILES=" << tiles16);
@@ -658,7 +659,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "verify_attention GPU parity: gqa256 with sm_120's candidate tiles "
+    "verify_attention GPU parity: gqa256 with sm_120's candidate tiles, its tiles now "
     "(kernel=flash,block_m=128,block_n=16,warps=8,stages=2,warp_rows=16, e4m3: block_n=32,stages=3,mma=e4m3)") {
   run_gqa_candidates(256, "kernel=flash,block_m=128,block_n=16,warps=8,stages=2,warp_rows=16",
                      "kernel=flash,block_m=128,block_n=32,warps=8,stages=3,warp_rows=16,mma=e4m3", 24);
