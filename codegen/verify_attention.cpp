@@ -462,8 +462,8 @@ namespace {
 // sm_120/sm_121's tiles for gqa256 (either cache type; e4m3: the e4m3 MMA path): 8 warps of 16 rows,
 // tools/perf_model's best on sm_120a for bench_verify's gqa256 shape (B=4 g=8 n=64 8K) at the measured
 // tensor rate, and validated at these tiles on the H200 (predicted against measured within 2%). gqa64's and
-// gqa128's best tiles in the model were not (18-38% optimistic on the H200), so those keep the
-// candidates below (docs/PERFORMANCE.md, "sm_120: GQA tiles at the measured tensor rate").
+// gqa128's best tiles in the model were not (18-38% optimistic on the H200), so those keep choose_tiles'
+// candidates (docs/PERFORMANCE.md, "sm_120: GQA tiles at the measured tensor rate").
 std::optional<VerifyTiles> sm120_gqa_tiles(const VerifySpec& spec) {
   constexpr VerifyKernel flash = VerifyKernel::flash;
   if (spec.mla() || spec.head_dim_v != 256) return std::nullopt;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B of a kernel template change on the GPU machine, over binaries carried in .carry/ (built with the new
-# templates embedded) and the old templates in a directory of the checkout (copied there with
+# templates embedded) and the old templates in an untracked directory of the checkout (copied there with
 # `scripts/device_template_ab.sh --stage OLD_REV DIR`, here, before the run; KDTREE_TEMPLATE_DIR's layout).
 # Runs bench_verify with the old templates and with the new ones in alternation, REPS times (default 2), and
 # prints each run's graph µs per shape side by side. Output in $OUT (default /tmp/kdtree-ab-out):
@@ -18,9 +18,13 @@ if [ "${1:-}" = --stage ]; then
 fi
 device_out=/tmp/kdtree-ab-out
 source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
-old_dir=$(cd "$1" && pwd)
-reps=${2:-2}
-shift 2
+old_dir=$(cd "${1:?usage: device_template_ab.sh DIR [REPS] -- BENCH_VERIFY_ARGS...}" && pwd) || exit 2
+shift
+reps=2
+if [[ ${1:-} =~ ^[0-9]+$ ]]; then
+  reps=$1
+  shift
+fi
 [ "${1:-}" = -- ] && shift
 status=0
 for rep in $(seq 1 "$reps"); do
