@@ -74,3 +74,21 @@ def test_sampling_distribution_gpu(preset):
         assert st["tv"] <= st["threshold"], (name, st)
     chance = r["independent_identical_fraction"]
     assert r["coupled_identical_fraction"] >= chance + 0.5 * (1 - chance), r
+
+
+def test_qwen2_greedy_equals_generate_gpu():
+    """Qwen2 (q/k/v biases; head dim 128 for kdtree's kernel), random weights and an untrained drafter: greedy
+    DDTree on the kdtree backend (bf16 cache) equals generate() under the near-tie rule."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from examples.ddtree.model import Config, Drafter
+    torch.manual_seed(0)
+    m = Qwen2ForCausalLM(Qwen2Config(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                     num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
+                                     eos_token_id=None, tie_word_embeddings=False)).cuda().eval()
+    dcfg = Config(vocab=256, d_model=256, draft_depth=4, draft_layers=1)
+    drafter = Drafter(dcfg).cuda().eval()
+    dec = hf.decoder(m, drafter, dcfg, backend="kdtree", budget=15, top_k=4)
+    g = hf.greedy_vs_generate(m, dec, [[5, 17, 200, 3, 9, 44, 61], [8, 1, 250, 77], list(range(1, 60))], max_new=24)
+    assert g["other_divergences"] == 0, (g["numeric_margin_noise"], g["requests"])
+    assert g["near_tie_divergences"] <= 2, g["requests"]  # a random model's margins are small (torch backend, CPU: 1)
