@@ -464,15 +464,18 @@ namespace {
 // tensor rate, and validated at these tiles on the H200 (predicted against measured within 2%). gqa64's and
 // gqa128's best tiles in the model were not (18-38% optimistic on the H200), so those keep choose_tiles'
 // candidates (docs/PERFORMANCE.md, "sm_120: GQA tiles at the measured tensor rate").
-std::optional<VerifyTiles> sm120_gqa_tiles(const VerifySpec& spec) {
+std::optional<VerifyTiles> sm120_gqa_tiles(const VerifySpec& spec, const Arch& arch) {
   constexpr VerifyKernel flash = VerifyKernel::flash;
-  if (spec.mla() || spec.head_dim_v != 256) return std::nullopt;
+  if (!has_block_scaled_e4m3_mma(arch) || spec.mla() || spec.head_dim_v != 256) return std::nullopt;
   if (spec.kv_fp8()) return VerifyTiles{flash, 128, 32, 8, 3, 16, true};
   return VerifyTiles{flash, 128, 16, 8, 2, 16};
 }
 
 // choose_verify_tiles, or with gqa_wgmma false the portable families' choice for GQA on sm_90.
 VerifyTiles choose_tiles(const VerifySpec& spec, const Arch& arch, bool gqa_wgmma) {
+  // sm_120/sm_121, gqa256: taken as they are.
+  const std::optional<VerifyTiles> tuned = sm120_gqa_tiles(spec, arch);
+  if (tuned && verify_smem_bytes(spec, *tuned) <= arch.max_smem_per_block) return *tuned;
   // Candidates in order of preference; the first that fits the arch's shared memory wins.
   std::vector<VerifyTiles> candidates;
   constexpr VerifyKernel flash = VerifyKernel::flash, qsplit = VerifyKernel::qsplit;
@@ -538,11 +541,6 @@ VerifyTiles choose_tiles(const VerifySpec& spec, const Arch& arch, bool gqa_wgmm
       e4m3.push_back(c);
     }
     candidates.insert(candidates.begin(), e4m3.begin(), e4m3.end());
-  }
-  // sm_120/sm_121, gqa256: taken as they are (sm120_gqa_tiles).
-  if (has_block_scaled_e4m3_mma(arch)) {
-    const std::optional<VerifyTiles> tuned = sm120_gqa_tiles(spec);
-    if (tuned && verify_smem_bytes(spec, *tuned) <= arch.max_smem_per_block) return *tuned;
   }
   for (const VerifyTiles& c : candidates) {
     const int bytes = verify_smem_bytes(spec, c);

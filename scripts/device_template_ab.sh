@@ -29,12 +29,9 @@ fi
 status=0
 for rep in $(seq 1 "$reps"); do
   for which in old new; do
-    file=$out/bench_${which}_${rep}.txt
-    if [ $which = old ]; then
-      KDTREE_TEMPLATE_DIR=$old_dir timeout 200 "$carry/bin/bench_verify" "$@" >"$file" 2>&1 || status=1
-    else
-      timeout 200 "$carry/bin/bench_verify" "$@" >"$file" 2>&1 || status=1
-    fi
+    templates=()  # new: the carried binaries' embedded templates
+    [ $which = old ] && templates=("KDTREE_TEMPLATE_DIR=$old_dir")
+    env "${templates[@]}" timeout 200 "$carry/bin/bench_verify" "$@" >"$out/bench_${which}_${rep}.txt" 2>&1 || status=1
   done
 done
 # shape and graph column of each run, side by side

@@ -107,6 +107,20 @@ def get_models(preset, device="cpu", log=print, use_cache=True):
     return model, drafter, dcfg, info
 
 
+def untrained_qwen2(device="cpu", draft_depth=4, **config):
+    """(model, drafter module, drafter Config): a Qwen2ForCausalLM (q/k/v biases; float32, eval) and the
+    example's block drafter, both with random weights (seeds 0 and 1); `config` overrides the Qwen2Config."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    cfg = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=1024, eos_token_id=None, tie_word_embeddings=False)
+    cfg.update(config)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(**cfg)).to(device).eval()
+    torch.manual_seed(1)
+    dcfg = Config(vocab=cfg["vocab_size"], d_model=cfg["hidden_size"], draft_depth=draft_depth, draft_layers=1)
+    return model, Drafter(dcfg).to(device).eval(), dcfg
+
+
 def prompts(preset, lengths, seed=5):
     _, held = data.load_corpus(PRESETS[preset][4].corpus_bytes)
     return data.prompts(held, lengths, seed)

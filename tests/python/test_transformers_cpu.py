@@ -296,23 +296,11 @@ def test_a_cpu_model_on_the_kdtree_backend_says_to_move_it_or_use_torch(cache_di
         dec.generate(prompts("qwen3-tiny")[:1], 4)
 
 
-def _tiny_qwen2(**kw):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    torch.manual_seed(0)
-    cfg = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-               num_key_value_heads=2, max_position_embeddings=1024, eos_token_id=None, tie_word_embeddings=False)
-    return Qwen2ForCausalLM(Qwen2Config(**{**cfg, **kw})).eval()
-
-
 def test_qwen2_greedy_equals_generate():
     """Qwen2 (q/k/v projections with biases, no q/k norms) through the attention registry: greedy DDTree with an
     untrained drafter (so most rounds reject the tree) equals generate() under the near-tie rule."""
-    from examples.ddtree.model import Config, Drafter
-    m = _tiny_qwen2()
+    m, drafter, dcfg = hf.untrained_qwen2()
     assert m.model.layers[0].self_attn.q_proj.bias is not None  # the layout this test is for
-    torch.manual_seed(1)
-    dcfg = Config(vocab=256, d_model=64, draft_depth=4, draft_layers=1)
-    drafter = Drafter(dcfg).eval()
     dec = hf.decoder(m, drafter, dcfg, backend="torch", budget=15, top_k=4, page_size=16, cache_dtype=torch.float32)
     g = hf.greedy_vs_generate(m, dec, [[5, 17, 200, 3, 9, 44, 61], [8, 1, 250, 77]], max_new=16)
     assert g["other_divergences"] == 0, (g["numeric_margin_noise"], g["requests"])
@@ -321,6 +309,6 @@ def test_qwen2_greedy_equals_generate():
 
 
 def test_qwen2_sliding_window_layers_are_refused():
-    m = _tiny_qwen2(use_sliding_window=True, sliding_window=64, max_window_layers=1)
+    m, _, _ = hf.untrained_qwen2(use_sliding_window=True, sliding_window=64, max_window_layers=1)
     with pytest.raises(ValueError, match="Qwen2ForCausalLM: sliding-window layers are not supported"):
         kt.DDTreeDecoder(m, backend="torch")

@@ -79,15 +79,8 @@ def test_sampling_distribution_gpu(preset):
 def test_qwen2_greedy_equals_generate_gpu():
     """Qwen2 (q/k/v biases; head dim 128 for kdtree's kernel), random weights and an untrained drafter: greedy
     DDTree on the kdtree backend (bf16 cache) equals generate() under the near-tie rule."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from examples.ddtree.model import Config, Drafter
-    torch.manual_seed(0)
-    m = Qwen2ForCausalLM(Qwen2Config(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                                     num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
-                                     eos_token_id=None, tie_word_embeddings=False)).cuda().eval()
-    dcfg = Config(vocab=256, d_model=256, draft_depth=4, draft_layers=1)
-    drafter = Drafter(dcfg).cuda().eval()
+    m, drafter, dcfg = hf.untrained_qwen2("cuda", hidden_size=256, intermediate_size=512, num_attention_heads=2,
+                                          num_key_value_heads=1)
     dec = hf.decoder(m, drafter, dcfg, backend="kdtree", budget=15, top_k=4)
     g = hf.greedy_vs_generate(m, dec, [[5, 17, 200, 3, 9, 44, 61], [8, 1, 250, 77], list(range(1, 60))], max_new=24)
     assert g["other_divergences"] == 0, (g["numeric_margin_noise"], g["requests"])

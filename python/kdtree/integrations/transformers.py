@@ -2,7 +2,8 @@
 
 Supported: transformers 5.x (tested with 5.17 and 5.24; `pip install 'transformers>=5.17,<6'`), models
 DeepseekV3ForCausalLM (MLA, absorbed form over a 576-wide latent cache row), Qwen3ForCausalLM,
-Qwen2ForCausalLM and LlamaForCausalLM (GQA, head dim 64/128/256). transformers is imported only when a DDTreeDecoder is made.
+Qwen2ForCausalLM and LlamaForCausalLM (GQA, head dim 64/128/256). transformers is imported only when a
+DDTreeDecoder is made.
 
 One DDTree round, all on the device: drafter top-K -> tree_build -> ONE target forward over the tree nodes
 (verify_attention in every layer, RoPE at prefix_len + depth) -> sample_tokens -> tree_accept -> kv_compact.
