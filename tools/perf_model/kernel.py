@@ -21,6 +21,7 @@ class Kernel:
     role_steps: list            # sim.Step per instruction of the steady path, per warp role (warp rows in turn)
     outside_stall_cycles: int   # sum of stall counts outside the loop (prologue + epilogue, one pass)
     port_bytes_per_warp: int    # shared-memory port bytes per warp and tile
+    local_per_tile: int = 0     # LDL/STL per warp and tile (a stack frame or spills the tile loop touches: not modelled)
 
 
 def resource_usage(cubin: str, function: str = sass.KERNEL) -> int:
@@ -73,5 +74,6 @@ def analyse(cubin: str, copies_per_thread: int, log_text: str | None = None, rol
         counts=sass.count(path),
         outside_stall_cycles=outside,
         port_bytes_per_warp=sum(sass.access_bytes(i) for i in path if i.pred != "@!PT"),
+        local_per_tile=sum(1 for i in path if i.base in ("LDL", "STL")),
         role_steps=[sim.compile_path(p) for p in paths],
     )

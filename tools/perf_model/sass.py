@@ -203,10 +203,14 @@ def steady_path(instrs: list[Instr], labels: dict[str, int], head: int, back: in
             inner[b] = max(1, -(-(copies_per_thread - max(outside, 0)) // body)) if body else 1
 
     paths: list[list[Instr]] = []
+    # Both ways of every copy region multiply the paths (a kernel with 12 such regions
+    # in its tile has thousands), but two walks that reach the same branch with the same
+    # copies and inner-loop counts go on alike: only the shorter one is followed.
+    shortest: dict[tuple, int] = {}
 
     def walk(i: int, path: list[Instr], taken: dict[int, int]) -> None:
         while i <= back:
-            if len(path) > 100000 or len(paths) > 64:
+            if len(path) > 100000 or len(paths) > 4096:
                 raise ValueError("steady path does not terminate")
             ins = instrs[i]
             path.append(ins)
@@ -235,6 +239,10 @@ def steady_path(instrs: list[Instr], labels: dict[str, int], head: int, back: in
                     continue
                 region = instrs[i + 1:dest]
                 if any(x.base == "LDGSTS" for x in region):
+                    state = (i, sum(1 for x in path if x.base == "LDGSTS"), tuple(sorted(taken.items())))
+                    if shortest.get(state, len(path) + 1) <= len(path):
+                        return
+                    shortest[state] = len(path)
                     walk(dest, list(path), dict(taken))
                     i += 1
                 elif any(x.base in _MEMORY for x in region):

@@ -94,6 +94,20 @@ class SassTest(unittest.TestCase):
         one = sass.count(sass.steady_path(self.instrs, self.labels, head, back, copies_per_thread=1))
         self.assertEqual(one["LDGSTS"], 1)
 
+    def test_many_copy_regions_take_the_path_with_the_threads_copies(self):
+        # 14 optional copies, each behind its own branch: 16,384 ways through the tile, which
+        # walks that reach a branch with the same copies share (a kernel's tile had 12 such regions).
+        lines = [("MOV R1, R2", ctrl()), ".L_x_1"]
+        for n in range(14):
+            lines += [(f"@P1 BRA `(.L_x_{10 + n})", ctrl()),
+                      ("LDGSTS.E.BYPASS.128 [R3], desc[UR6][R4.64], P0", ctrl()), f".L_x_{10 + n}"]
+        lines += [("HMMA.16816.F32.BF16 R12, R8, R10, R12", ctrl()), ("@P0 BRA `(.L_x_1)", ctrl()), ("EXIT", ctrl())]
+        instrs, labels = sass.parse_function(listing(lines))
+        head, back = sass.main_loop(instrs, labels)
+        for copies in (0, 5, 14):
+            path = sass.steady_path(instrs, labels, head, back, copies_per_thread=copies)
+            self.assertEqual(sass.count(path).get("LDGSTS", 0), copies)
+
     def test_spills_and_bytes(self):
         self.assertEqual(sass.spills(self.instrs), 0)
         spill = sass.parse_function(listing([("STL [R1], R2", ctrl()), ("LDL R2, [R1]", ctrl())]))[0]
@@ -317,6 +331,7 @@ class ClusterPlanTest(unittest.TestCase):
             name = "k"
             registers = 248
             outside_stall_cycles = 2000
+            local_per_tile = plan.get("local_per_tile", 0)
         model = Model(rates_for("sm_120"))
         model.tile = lambda k, warps, ctas, active: sim.SmResult(2500.0, 0.87, 0.5, 0.3, 0.5, {})
         return model.predict(plan, K)
@@ -333,22 +348,30 @@ class ClusterPlanTest(unittest.TestCase):
         self.assertAlmostEqual(split.main_us - cluster.main_us, partials_us, delta=0.01)
         self.assertLess(cluster.us, split.us - partials_us)
 
+    def test_local_memory_in_the_tile_loop_is_not_modelled(self):
+        p = self.predict(dict(self.PLAN, local_per_tile=65))
+        self.assertFalse(p.modelled)
+        self.assertIn("65 local-memory accesses", p.binding)
+        self.assertTrue(self.predict(self.PLAN).modelled)
+
 
 class ValidateTest(unittest.TestCase):
     """cmd_validate over stand-in predictions (no plan tool): a file whose rows match none of the predicted
     shapes fails instead of reporting a worst error of 0%."""
 
-    def run_validate(self, text, kv_dtype):
+    def run_validate(self, text, kv_dtype, modelled=(True,)):
         import argparse
         import contextlib
         import io
         import types
 
         import perf_model
-        plan = {"shape": "mla_b1_h16_n16_p4k", "tiles": "kernel=qsplit"}
-        pred = types.SimpleNamespace(us=30.0, binding="tensor")
+        shapes = ["mla_b1_h16_n16_p4k", "mla_b64_h8_n8_p4k"][:len(modelled)]
+        rows = [({"shape": shape, "tiles": "kernel=qsplit"}, None,
+                 types.SimpleNamespace(us=30.0, binding="tensor" if m else "NOT MODELLED: local memory", modelled=m))
+                for shape, m in zip(shapes, modelled)]
         saved = perf_model.predictions, perf_model.print_counts
-        perf_model.predictions = lambda args, arch, tiles: [(plan, None, pred)]
+        perf_model.predictions = lambda args, arch, tiles: rows
         perf_model.print_counts = lambda rows: None
         try:
             with tempfile.TemporaryDirectory() as d:
@@ -371,6 +394,12 @@ class ValidateTest(unittest.TestCase):
     def test_an_error_over_the_limit_fails(self):
         self.assertEqual(self.run_validate("shape graph_us\nmla_b1_h16_n16_p4k 20.0\n", None), 1)  # +50%
         self.assertEqual(self.run_validate("shape graph_us\nmla_b1_h16_n16_p4k 29.0\n", None), 0)
+
+    def test_rows_not_modelled_are_shown_but_not_in_the_worst_error(self):
+        both = "shape graph_us\nmla_b1_h16_n16_p4k 29.0\nmla_b64_h8_n8_p4k 210.0\n"  # the second 7x off
+        self.assertEqual(self.run_validate(both, None, modelled=(True, False)), 0)
+        self.assertEqual(self.run_validate(both, None, modelled=(True, True)), 1)
+        self.assertEqual(self.run_validate(both, None, modelled=(False, False)), 1)  # nothing validated
 
 
 if __name__ == "__main__":
