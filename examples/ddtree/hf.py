@@ -107,15 +107,30 @@ def get_models(preset, device="cpu", log=print, use_cache=True):
     return model, drafter, dcfg, info
 
 
-def untrained_qwen2(device="cpu", draft_depth=4, **config):
-    """(model, drafter module, drafter Config): a Qwen2ForCausalLM (q/k/v biases; float32, eval) and the
-    example's block drafter, both with random weights (seeds 0 and 1); `config` overrides the Qwen2Config."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+# Families the GPU/CPU tests run with random weights (untrained): model type -> what its config adds to the
+# small dense layout (the MoE layers' experts; Mistral's window off by default, as in Mistral 7B v0.2 on).
+UNTRAINED = {
+    "llama": {},
+    "mistral": dict(sliding_window=None),
+    "mixtral": dict(sliding_window=None, num_local_experts=4, num_experts_per_tok=2),
+    "qwen2": {},
+    "qwen2_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                      shared_expert_intermediate_size=64, decoder_sparse_step=1),
+    "qwen3_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, decoder_sparse_step=1),
+}
+
+
+def untrained(model_type, device="cpu", draft_depth=4, **config):
+    """(model, drafter module, drafter Config): a transformers causal LM of `model_type` (UNTRAINED's keys; float32,
+    eval) and the example's block drafter, both with random weights (seeds 0 and 1); `config` overrides the
+    model's config (a small dense layout: 2 layers, 4 query and 2 KV heads of 16 dims)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
     cfg = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                num_key_value_heads=2, max_position_embeddings=1024, eos_token_id=None, tie_word_embeddings=False)
+    cfg.update(UNTRAINED[model_type])
     cfg.update(config)
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(**cfg)).to(device).eval()
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **cfg)).to(device).eval()
     torch.manual_seed(1)
     dcfg = Config(vocab=cfg["vocab_size"], d_model=cfg["hidden_size"], draft_depth=draft_depth, draft_layers=1)
     return model, Drafter(dcfg).to(device).eval(), dcfg

@@ -296,11 +296,15 @@ def test_a_cpu_model_on_the_kdtree_backend_says_to_move_it_or_use_torch(cache_di
         dec.generate(prompts("qwen3-tiny")[:1], 4)
 
 
-def test_qwen2_greedy_equals_generate():
-    """Qwen2 (q/k/v projections with biases, no q/k norms) through the attention registry: greedy DDTree with an
-    untrained drafter (so most rounds reject the tree) equals generate() under the near-tie rule."""
-    m, drafter, dcfg = hf.untrained_qwen2()
-    assert m.model.layers[0].self_attn.q_proj.bias is not None  # the layout this test is for
+@pytest.mark.parametrize("model_type", sorted(hf.UNTRAINED))
+def test_gqa_family_greedy_equals_generate(model_type):
+    """Each GQA family through the attention registry (Qwen2's q/k/v biases, the MoE families' routed experts,
+    Mistral's and Mixtral's own attention): greedy DDTree with an untrained drafter (so most rounds reject the
+    tree) equals generate() under the near-tie rule."""
+    m, drafter, dcfg = hf.untrained(model_type)
+    assert type(m).__name__ in kt.SUPPORTED_MODELS
+    if model_type == "qwen2":
+        assert m.model.layers[0].self_attn.q_proj.bias is not None  # the layout this family adds
     dec = hf.decoder(m, drafter, dcfg, backend="torch", budget=15, top_k=4, page_size=16, cache_dtype=torch.float32)
     g = hf.greedy_vs_generate(m, dec, [[5, 17, 200, 3, 9, 44, 61], [8, 1, 250, 77]], max_new=16)
     assert g["other_divergences"] == 0, (g["numeric_margin_noise"], g["requests"])
@@ -308,7 +312,19 @@ def test_qwen2_greedy_equals_generate():
     assert g["equal"] == 2  # float32 throughout: no near-tie here either
 
 
+def test_mistral_sliding_window_holds_while_no_position_reaches_it():
+    """Mistral's config.sliding_window windows every layer: below it the window changes nothing and DDTree equals
+    generate(); a decode whose positions would reach it is refused, naming the window."""
+    m, drafter, dcfg = hf.untrained("mistral", sliding_window=32)
+    dec = hf.decoder(m, drafter, dcfg, backend="torch", budget=15, top_k=4, page_size=16, cache_dtype=torch.float32)
+    g = hf.greedy_vs_generate(m, dec, [[5, 17, 200, 3, 9, 44, 61]], max_new=16)  # positions up to 7 + 16 + 4 - 1
+    assert g["equal"] == 1, g["requests"]
+    with pytest.raises(ValueError, match=r"MistralForCausalLM: config.sliding_window 32 limits .* reach position 50"):
+        dec.generate([[5, 17, 200, 3, 9, 44, 61]], 40)
+
+
 def test_qwen2_sliding_window_layers_are_refused():
-    m, _, _ = hf.untrained_qwen2(use_sliding_window=True, sliding_window=64, max_window_layers=1)
-    with pytest.raises(ValueError, match="Qwen2ForCausalLM: sliding-window layers are not supported"):
-        kt.DDTreeDecoder(m, backend="torch")
+    for model_type in ("qwen2", "qwen2_moe"):
+        m, _, _ = hf.untrained(model_type, use_sliding_window=True, sliding_window=64, max_window_layers=1)
+        with pytest.raises(ValueError, match=f"{type(m).__name__}: sliding-window layers are not supported"):
+            kt.DDTreeDecoder(m, backend="torch")

@@ -76,11 +76,13 @@ def test_sampling_distribution_gpu(preset):
     assert r["coupled_identical_fraction"] >= chance + 0.5 * (1 - chance), r
 
 
-def test_qwen2_greedy_equals_generate_gpu():
-    """Qwen2 (q/k/v biases; head dim 128 for kdtree's kernel), random weights and an untrained drafter: greedy
-    DDTree on the kdtree backend (bf16 cache) equals generate() under the near-tie rule."""
-    m, drafter, dcfg = hf.untrained_qwen2("cuda", hidden_size=256, intermediate_size=512, num_attention_heads=2,
-                                          num_key_value_heads=1)
+@pytest.mark.parametrize("model_type", sorted(hf.UNTRAINED))
+def test_gqa_family_greedy_equals_generate_gpu(model_type):
+    """Each GQA family (Llama, Mistral, Mixtral, Qwen2 with q/k/v biases, the Qwen MoE families; head dim 128 for
+    kdtree's kernel), random weights and an untrained drafter: greedy DDTree on the kdtree backend (bf16 cache)
+    equals generate() under the near-tie rule."""
+    m, drafter, dcfg = hf.untrained(model_type, "cuda", hidden_size=256, intermediate_size=512, num_attention_heads=2,
+                                    num_key_value_heads=1)
     dec = hf.decoder(m, drafter, dcfg, backend="kdtree", budget=15, top_k=4)
     g = hf.greedy_vs_generate(m, dec, [[5, 17, 200, 3, 9, 44, 61], [8, 1, 250, 77], list(range(1, 60))], max_new=24)
     assert g["other_divergences"] == 0, (g["numeric_margin_noise"], g["requests"])

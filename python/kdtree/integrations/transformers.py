@@ -1,9 +1,10 @@
 """DDTree speculative decoding of Hugging Face transformers causal LMs through kdtree.
 
 Supported: transformers 5.x (tested with 5.17 and 5.24; `pip install 'transformers>=5.17,<6'`), models
-DeepseekV3ForCausalLM (MLA, absorbed form over a 576-wide latent cache row), Qwen3ForCausalLM,
-Qwen2ForCausalLM and LlamaForCausalLM (GQA, head dim 64/128/256). transformers is imported only when a
-DDTreeDecoder is made.
+DeepseekV3ForCausalLM (MLA, absorbed form over a 576-wide latent cache row) and, GQA with head dim
+64/128/256: LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM,
+Qwen3ForCausalLM, Qwen3MoeForCausalLM (one attention module each; the MoE MLPs are the model's own).
+transformers is imported only when a DDTreeDecoder is made.
 
 One DDTree round, all on the device: drafter top-K -> tree_build -> ONE target forward over the tree nodes
 (verify_attention in every layer, RoPE at prefix_len + depth) -> sample_tokens -> tree_accept -> kv_compact.
@@ -45,8 +46,12 @@ from . import load_ops, rounds  # load_ops: the backend switch (kdtree or torch)
 from .budget import DEFAULT_BUDGETS, AutoBudget, CostTable, RoundLog
 
 SUPPORTED_VERSIONS = ">=5.17,<6"
-SUPPORTED_MODELS = {"DeepseekV3ForCausalLM": "mla", "Qwen3ForCausalLM": "gqa", "Qwen2ForCausalLM": "gqa",
-                    "LlamaForCausalLM": "gqa"}
+SUPPORTED_MODELS = {"DeepseekV3ForCausalLM": "mla", "LlamaForCausalLM": "gqa", "MistralForCausalLM": "gqa",
+                    "MixtralForCausalLM": "gqa", "Qwen2ForCausalLM": "gqa", "Qwen2MoeForCausalLM": "gqa",
+                    "Qwen3ForCausalLM": "gqa", "Qwen3MoeForCausalLM": "gqa"}
+# Families whose config.sliding_window, when set, windows every layer's attention (no use_sliding_window flag,
+# no layer_types): exact through kdtree only while no position reaches the window (DDTreeDecoder checks it).
+WINDOW_EVERY_LAYER = ("MistralForCausalLM", "MixtralForCausalLM")
 ATTN_NAME = "kdtree_ddtree"
 
 _active = contextvars.ContextVar("kdtree_ddtree_step", default=None)
@@ -108,6 +113,7 @@ class ModelSpec:
     hidden_size: int
     vocab_size: int
     max_positions: int
+    window: int | None = None  # every layer's sliding window (WINDOW_EVERY_LAYER), None: none
 
 
 def model_spec(model) -> ModelSpec:
@@ -116,7 +122,7 @@ def model_spec(model) -> ModelSpec:
     family = SUPPORTED_MODELS.get(arch)
     if family is None:
         raise ValueError(f"kdtree.integrations.transformers: {arch} is not supported; supported models: "
-                         f"{', '.join(SUPPORTED_MODELS)} (DeepSeek-V3 MLA, Qwen3, Qwen2 and Llama GQA)")
+                         f"{', '.join(SUPPORTED_MODELS)} (DeepSeek-V3 MLA; Llama, Mistral, Mixtral and Qwen GQA)")
     c = model.config
     L, H = c.num_hidden_layers, c.num_attention_heads
     maxpos = getattr(c, "max_position_embeddings", 1 << 30) or (1 << 30)
@@ -131,7 +137,8 @@ def model_spec(model) -> ModelSpec:
     if getattr(c, "use_sliding_window", False) or any(t != "full_attention" for t in layer_types):
         raise ValueError(f"{arch}: sliding-window layers are not supported (kdtree's verify_attention attends "
                          f"over the whole prefix); set use_sliding_window=False / layer_types to full_attention")
-    return ModelSpec("gqa", arch, L, H, kvh, hd, hd, c.hidden_size, c.vocab_size, maxpos)
+    window = getattr(c, "sliding_window", None) if arch in WINDOW_EVERY_LAYER else None
+    return ModelSpec("gqa", arch, L, H, kvh, hd, hd, c.hidden_size, c.vocab_size, maxpos, window or None)
 
 
 def check_kdtree_shapes(spec: ModelSpec, page_size: int, cache_dtype: torch.dtype):
@@ -317,8 +324,8 @@ class DDTreeOutput:
 class DDTreeDecoder:
     """DDTree decoding of a transformers causal LM over a kdtree paged KV cache.
 
-    model      DeepseekV3ForCausalLM, Qwen3ForCausalLM, Qwen2ForCausalLM or LlamaForCausalLM (eval mode; float32
-               or bf16)
+    model      a causal LM of SUPPORTED_MODELS: DeepseekV3ForCausalLM (MLA), or Llama, Mistral, Mixtral, Qwen2,
+               Qwen2-MoE, Qwen3 or Qwen3-MoE (GQA) (eval mode; float32 or bf16)
     drafter    a Drafter (per-depth top-K tokens and log-probs); None allows mode="ar" only
     backend    "kdtree" (CUDA) or "torch" (kdtree.integrations.torch_ops: any device, for CPU tests)
     budget     draft nodes per round (1..127), or "auto": chosen each round from the measured step cost at the
@@ -428,6 +435,12 @@ class DDTreeDecoder:
             raise ValueError(f"prompts of up to {longest} tokens + max_new_tokens {max_new} + "
                              f"drafter depth {D} reach position {top}, beyond the model's max_position_embeddings "
                              f"{spec.max_positions}: lower max_new_tokens")
+        if spec.window is not None and top >= spec.window:
+            raise ValueError(f"{spec.arch}: config.sliding_window {spec.window} limits each token's attention to the "
+                             f"last {spec.window} positions, and kdtree attends over the whole prefix: prompts of up "
+                             f"to {longest} tokens + max_new_tokens {max_new} + drafter depth {D} reach position "
+                             f"{top}; keep them below {spec.window} (lower max_new_tokens), or use a config without "
+                             f"sliding_window")
         self.M = math.ceil(need_len / ps)
         self.max_kv = self.M * ps
         self._kv_base = need_len - Wmax  # + a round's tree width: that round's bound on a request's KV
