@@ -123,7 +123,8 @@ def test_auto_budget_reports_its_choices(cache_dir):
 def test_unsupported_model_family():
     from transformers import GPT2Config, GPT2LMHeadModel
     m = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
-    with pytest.raises(ValueError, match="GPT2LMHeadModel is not supported; supported models: DeepseekV3ForCausalLM"):
+    with pytest.raises(ValueError, match="GPT2LMHeadModel is not supported; supported models: "
+                                         "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, LlamaForCausalLM"):
         kt.DDTreeDecoder(m, backend="torch")
 
 
@@ -297,10 +298,11 @@ def test_a_cpu_model_on_the_kdtree_backend_says_to_move_it_or_use_torch(cache_di
 
 
 @pytest.mark.parametrize("model_type", sorted(hf.UNTRAINED))
-def test_gqa_family_greedy_equals_generate(model_type):
-    """Each GQA family through the attention registry (Qwen2's q/k/v biases, the MoE families' routed experts,
-    Mistral's and Mixtral's own attention): greedy DDTree with an untrained drafter (so most rounds reject the
-    tree) equals generate() under the near-tie rule."""
+def test_family_greedy_equals_generate(model_type):
+    """Each family beyond the trained presets: the GQA ones through the attention registry (Qwen2's q/k/v biases,
+    the MoE families' routed experts, Mistral's and Mixtral's own attention), DeepSeek-V2 through the absorbed MLA
+    forward with its complex RoPE. Greedy DDTree with an untrained drafter (so most rounds reject the tree) equals
+    generate() under the near-tie rule."""
     m, drafter, dcfg = hf.untrained(model_type)
     assert type(m).__name__ in kt.SUPPORTED_MODELS
     if model_type == "qwen2":

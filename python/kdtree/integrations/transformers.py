@@ -1,9 +1,10 @@
 """DDTree speculative decoding of Hugging Face transformers causal LMs through kdtree.
 
 Supported: transformers 5.x (tested with 5.17 and 5.24; `pip install 'transformers>=5.17,<6'`), models
-DeepseekV3ForCausalLM (MLA, absorbed form over a 576-wide latent cache row) and, GQA with head dim
-64/128/256: LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM,
-Qwen3ForCausalLM, Qwen3MoeForCausalLM (one attention module each; the MoE MLPs are the model's own).
+DeepseekV2ForCausalLM and DeepseekV3ForCausalLM (MLA, absorbed form over a 576-wide latent cache row) and, GQA
+with head dim 64/128/256: LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM,
+Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM (one attention module each; the MoE MLPs are the
+model's own).
 transformers is imported only when a DDTreeDecoder is made.
 
 One DDTree round, all on the device: drafter top-K -> tree_build -> ONE target forward over the tree nodes
@@ -21,7 +22,7 @@ How the model is driven, and why:
   exactly the rows to cache, and the Cache.update signature and the forward's cache argument changed within
   5.x (past_key_values -> cache), which the registry did not. The mask registry has no entry for the name,
   so transformers builds no dense mask.
-- MLA: DeepseekV3Attention expands the latent into per-head K/V (kv_b_proj) before it calls the attention
+- MLA: DeepseekV3Attention (and V2's) expands the latent into per-head K/V (kv_b_proj) before it calls the attention
   function, so the registry never sees the latent row the absorbed form attends over. Its forward is
   therefore replaced, on each attention module and only while the decoder runs a forward, by one that uses
   the module's own weights: cache row [kv_a_layernorm(c_kv) | RoPE(k_pe)], query
@@ -46,9 +47,9 @@ from . import load_ops, rounds  # load_ops: the backend switch (kdtree or torch)
 from .budget import DEFAULT_BUDGETS, AutoBudget, CostTable, RoundLog
 
 SUPPORTED_VERSIONS = ">=5.17,<6"
-SUPPORTED_MODELS = {"DeepseekV3ForCausalLM": "mla", "LlamaForCausalLM": "gqa", "MistralForCausalLM": "gqa",
-                    "MixtralForCausalLM": "gqa", "Qwen2ForCausalLM": "gqa", "Qwen2MoeForCausalLM": "gqa",
-                    "Qwen3ForCausalLM": "gqa", "Qwen3MoeForCausalLM": "gqa"}
+SUPPORTED_MODELS = {"DeepseekV2ForCausalLM": "mla", "DeepseekV3ForCausalLM": "mla", "LlamaForCausalLM": "gqa",
+                    "MistralForCausalLM": "gqa", "MixtralForCausalLM": "gqa", "Qwen2ForCausalLM": "gqa",
+                    "Qwen2MoeForCausalLM": "gqa", "Qwen3ForCausalLM": "gqa", "Qwen3MoeForCausalLM": "gqa"}
 # Families whose config.sliding_window, when set, windows every layer's attention (no use_sliding_window flag,
 # no layer_types): exact through kdtree only while no position reaches the window (DDTreeDecoder checks it).
 WINDOW_EVERY_LAYER = ("MistralForCausalLM", "MixtralForCausalLM")
@@ -122,7 +123,7 @@ def model_spec(model) -> ModelSpec:
     family = SUPPORTED_MODELS.get(arch)
     if family is None:
         raise ValueError(f"kdtree.integrations.transformers: {arch} is not supported; supported models: "
-                         f"{', '.join(SUPPORTED_MODELS)} (DeepSeek-V3 MLA; Llama, Mistral, Mixtral and Qwen GQA)")
+                         f"{', '.join(SUPPORTED_MODELS)} (DeepSeek-V2/V3 MLA; Llama, Mistral, Mixtral and Qwen GQA)")
     c = model.config
     L, H = c.num_hidden_layers, c.num_attention_heads
     maxpos = getattr(c, "max_position_embeddings", 1 << 30) or (1 << 30)
@@ -243,14 +244,20 @@ def _gqa_attention(module, query, key, value, attention_mask, scaling=None, drop
     return out.to(query.dtype)[None], None
 
 
-def _rope_fn(attn):
+def _apply_rope(attn, q_rot, k_rot, position_embeddings):
+    """The model's own RoPE on q [1, H, T, rope] and k [1, 1, T, rope]: DeepSeek-V3's (cos, sin) tables, interleaved or
+    rotate-half, or DeepSeek-V2's complex frequencies (its position embeddings are one complex tensor)."""
     mod = sys.modules[type(attn).__module__]
-    return mod.apply_rotary_pos_emb_interleave if attn.config.rope_interleave else mod.apply_rotary_pos_emb
+    if isinstance(position_embeddings, torch.Tensor):  # DeepseekV2: freqs_cis
+        return mod.apply_rotary_emb(q_rot, k_rot, position_embeddings.to(q_rot.device))
+    cos, sin = position_embeddings
+    rope = mod.apply_rotary_pos_emb_interleave if attn.config.rope_interleave else mod.apply_rotary_pos_emb
+    return rope(q_rot, k_rot, cos, sin)
 
 
 def _mla_forward(attn, hidden_states, position_embeddings=None, attention_mask=None, *args, **kwargs):
-    """DeepseekV3Attention in the absorbed form over the latent cache (see the module docstring for why the
-    forward is replaced). hidden_states [1, T, d] packed nodes."""
+    """DeepseekV3Attention (or V2's: the same weights, complex RoPE) in the absorbed form over the latent cache
+    (see the module docstring for why the forward is replaced). hidden_states [1, T, d] packed nodes."""
     st = _active.get()
     if st is None:
         raise RuntimeError("the kdtree MLA forward runs only inside a DDTreeDecoder forward")
@@ -261,9 +268,8 @@ def _mla_forward(attn, hidden_states, position_embeddings=None, attention_mask=N
     q_nope, q_rot = q.view(T, H, nope + rope_d).split([nope, rope_d], dim=-1)
     kv_nope, k_rot = attn.kv_a_proj_with_mqa(x).split([lora, rope_d], dim=-1)
     kv_nope = attn.kv_a_layernorm(kv_nope)
-    cos, sin = position_embeddings
-    # The model's own RoPE function (interleaved or rotate-half), on its [B, heads, T, dim] layout.
-    q_rot, k_rot = _rope_fn(attn)(q_rot.transpose(0, 1)[None], k_rot[None, None], cos, sin)
+    # The model's own RoPE function, on its [B, heads, T, dim] layout.
+    q_rot, k_rot = _apply_rope(attn, q_rot.transpose(0, 1)[None], k_rot[None, None], position_embeddings)
     row = torch.cat([kv_nope, k_rot[0, 0]], dim=-1)  # [T, lora + rope]
     w = attn.kv_b_proj.weight.view(H, nope + vd, lora)
     q_lat = torch.einsum("thc,hcl->thl", q_nope, w[:, :nope])  # W_UK folded into the query
@@ -324,7 +330,7 @@ class DDTreeOutput:
 class DDTreeDecoder:
     """DDTree decoding of a transformers causal LM over a kdtree paged KV cache.
 
-    model      a causal LM of SUPPORTED_MODELS: DeepseekV3ForCausalLM (MLA), or Llama, Mistral, Mixtral, Qwen2,
+    model      a causal LM of SUPPORTED_MODELS: DeepseekV2/V3ForCausalLM (MLA), or Llama, Mistral, Mixtral, Qwen2,
                Qwen2-MoE, Qwen3 or Qwen3-MoE (GQA) (eval mode; float32 or bf16)
     drafter    a Drafter (per-depth top-K tokens and log-probs); None allows mode="ar" only
     backend    "kdtree" (CUDA) or "torch" (kdtree.integrations.torch_ops: any device, for CPU tests)
