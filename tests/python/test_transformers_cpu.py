@@ -325,6 +325,22 @@ def test_mistral_sliding_window_holds_while_no_position_reaches_it():
         dec.generate([[5, 17, 200, 3, 9, 44, 61]], 40)
 
 
+@pytest.mark.parametrize("ask", [dict(sliding_window=64), dict(softcap=30.0), dict(s_aux=torch.zeros(2))])
+def test_attention_asked_for_more_than_verify_attention_does_stops(ask):
+    """The registered attention function refuses a window, logit soft-capping or sinks it would not apply, naming
+    what was asked, instead of attending over the whole prefix without them."""
+    import types
+    m, _, _ = hf.untrained("llama")
+    dec = kt.DDTreeDecoder(m, backend="torch")
+    token = kt._active.set(types.SimpleNamespace(dec=dec))
+    try:
+        q, k = torch.zeros(1, 4, 3, 16), torch.zeros(1, 2, 3, 16)
+        with pytest.raises(RuntimeError, match=f"layer 0 asks for .*{next(iter(ask))}|layer 0 asks for a sliding"):
+            kt._gqa_attention(m.model.layers[0].self_attn, q, k, k, None, scaling=0.25, **ask)
+    finally:
+        kt._active.reset(token)
+
+
 def test_qwen2_sliding_window_layers_are_refused():
     for model_type in ("qwen2", "qwen2_moe"):
         m, _, _ = hf.untrained(model_type, use_sliding_window=True, sliding_window=64, max_window_layers=1)

@@ -239,6 +239,16 @@ def _gqa_attention(module, query, key, value, attention_mask, scaling=None, drop
                            f"use another attn_implementation for the model's own forward")
     if query.shape[0] != 1:
         raise RuntimeError(f"{ATTN_NAME}: expected the packed batch [1, H, T, D], got {tuple(query.shape)}")
+    # What the model asks of its attention beyond softmax(q k^T scale) v: verify_attention does none of it, so a
+    # model that asks (a config changed after the decoder checked it, a family not in SUPPORTED_MODELS) stops here.
+    window = kwargs.get("sliding_window")
+    if window is not None and window != st.dec.spec.window:
+        raise RuntimeError(f"{ATTN_NAME}: layer {module.layer_idx} asks for a sliding window of {window}, which "
+                           f"kdtree's verify_attention does not apply (it attends over the whole prefix)")
+    for name in ("softcap", "s_aux"):
+        if kwargs.get(name) is not None:
+            raise RuntimeError(f"{ATTN_NAME}: layer {module.layer_idx} asks for {name}={kwargs[name]!r} "
+                               f"(logit soft-capping / attention sinks), which kdtree's verify_attention does not apply")
     st.write(module.layer_idx, key[0].transpose(0, 1), value[0].transpose(0, 1))
     out = st.attend(module.layer_idx, query[0].transpose(0, 1), scaling)
     return out.to(query.dtype)[None], None
