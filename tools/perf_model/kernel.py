@@ -21,7 +21,7 @@ class Kernel:
     role_steps: list            # sim.Step per instruction of the steady path, per warp role (warp rows in turn)
     outside_stall_cycles: int   # sum of stall counts outside the loop (prologue + epilogue, one pass)
     port_bytes_per_warp: int    # shared-memory port bytes per warp and tile
-    local_per_tile: int = 0     # LDL/STL per warp and tile (a stack frame or spills the tile loop touches: not modelled)
+    local_per_tile: int = 0     # LDL/STL per warp and tile (a stack frame or spills in the tile loop: not modelled)
 
 
 def resource_usage(cubin: str, function: str = sass.KERNEL) -> int:

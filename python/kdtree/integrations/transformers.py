@@ -4,8 +4,7 @@ Supported: transformers 5.x (tested with 5.17 and 5.24; `pip install 'transforme
 DeepseekV2ForCausalLM and DeepseekV3ForCausalLM (MLA, absorbed form over a 576-wide latent cache row) and, GQA
 with head dim 64/128/256: LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM,
 Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM (one attention module each; the MoE MLPs are the
-model's own).
-transformers is imported only when a DDTreeDecoder is made.
+model's own). transformers is imported only when a DDTreeDecoder is made.
 
 One DDTree round, all on the device: drafter top-K -> tree_build -> ONE target forward over the tree nodes
 (verify_attention in every layer, RoPE at prefix_len + depth) -> sample_tokens -> tree_accept -> kv_compact.
@@ -22,8 +21,8 @@ How the model is driven, and why:
   exactly the rows to cache, and the Cache.update signature and the forward's cache argument changed within
   5.x (past_key_values -> cache), which the registry did not. The mask registry has no entry for the name,
   so transformers builds no dense mask.
-- MLA: DeepseekV3Attention (and V2's) expands the latent into per-head K/V (kv_b_proj) before it calls the attention
-  function, so the registry never sees the latent row the absorbed form attends over. Its forward is
+- MLA: DeepseekV3Attention (and V2's) expands the latent into per-head K/V (kv_b_proj) before it calls the
+  attention function, so the registry never sees the latent row the absorbed form attends over. Its forward is
   therefore replaced, on each attention module and only while the decoder runs a forward, by one that uses
   the module's own weights: cache row [kv_a_layernorm(c_kv) | RoPE(k_pe)], query
   [q_nope @ W_UK per head | RoPE(q_pe)], verify_attention over the latent cache (V = the first
@@ -247,16 +246,16 @@ def _gqa_attention(module, query, key, value, attention_mask, scaling=None, drop
                            f"kdtree's verify_attention does not apply (it attends over the whole prefix)")
     for name in ("softcap", "s_aux"):
         if kwargs.get(name) is not None:
-            raise RuntimeError(f"{ATTN_NAME}: layer {module.layer_idx} asks for {name}={kwargs[name]!r} "
-                               f"(logit soft-capping / attention sinks), which kdtree's verify_attention does not apply")
+            raise RuntimeError(f"{ATTN_NAME}: layer {module.layer_idx} asks for {name}={kwargs[name]!r} (logit "
+                               f"soft-capping / attention sinks), which kdtree's verify_attention does not apply")
     st.write(module.layer_idx, key[0].transpose(0, 1), value[0].transpose(0, 1))
     out = st.attend(module.layer_idx, query[0].transpose(0, 1), scaling)
     return out.to(query.dtype)[None], None
 
 
 def _apply_rope(attn, q_rot, k_rot, position_embeddings):
-    """The model's own RoPE on q [1, H, T, rope] and k [1, 1, T, rope]: DeepSeek-V3's (cos, sin) tables, interleaved or
-    rotate-half, or DeepSeek-V2's complex frequencies (its position embeddings are one complex tensor)."""
+    """The model's own RoPE on q [1, H, T, rope] and k [1, 1, T, rope]: DeepSeek-V3's (cos, sin) tables, interleaved
+    or rotate-half, or DeepSeek-V2's complex frequencies (its position embeddings are one complex tensor)."""
     mod = sys.modules[type(attn).__module__]
     if isinstance(position_embeddings, torch.Tensor):  # DeepseekV2: freqs_cis
         return mod.apply_rotary_emb(q_rot, k_rot, position_embeddings.to(q_rot.device))
