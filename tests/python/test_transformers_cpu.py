@@ -108,6 +108,30 @@ def test_mla_absorbed_path_equals_model_logits(cache_dir):
     assert torch.allclose(dec.s["logits"][0], full[len(p) - 1], atol=1e-4, rtol=1e-4)
 
 
+YARN = dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=256, beta_fast=32.0,
+            beta_slow=1.0, mscale=0.707, mscale_all_dim=0.707)
+
+
+@pytest.mark.parametrize("model_type,rope", [("deepseek_v2", {}), ("deepseek_v2", dict(rope_parameters=YARN)),
+                                             ("deepseek_v3", {}), ("deepseek_v3", dict(rope_parameters=YARN)),
+                                             ("deepseek_v3", dict(rope_parameters=YARN, rope_interleave=False))],
+                         ids=["v2", "v2-yarn", "v3", "v3-yarn", "v3-yarn-rotate-half"])
+def test_mla_absorbed_path_equals_model_logits_for_each_rope(model_type, rope):
+    """The absorbed forward takes the module's own RoPE (V2's complex frequencies, V3's interleaved or rotate-half
+    tables) and its own softmax scale (YaRN's mscale folded in, 0.2131 here against 0.1768 without): the logits at
+    the last token of a 60-token prompt, which attend over the 59 rows its prefill wrote through the same path,
+    equal the model's own (float32)."""
+    m, drafter, dcfg = hf.untrained(model_type, **rope)
+    p = [(7 * i + 3) % 256 for i in range(60)]
+    dec = hf.decoder(m, drafter, dcfg, backend="torch", budget=4, top_k=4, page_size=16, cache_dtype=torch.float32)
+    dec.generate([p[:2]], 1, mode="ar")  # allocates and prefills
+    full = m(torch.tensor([p])).logits[0]
+    dec._admit([p], 1, None, None)  # prefill p[:-1] through the kdtree path
+    dec.mode, dec.record_margins = "ar", False
+    dict(dec._stages())["target"]()
+    assert torch.allclose(dec.s["logits"][0], full[len(p) - 1], atol=1e-4, rtol=1e-4)
+
+
 def test_auto_budget_reports_its_choices(cache_dir):
     model, drafter, dcfg, _ = models("qwen3-tiny", cache_dir)
     dec = hf.decoder(model, drafter, dcfg, backend="torch", budget="auto", top_k=4, page_size=16,
