@@ -109,16 +109,18 @@ def get_models(preset, device="cpu", log=print, use_cache=True):
 
 # Families the GPU/CPU tests run with random weights (untrained): model type -> what its config adds to the
 # small dense layout (the MoE layers' experts; DeepSeek's MLA dims, whose latent row the torch backend takes at any
-# width; Mistral's window off by default, as in Mistral 7B v0.2 on).
+# width; Gemma's head dim, 256 by default; Mistral's and Phi-3's windows off, as in Mistral 7B v0.2 on and Phi-4-mini).
 _MLA_TINY = dict(q_lora_rank=None, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16,
                  num_key_value_heads=4, first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2,
                  n_shared_experts=1, moe_intermediate_size=64)
 UNTRAINED = {
     "deepseek_v2": _MLA_TINY,
     "deepseek_v3": dict(_MLA_TINY, n_group=1, topk_group=1),
+    "gemma": dict(head_dim=16, pad_token_id=None),
     "llama": {},
     "mistral": dict(sliding_window=None),
     "mixtral": dict(sliding_window=None, num_local_experts=4, num_experts_per_tok=2),
+    "phi3": dict(sliding_window=None, pad_token_id=None),
     "qwen2": {},
     "qwen2_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
                       shared_expert_intermediate_size=64, decoder_sparse_step=1),

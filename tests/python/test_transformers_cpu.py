@@ -148,7 +148,7 @@ def test_unsupported_model_family():
     from transformers import GPT2Config, GPT2LMHeadModel
     m = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
     with pytest.raises(ValueError, match="GPT2LMHeadModel is not supported; supported models: "
-                                         "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, LlamaForCausalLM"):
+                                         "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GemmaForCausalLM"):
         kt.DDTreeDecoder(m, backend="torch")
 
 
@@ -338,14 +338,15 @@ def test_family_greedy_equals_generate(model_type):
     assert g["equal"] == 2  # float32 throughout: no near-tie here either
 
 
-def test_mistral_sliding_window_holds_while_no_position_reaches_it():
-    """Mistral's config.sliding_window windows every layer: below it the window changes nothing and DDTree equals
-    generate(); a decode whose positions would reach it is refused, naming the window."""
-    m, drafter, dcfg = hf.untrained("mistral", sliding_window=32)
+@pytest.mark.parametrize("model_type", ["mistral", "mixtral", "phi3"])
+def test_every_layer_sliding_window_holds_while_no_position_reaches_it(model_type):
+    """Mistral's, Mixtral's and Phi-3's config.sliding_window windows every layer: below it the window changes
+    nothing and DDTree equals generate(); a decode whose positions would reach it is refused, naming the window."""
+    m, drafter, dcfg = hf.untrained(model_type, sliding_window=32)
     dec = hf.decoder(m, drafter, dcfg, backend="torch", budget=15, top_k=4, page_size=16, cache_dtype=torch.float32)
     g = hf.greedy_vs_generate(m, dec, [[5, 17, 200, 3, 9, 44, 61]], max_new=16)  # positions up to 7 + 16 + 4 - 1
     assert g["equal"] == 1, g["requests"]
-    with pytest.raises(ValueError, match=r"MistralForCausalLM: config.sliding_window 32 limits .* reach position 50"):
+    with pytest.raises(ValueError, match=rf"{type(m).__name__}: config.sliding_window 32 limits .* reach position 50"):
         dec.generate([[5, 17, 200, 3, 9, 44, 61]], 40)
 
 

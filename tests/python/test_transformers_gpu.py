@@ -80,12 +80,15 @@ def test_sampling_distribution_gpu(preset):
 
 @pytest.mark.parametrize("model_type", sorted(hf.UNTRAINED))
 def test_family_greedy_equals_generate_gpu(model_type):
-    """Each family beyond the trained presets (DeepSeek-V2 and V3 with kdtree's 512 + 64 latent row; Llama, Mistral,
-    Mixtral, Qwen2 with q/k/v biases, the Qwen MoE families with head dim 128), random weights and an untrained
-    drafter: greedy DDTree on the kdtree backend (bf16 cache) equals generate() under the near-tie rule."""
+    """Each family beyond the trained presets (DeepSeek-V2 and V3 with kdtree's 512 + 64 latent row; Gemma, Llama,
+    Mistral, Mixtral, Phi-3, Qwen2 with q/k/v biases, the Qwen MoE families with head dim 128), random weights and
+    an untrained drafter: greedy DDTree on the kdtree backend (bf16 cache) equals generate() under the near-tie
+    rule."""
     layout = dict(hidden_size=256, intermediate_size=512, num_attention_heads=2, num_key_value_heads=1)
     if model_type.startswith("deepseek"):
         layout.update(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32, num_key_value_heads=2)
+    if model_type == "gemma":
+        layout.update(head_dim=128)
     m, drafter, dcfg = hf.untrained(model_type, "cuda", **layout)
     dec = hf.decoder(m, drafter, dcfg, backend="kdtree", budget=15, top_k=4)
     g = hf.greedy_vs_generate(m, dec, [[5, 17, 200, 3, 9, 44, 61], [8, 1, 250, 77], list(range(1, 60))], max_new=24)

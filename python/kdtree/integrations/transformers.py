@@ -2,9 +2,10 @@
 
 Supported: transformers 5.x (tested with 5.17 and 5.24; `pip install 'transformers>=5.17,<6'`), models
 DeepseekV2ForCausalLM and DeepseekV3ForCausalLM (MLA, absorbed form over a 576-wide latent cache row) and, GQA
-with head dim 64/128/256: LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM,
-Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM (one attention module each; the MoE MLPs are the
-model's own). transformers is imported only when a DDTreeDecoder is made.
+with head dim 64/128/256: GemmaForCausalLM, LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM,
+Phi3ForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM (one attention
+module each; the MoE MLPs are the model's own; each family's logits are its lm_head's alone). transformers is
+imported only when a DDTreeDecoder is made.
 
 One DDTree round, all on the device: drafter top-K -> tree_build -> ONE target forward over the tree nodes
 (verify_attention in every layer, RoPE at prefix_len + depth) -> sample_tokens -> tree_accept -> kv_compact.
@@ -46,12 +47,13 @@ from . import load_ops, rounds  # load_ops: the backend switch (kdtree or torch)
 from .budget import DEFAULT_BUDGETS, AutoBudget, CostTable, RoundLog
 
 SUPPORTED_VERSIONS = ">=5.17,<6"
-SUPPORTED_MODELS = {"DeepseekV2ForCausalLM": "mla", "DeepseekV3ForCausalLM": "mla", "LlamaForCausalLM": "gqa",
-                    "MistralForCausalLM": "gqa", "MixtralForCausalLM": "gqa", "Qwen2ForCausalLM": "gqa",
-                    "Qwen2MoeForCausalLM": "gqa", "Qwen3ForCausalLM": "gqa", "Qwen3MoeForCausalLM": "gqa"}
+SUPPORTED_MODELS = {"DeepseekV2ForCausalLM": "mla", "DeepseekV3ForCausalLM": "mla", "GemmaForCausalLM": "gqa",
+                    "LlamaForCausalLM": "gqa", "MistralForCausalLM": "gqa", "MixtralForCausalLM": "gqa",
+                    "Phi3ForCausalLM": "gqa", "Qwen2ForCausalLM": "gqa", "Qwen2MoeForCausalLM": "gqa",
+                    "Qwen3ForCausalLM": "gqa", "Qwen3MoeForCausalLM": "gqa"}
 # Families whose config.sliding_window, when set, windows every layer's attention (no use_sliding_window flag,
 # no layer_types): exact through kdtree only while no position reaches the window (DDTreeDecoder checks it).
-WINDOW_EVERY_LAYER = ("MistralForCausalLM", "MixtralForCausalLM")
+WINDOW_EVERY_LAYER = ("MistralForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM")
 ATTN_NAME = "kdtree_ddtree"
 
 _active = contextvars.ContextVar("kdtree_ddtree_step", default=None)
@@ -122,7 +124,8 @@ def model_spec(model) -> ModelSpec:
     family = SUPPORTED_MODELS.get(arch)
     if family is None:
         raise ValueError(f"kdtree.integrations.transformers: {arch} is not supported; supported models: "
-                         f"{', '.join(SUPPORTED_MODELS)} (DeepSeek-V2/V3 MLA; Llama, Mistral, Mixtral and Qwen GQA)")
+                         f"{', '.join(SUPPORTED_MODELS)} (DeepSeek-V2/V3 MLA; Gemma, Llama, Mistral, Mixtral, "
+                         f"Phi-3 and Qwen GQA)")
     c = model.config
     L, H = c.num_hidden_layers, c.num_attention_heads
     maxpos = getattr(c, "max_position_embeddings", 1 << 30) or (1 << 30)
@@ -339,8 +342,8 @@ class DDTreeOutput:
 class DDTreeDecoder:
     """DDTree decoding of a transformers causal LM over a kdtree paged KV cache.
 
-    model      a causal LM of SUPPORTED_MODELS: DeepseekV2/V3ForCausalLM (MLA), or Llama, Mistral, Mixtral, Qwen2,
-               Qwen2-MoE, Qwen3 or Qwen3-MoE (GQA) (eval mode; float32 or bf16)
+    model      a causal LM of SUPPORTED_MODELS: DeepseekV2/V3ForCausalLM (MLA), or Gemma, Llama, Mistral, Mixtral,
+               Phi-3, Qwen2, Qwen2-MoE, Qwen3 or Qwen3-MoE (GQA) (eval mode; float32 or bf16)
     drafter    a Drafter (per-depth top-K tokens and log-probs); None allows mode="ar" only
     backend    "kdtree" (CUDA) or "torch" (kdtree.integrations.torch_ops: any device, for CPU tests)
     budget     draft nodes per round (1..127), or "auto": chosen each round from the measured step cost at the
