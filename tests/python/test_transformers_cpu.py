@@ -350,6 +350,20 @@ def test_every_layer_sliding_window_holds_while_no_position_reaches_it(model_typ
         dec.generate([[5, 17, 200, 3, 9, 44, 61]], 40)
 
 
+def test_longrope_holds_below_its_switch_and_is_refused_past_it():
+    """Phi-3's longrope takes its long factors for a whole forward once a position reaches
+    original_max_position_embeddings: below that DDTree equals generate(); a decode that would reach it (where the
+    two would rotate some tokens differently) is refused, naming the limit."""
+    rope = {"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [3.0] * 8,
+            "original_max_position_embeddings": 32, "rope_theta": 10000.0}
+    m, drafter, dcfg = hf.untrained("phi3", rope_parameters=rope, original_max_position_embeddings=32)
+    dec = hf.decoder(m, drafter, dcfg, backend="torch", budget=15, top_k=4, page_size=16, cache_dtype=torch.float32)
+    g = hf.greedy_vs_generate(m, dec, [[5, 17, 200, 3, 9, 44, 61], [8, 1, 250, 77]], max_new=16)
+    assert g["equal"] == 2, g["requests"]
+    with pytest.raises(ValueError, match=r"Phi3ForCausalLM: its longrope RoPE .*_embeddings 32.* reach position 50"):
+        dec.generate([[5, 17, 200, 3, 9, 44, 61]], 40)
+
+
 @pytest.mark.parametrize("ask", [dict(sliding_window=64), dict(softcap=30.0), dict(s_aux=torch.zeros(2))])
 def test_attention_asked_for_more_than_verify_attention_does_stops(ask):
     """The registered attention function refuses a window, logit soft-capping or sinks it would not apply, naming

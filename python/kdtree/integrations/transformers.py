@@ -116,6 +116,7 @@ class ModelSpec:
     vocab_size: int
     max_positions: int
     window: int | None = None  # every layer's sliding window (WINDOW_EVERY_LAYER), None: none
+    rope_switch: int | None = None  # longrope: the position count past which a forward's RoPE takes its long factors
 
 
 def model_spec(model) -> ModelSpec:
@@ -141,7 +142,18 @@ def model_spec(model) -> ModelSpec:
         raise ValueError(f"{arch}: sliding-window layers are not supported (kdtree's verify_attention attends "
                          f"over the whole prefix); set use_sliding_window=False / layer_types to full_attention")
     window = getattr(c, "sliding_window", None) if arch in WINDOW_EVERY_LAYER else None
-    return ModelSpec("gqa", arch, L, H, kvh, hd, hd, c.hidden_size, c.vocab_size, maxpos, window or None)
+    return ModelSpec("gqa", arch, L, H, kvh, hd, hd, c.hidden_size, c.vocab_size, maxpos, window or None,
+                     _rope_switch(c))
+
+
+def _rope_switch(c):
+    """longrope (Phi-3's long-context configs) rotates a whole forward with its long factors once any position in it
+    reaches original_max_position_embeddings, and the rows cached before keep their rotation; DDTree's rounds reach a
+    position earlier than generate()'s steps, so past that point the two rotate some tokens differently."""
+    rp = getattr(c, "rope_parameters", None)
+    if isinstance(rp, dict) and rp.get("rope_type") == "longrope":
+        return rp.get("original_max_position_embeddings") or getattr(c, "original_max_position_embeddings", None)
+    return None
 
 
 def check_kdtree_shapes(spec: ModelSpec, page_size: int, cache_dtype: torch.dtype):
@@ -453,6 +465,12 @@ class DDTreeDecoder:
             raise ValueError(f"prompts of up to {longest} tokens + max_new_tokens {max_new} + "
                              f"drafter depth {D} reach position {top}, beyond the model's max_position_embeddings "
                              f"{spec.max_positions}: lower max_new_tokens")
+        if spec.rope_switch is not None and top >= spec.rope_switch:
+            raise ValueError(f"{spec.arch}: its longrope RoPE switches to the long factors for a whole forward once a "
+                             f"position reaches original_max_position_embeddings {spec.rope_switch}, which DDTree's "
+                             f"rounds reach earlier than generate(): prompts of up to {longest} tokens + "
+                             f"max_new_tokens {max_new} + drafter depth {D} reach position {top}; keep them below "
+                             f"{spec.rope_switch} (lower max_new_tokens)")
         if spec.window is not None and top >= spec.window:
             raise ValueError(f"{spec.arch}: config.sliding_window {spec.window} limits each token's attention to the "
                              f"last {spec.window} positions, and kdtree attends over the whole prefix: prompts of up "
