@@ -461,22 +461,20 @@ class DDTreeDecoder:
         need_len = longest + max_new + D + 1 + Wmax  # KV rows (a round's tree included)
         # Positions: the last round's tree reaches D past the last committed token (prompt + max_new, 0-based).
         top = longest + max_new + D - 1
-        if top >= spec.max_positions:
-            raise ValueError(f"prompts of up to {longest} tokens + max_new_tokens {max_new} + "
-                             f"drafter depth {D} reach position {top}, beyond the model's max_position_embeddings "
-                             f"{spec.max_positions}: lower max_new_tokens")
-        if spec.rope_switch is not None and top >= spec.rope_switch:
-            raise ValueError(f"{spec.arch}: its longrope RoPE switches to the long factors for a whole forward once a "
-                             f"position reaches original_max_position_embeddings {spec.rope_switch}, which DDTree's "
-                             f"rounds reach earlier than generate(): prompts of up to {longest} tokens + "
-                             f"max_new_tokens {max_new} + drafter depth {D} reach position {top}; keep them below "
-                             f"{spec.rope_switch} (lower max_new_tokens)")
-        if spec.window is not None and top >= spec.window:
-            raise ValueError(f"{spec.arch}: config.sliding_window {spec.window} limits each token's attention to the "
-                             f"last {spec.window} positions, and kdtree attends over the whole prefix: prompts of up "
-                             f"to {longest} tokens + max_new_tokens {max_new} + drafter depth {D} reach position "
-                             f"{top}; keep them below {spec.window} (lower max_new_tokens), or use a config without "
-                             f"sliding_window")
+        reach = f"prompts of up to {longest} tokens + max_new_tokens {max_new} + drafter depth {D} reach position {top}"
+        for limit, message in (
+                (spec.max_positions, f"{reach}, beyond the model's max_position_embeddings {spec.max_positions}: "
+                                     f"lower max_new_tokens"),
+                (spec.rope_switch, f"{spec.arch}: its longrope RoPE switches to the long factors for a whole forward "
+                                   f"once a position reaches original_max_position_embeddings {spec.rope_switch}, "
+                                   f"which DDTree's rounds reach earlier than generate(): {reach}; keep them below "
+                                   f"{spec.rope_switch} (lower max_new_tokens)"),
+                (spec.window, f"{spec.arch}: config.sliding_window {spec.window} limits each token's attention to the "
+                              f"last {spec.window} positions, and kdtree attends over the whole prefix: {reach}; keep "
+                              f"them below {spec.window} (lower max_new_tokens), or use a config without "
+                              f"sliding_window")):
+            if limit is not None and top >= limit:
+                raise ValueError(message)
         self.M = math.ceil(need_len / ps)
         self.max_kv = self.M * ps
         self._kv_base = need_len - Wmax  # + a round's tree width: that round's bound on a request's KV
