@@ -96,7 +96,12 @@ def test_sampling_matches_one_token_rounds(cache_dir):
 def test_mla_absorbed_path_equals_model_logits(cache_dir):
     """The absorbed MLA forward over the paged latent cache reproduces the model's own logits (float32)."""
     model, drafter, dcfg, _ = models("deepseek-tiny", cache_dir)
-    p = prompts("deepseek-tiny")[1]
+    assert_absorbed_logits_equal_the_models(model, drafter, dcfg, prompts("deepseek-tiny")[1])
+
+
+def assert_absorbed_logits_equal_the_models(model, drafter, dcfg, p):
+    """The logits of p's last token through the decoder (float32; p[:-1] prefilled through the same path) equal
+    the model's own forward over p."""
     dec = hf.decoder(model, drafter, dcfg, backend="torch", budget=4, top_k=4, page_size=16,
                      cache_dtype=torch.float32)
     dec.generate([p[:2]], 1, mode="ar")  # allocates and prefills
@@ -122,14 +127,7 @@ def test_mla_absorbed_path_equals_model_logits_for_each_rope(model_type, rope):
     the last token of a 60-token prompt, which attend over the 59 rows its prefill wrote through the same path,
     equal the model's own (float32)."""
     m, drafter, dcfg = hf.untrained(model_type, **rope)
-    p = [(7 * i + 3) % 256 for i in range(60)]
-    dec = hf.decoder(m, drafter, dcfg, backend="torch", budget=4, top_k=4, page_size=16, cache_dtype=torch.float32)
-    dec.generate([p[:2]], 1, mode="ar")  # allocates and prefills
-    full = m(torch.tensor([p])).logits[0]
-    dec._admit([p], 1, None, None)  # prefill p[:-1] through the kdtree path
-    dec.mode, dec.record_margins = "ar", False
-    dict(dec._stages())["target"]()
-    assert torch.allclose(dec.s["logits"][0], full[len(p) - 1], atol=1e-4, rtol=1e-4)
+    assert_absorbed_logits_equal_the_models(m, drafter, dcfg, [(7 * i + 3) % 256 for i in range(60)])
 
 
 def test_auto_budget_reports_its_choices(cache_dir):
