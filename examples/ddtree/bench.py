@@ -9,7 +9,7 @@ from .engine import Engine
 
 
 def throughput(models, ops, groups, *, mode, max_new, budget=63, top_k=8, graphs=True, device="cuda",
-               dtype=torch.bfloat16, repeats=2, kv_dtype=None, kv_scale=1.0):
+               dtype=torch.bfloat16, repeats=2, kv_dtype=None, kv_scale=1.0, alloc="request"):
     """Decodes `groups` (batches of prompts, all of one size) one after another on one engine (one
     CUDA graph), max_new tokens for every prompt; each batch's time is the best of `repeats` runs
     after one untimed warm run of the first. tokens/s = all tokens / the sum of those times, so a
@@ -22,7 +22,7 @@ def throughput(models, ops, groups, *, mode, max_new, budget=63, top_k=8, graphs
         raise ValueError(f"every group must have {B} prompts, got sizes {[len(g) for g in groups]}")
     e = Engine(target, drafter, cfg, ops, mode=mode, batch_size=B, max_prompt=max(len(p) for g in groups for p in g),
                max_new=max_new, budget=budget, top_k=top_k, device=device, dtype=dtype, kv_dtype=kv_dtype,
-               kv_scale=kv_scale)
+               kv_scale=kv_scale, alloc=alloc)
     e.admit(groups[0])
     graph_error = None
     if graphs:

@@ -25,14 +25,15 @@ def _engine(models, ops, mode, B, prompts_max, max_new, **kw):
 
 
 def greedy_equality(models, ops, prompts, *, max_new, budget, top_k, page_size=64, device="cuda",
-                    dtype=torch.bfloat16, kv_dtype=None, kv_scale=1.0):
+                    dtype=torch.bfloat16, kv_dtype=None, kv_scale=1.0, alloc="request"):
+    """alloc: the speculative engine's node allocation (engine.Engine's)."""
     B = len(prompts)
     mp = max(len(p) for p in prompts)
     runs = {}
     for mode in ("ar", "spec"):
         e = _engine(models, ops, mode, B, mp, max_new, budget=budget, top_k=top_k, temperature=0.0,
                     page_size=page_size, record_margins=True, device=device, dtype=dtype, kv_dtype=kv_dtype,
-                    kv_scale=kv_scale)
+                    kv_scale=kv_scale, alloc=alloc)
         runs[mode] = e.generate(prompts)
     ar, sp = runs["ar"], runs["spec"]
     report = near_tie_report(ar.tokens, ar.margins, sp, max_new, "ar_margin", [len(p) for p in prompts])

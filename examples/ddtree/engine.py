@@ -68,9 +68,12 @@ class Engine:
     def __init__(self, target, drafter, cfg, ops, *, mode="spec", batch_size, max_prompt, max_new,
                  budget=63, top_k=8, temperature=0.0, seed=0, page_size=64, num_pages=None,
                  record_margins=False, device="cuda", dtype=torch.bfloat16, kv_dtype=None, kv_scale=1.0,
-                 auto_budgets=None):
+                 auto_budgets=None, alloc="request"):
         if mode not in ("spec", "ar"):
             raise ValueError(f"mode must be 'spec' or 'ar', got {mode!r}")
+        if alloc not in ("request", "batch"):
+            raise ValueError(f"alloc must be 'request' (budget draft nodes per request) or 'batch' (budget x batch "
+                             f"draft nodes shared by the batch), got {alloc!r}")
         if batch_size < 1 or max_new < 1 or max_prompt < 2:
             raise ValueError("batch_size and max_new must be >= 1 and max_prompt >= 2")
         self.cfg, self.ops, self.mode = cfg, ops, mode
@@ -101,12 +104,18 @@ class Engine:
             self.N = budget + 1          # nodes per request: root + budget (tree_build always fills it)
         else:
             self.W, self.N = 16, 1       # a one-node tree per request
+        # alloc "batch" (kdtree.integrations.allocate): a round's B x budget draft nodes go to the batch's most
+        # likely ones, each request's tree built at `cap` (its width's largest), so a request holds up to cap + 1.
+        self.alloc = alloc if mode == "spec" else "request"
+        self._tree_nodes = sum(top_k ** d for d in range(1, D + 1))
+        self.cap = self.cap_of(budget) if self.alloc == "batch" else None
+        self.room = self.N if self.cap is None else self.cap + 1  # the most nodes a request's tree holds
         self.budget, self.K = budget, top_k
         self.MW = (self.W + 63) // 64
         self.page_size = page_size
         # Longest KV a request reaches: a finished request keeps running (static batch) with its
         # length frozen at prompt - 1 + (< max_new + D + 1) generated, plus one tree.
-        self.max_kv = max_prompt + max_new + D + 1 + self.N
+        self.max_kv = max_prompt + max_new + D + 1 + self.room
         self.M = math.ceil(self.max_kv / page_size)
         if num_pages is None:
             num_pages = self.M * batch_size
@@ -140,7 +149,7 @@ class Engine:
         if self.auto:
             from kdtree.integrations.budget import AutoBudget, CostTable
             self.costs = CostTable()
-            self.autob = AutoBudget(self.budgets, self.costs, dev, depth=D)
+            self.autob = AutoBudget(self.budgets, self.costs, dev, depth=D, per_request=self.alloc == "batch")
         self._geo = {}
         self.budget_log = []  # auto: the budget of each step
         self.s = {}
@@ -165,7 +174,7 @@ class Engine:
             if pages:
                 self.cache.allocator.free(pages)
         self.pages_of = [[] for _ in range(B)]
-        need = [math.ceil((len(p) + self.max_new + self.cfg.draft_depth + 1 + self.N) / ps) for p in prompts]
+        need = [math.ceil((len(p) + self.max_new + self.cfg.draft_depth + 1 + self.room) / ps) for p in prompts]
         if sum(need) > self.cache.allocator.free_pages:
             raise ValueError(f"a batch of {B} requests needs {sum(need)} pages of {ps} tokens but the cache has "
                              f"{self.cache.allocator.free_pages} free of {self.cache.num_pages}")
@@ -218,6 +227,11 @@ class Engine:
             return out.to(self.model_dtype)
         return attend
 
+    def cap_of(self, budget):
+        """alloc "batch": the draft nodes a request may take in a round at `budget` (its width's largest, within
+        the drafter's tree)."""
+        return min(tree_width(budget) - 1, self._tree_nodes)
+
     def _row_offsets(self, positions):
         return rounds.row_offsets(self.stream, positions, self.B)
 
@@ -232,7 +246,8 @@ class Engine:
         of a fixed budget."""
         if budget not in self._geo:
             N, W = budget + 1, tree_width(budget)
-            pages = math.ceil((self.max_kv - self.N + N) / self.page_size)
+            held = N if self.cap is None else self.cap_of(budget) + 1  # the most nodes a request holds in the round
+            pages = math.ceil((self.max_kv - self.room + held) / self.page_size)
             self._geo[budget] = (N, W, (W + 63) // 64,
                                  torch.arange(self.B + 1, dtype=torch.int32, device=self.device) * N,
                                  torch.arange(N, dtype=torch.int32, device=self.device),
@@ -241,8 +256,10 @@ class Engine:
 
     def _spec_stages(self, budget=None):
         """The DDTree round at `budget`."""
-        s, ops, B = self.s, self.ops, self.B
         budget = self.budget if budget is None else budget
+        if self.alloc == "batch":
+            return self._batch_stages(budget)
+        s, ops, B = self.s, self.ops, self.B
         N, W, MW, indptr, node, max_kv_len = self._geometry(budget)
 
         def drafter():
@@ -290,6 +307,65 @@ class Engine:
 
         return [("drafter", drafter), ("tree_build", tree_build), ("target", target), ("sample_tokens", sample_tokens),
                 ("tree_accept", tree_accept), ("kv_compact", kv_compact), ("update", update)]
+
+    def _batch_stages(self, budget):
+        """The DDTree round at `budget` with alloc "batch": each request's tree built at cap_of(budget), then the
+        batch's B x budget most likely draft nodes kept (kdtree.integrations.allocate) and packed request after
+        request, B x (budget + 1) rows as a uniform round has; the ops take the per-request counts and
+        node_indptr."""
+        from kdtree.integrations.allocate import allocate
+        s, ops, B = self.s, self.ops, self.B
+        cap, total = self.cap_of(budget), B * budget
+        _, W, _, _, _, max_kv_len = self._geometry(budget)
+
+        def drafter():
+            s["active"] = self.gen < self.max_new
+            s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.K)
+
+        def tree_build():
+            s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=cap, max_tree_nodes=W)
+
+        def allocate_nodes():
+            s["alloc"] = allocate(s["tree"].scores, s["active"], total, cap)
+
+        def target():
+            t, a = s["tree"], s["alloc"]
+            r, i = a.row_req, a.row_node
+            s["pos"] = t.positions[r, i]
+            s["kv_total"] = self.kv_lens + a.counts
+            s["slots"] = self.cache.slots(self.page_table, r, self.kv_lens.long()[r] + i)
+            mask = t.tree_mask[r, i]
+            s["logits"], s["h"] = self.target.forward_nodes(t.tokens[r, i], s["pos"],
+                                                            self._attend(s["kv_total"], mask, W, a.indptr, max_kv_len))
+
+        def sample_tokens():
+            offsets = (self.stream[s["alloc"].row_req] << 32) + s["pos"].long() + 1  # rounds.row_offsets, packed
+            s["ttok"] = ops.sample_tokens(s["logits"], temperature=self.temperature, seed=self.seed,
+                                          row_offsets=offsets)
+
+        def tree_accept():
+            t, a = s["tree"], s["alloc"]
+            s["path"], s["acc"], s["bonus"] = ops.tree_accept(t.tokens, t.parents, a.counts, s["ttok"],
+                                                              node_indptr=a.indptr)
+
+        def kv_compact():
+            ops.kv_compact(self.cache.k, self.page_table, s["kv_total"], s["alloc"].counts, s["path"], s["acc"])
+
+        def update():
+            act, acc = s["active"], s["acc"]
+            rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
+                               self.cfg.draft_depth, indptr=s["alloc"].indptr)
+            row = self.step_no.clamp(max=self.max_steps).long()
+            logged = (torch.where(act, acc, self._minus1, out=self.autob.accepted) if self.auto
+                      else torch.where(act, acc, -1))
+            self.acc_log.index_copy_(0, row, logged[None])
+            self.step_no.add_(1)
+            if self.auto:
+                self.autob.record(logged, s["path"], s["alloc"].counts)
+
+        return [("drafter", drafter), ("tree_build", tree_build), ("allocate", allocate_nodes), ("target", target),
+                ("sample_tokens", sample_tokens), ("tree_accept", tree_accept), ("kv_compact", kv_compact),
+                ("update", update)]
 
     def _ar_stages(self):
         s, ops, B = self.s, self.ops, self.B

@@ -288,11 +288,13 @@ class BudgetPolicy:
         K = len(self.budgets)
         self.rS, self.rP, self.rC = np.zeros((batch, K)), np.zeros((batch, K)), np.zeros((batch, K))
 
-    def add(self, counts, active, used: int):
+    def add(self, counts, active, used):
         """One round's numbers: counts [B, K] from counterfactual_accepts, active [B] bool (the requests the
-        round decoded), used: the round's budget (only budgets <= used are observed)."""
+        round decoded), used: the round's budget, or [B] each request's draft nodes (a round whose nodes were
+        allocated over the batch, kdtree.integrations.allocate); only budgets <= used are observed."""
         counts = np.asarray(counts, dtype=np.float64)
-        obs = (np.asarray(active, dtype=bool)[:, None] & (self._bud[None, :] <= used)).astype(np.float64)
+        used = np.broadcast_to(np.asarray(used), (counts.shape[0],))
+        obs = (np.asarray(active, dtype=bool)[:, None] & (self._bud[None, :] <= used[:, None])).astype(np.float64)
         lower = np.concatenate([np.zeros((counts.shape[0], 1)), counts[:, :-1]], 1)
         # Each budget's sums forget in proportion to what this round observed of it (a full batch: decay).
         keep = self.decay ** (obs.sum(0) / max(counts.shape[0], 1))
@@ -378,11 +380,14 @@ class AutoBudget:
     done (the host adds each request's accepted + 1 to its generated count, as the round did on the device).
     """
 
-    def __init__(self, budgets, costs: CostTable, device, *, depth: int, policy=None):
+    def __init__(self, budgets, costs: CostTable, device, *, depth: int, policy=None, per_request=False):
         self.budgets = tuple(sorted(budgets))
         self.costs = costs
         self.device = torch.device(device)
         self.depth = int(depth)
+        # per_request: the rounds allocate their nodes over the batch (kdtree.integrations.allocate), so each
+        # request's draft nodes ride in a last column of stats and bound what its path tells
+        self.per_request = bool(per_request)
         self.policy = policy if policy is not None else BudgetPolicy(self.budgets, costs)
         self.batch, self.max_new = None, None
         self.stats = None
@@ -393,7 +398,7 @@ class AutoBudget:
         is unchanged (its cost row is the same)."""
         if self.batch != batch:
             self.policy = BudgetPolicy(self.budgets, self.costs)
-            self.stats = torch.zeros(batch, 1 + self.depth, dtype=torch.int32, device=self.device)
+            self.stats = torch.zeros(batch, 1 + self.depth + self.per_request, dtype=torch.int32, device=self.device)
         self.policy.requests(batch)
         self.batch, self.max_new = batch, int(max_new)
         self.gen = np.zeros(batch, dtype=np.int64)
@@ -412,15 +417,20 @@ class AutoBudget:
         (`torch.where(..., out=auto.accepted)`) saves record's copy of them."""
         return self.stats[:, 0]
 
-    def record(self, accepted, path):
+    def record(self, accepted, path, node_counts=None):
         """The round's numbers into self.stats (on the device, one copy each, none for `accepted` when it is
         self.accepted already). accepted [B]: the accepted draft tokens of the requests the round decoded, -1
-        for the others; path [B, W]: tree_accept's path."""
+        for the others; path [B, W]: tree_accept's path; node_counts [B] (per_request only): each request's
+        nodes, root included."""
         L = min(path.shape[1] - 1, self.depth)
         col = self.stats[:, 0]
         if not (accepted.data_ptr() == col.data_ptr() and accepted.stride() == col.stride()):
             col.copy_(accepted)
         self.stats[:, 1:1 + L].copy_(path[:, 1:1 + L])
+        if self.per_request:
+            if node_counts is None:
+                raise ValueError("AutoBudget.record: per_request needs node_counts")
+            self.stats[:, 1 + self.depth].copy_(node_counts - 1)
 
     def observe(self, row, used: int, advance: bool = True, seconds: float | None = None) -> bool:
         """A round's stats as read on the host ([B, 1 + depth], a tensor or array), `used` the budget it ran
@@ -431,16 +441,21 @@ class AutoBudget:
         acc = row[:, 0].astype(np.int64)
         if seconds is not None:
             self.costs.observe(self.batch, used, seconds)
-        return self.observe_counts(counterfactual_accepts(acc, row[:, 1:], self.budgets), acc >= 0, used, advance)
+        nodes = row[:, 1 + self.depth] if self.per_request else None
+        return self.observe_counts(counterfactual_accepts(acc, row[:, 1:1 + self.depth], self.budgets), acc >= 0,
+                                   used, advance, nodes=nodes, accepted=acc)
 
-    def observe_counts(self, counts, active, used: int, advance: bool = True) -> bool:
+    def observe_counts(self, counts, active, used: int, advance: bool = True, nodes=None, accepted=None) -> bool:
         """observe's step after a row's counterfactual counts: counts [B, len(budgets)] (counterfactual_accepts),
-        active [B] bool, `used` the round's budget (one of self.budgets). Returns whether every request is done.
+        active [B] bool, `used` the round's budget (one of self.budgets); nodes [B]: each request's draft nodes
+        where the round allocated them over the batch (its counts are exact up to them); accepted [B]: the
+        round's accepted draft tokens (default: the counts at `used`). Returns whether every request is done.
         examples/ddtree/simulate.py replays rounds through it from a trace's counts."""
         active = np.asarray(active, dtype=bool)
-        self.policy.add(counts, active, used)
+        self.policy.add(counts, active, used if nodes is None else nodes)
         if advance:
-            self.gen[active] += np.asarray(counts)[active, self.budgets.index(used)] + 1
+            acc = np.asarray(counts)[:, self.budgets.index(used)] if accepted is None else np.asarray(accepted)
+            self.gen[active] += acc[active] + 1
         return bool((self.gen >= self.max_new).all())
 
     def initialise(self, row, used: int):
@@ -452,7 +467,7 @@ class AutoBudget:
         bursts run it, so that their rounds cost what the decoding loop's do where the host is the bottleneck."""
         self.policy.times(self.batch, self.max_new - self.gen, cost=np.ones(len(self.budgets)))  # no row yet
         row = np.asarray(row).reshape(self.batch, -1)
-        counterfactual_accepts(row[:, 0], row[:, 1:], self.budgets)
+        counterfactual_accepts(row[:, 0], row[:, 1:1 + self.depth], self.budgets)
 
     def calibrate(self, run_round, restore, *, rounds: int = 5, lag: int = 2, event=None):
         """Measures every candidate budget's round at this batch into the cost table, as the decoding loop runs

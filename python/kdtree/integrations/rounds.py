@@ -28,13 +28,14 @@ def _pad(x, cols):
     return x if x.shape[1] >= cols else torch.cat([x, x.new_zeros(x.shape[0], cols - x.shape[1])], 1)
 
 
-def commit_tree(st, tokens, path, acc, bonus, active, h, logits, depth):
+def commit_tree(st, tokens, path, acc, bonus, active, h, logits, depth, indptr=None):
     """After tree_accept: request b (if active) emits its accepted draft tokens tokens[b, path[b, 1..acc]] and
     the bonus token, its KV length and count grow by acc + 1, and its root and hidden state become the bonus
     and the last accepted node's. tokens/path [B, W] (a path is at most depth + 1 nodes), acc/bonus [B],
-    h [B * N, d] and logits [B * N, V] of the packed nodes."""
+    h [rows, d] and logits [rows, V] of the packed nodes: request b's node i at row indptr[b] + i (indptr
+    [B + 1]; None: N = rows / B nodes each, b * N + i)."""
     B = acc.shape[0]
-    N = h.shape[0] // B
+    base = (torch.arange(B, device=acc.device) * (h.shape[0] // B) if indptr is None else indptr[:-1].long())
     J = depth + 1  # at most D accepted draft tokens + the bonus
     j = torch.arange(J, device=acc.device)[None, :]
     nxt = _pad(path[:, 1:J + 1].clamp(min=0).long(), J)
@@ -44,9 +45,9 @@ def commit_tree(st, tokens, path, acc, bonus, active, h, logits, depth):
     st.out.scatter_(1, cols, vals)
     if st.record_margins:  # the margin at the node that produced each emitted token
         node = _pad(path[:, :J].clamp(min=0).long(), J)  # a tree narrower than D + 1 (W = 16, D = 16)
-        st.out_margin.scatter_(1, cols, margins(logits).view(B, N).gather(1, node))
-    last = path.gather(1, acc[:, None].long()).long()  # [B, 1] the last accepted node
-    h_new = h.view(B, N, -1).gather(1, last[:, :, None].expand(-1, -1, h.shape[-1]))[:, 0]
+        st.out_margin.scatter_(1, cols, margins(logits)[base[:, None] + node])
+    last = path.gather(1, acc[:, None].long()).long()[:, 0]  # [B] the last accepted node
+    h_new = h[base + last]
     st.h_last.copy_(torch.where(active[:, None], h_new, st.h_last))
     st.root.copy_(torch.where(active, bonus, st.root))
     st.kv_lens.copy_(torch.where(active, st.kv_lens + acc + 1, st.kv_lens))

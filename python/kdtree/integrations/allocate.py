@@ -1,0 +1,55 @@
+"""Batch-wide draft-node allocation: a round verifies a fixed number of draft nodes for the whole batch,
+given to the requests whose trees' next nodes are most likely to be accepted, instead of the same budget to
+every request.
+
+tree_build pops a request's nodes best first (path log-probability, non-increasing along the node index), and
+its budget-m tree is the first m + 1 nodes of any larger one (kdtree.integrations.budget.prefix_tree). So the
+`total` best nodes of the batch, each request's tree built at a cap, are a prefix of every request's tree: the
+allocation is a node count per request, and the round's nodes are packed request after request (node_indptr)
+in a fixed number of rows, B + total, which keeps a round one CUDA graph. A round costs what a uniform round of
+the same rows costs (the target's rows; the attention's width is the cap's), and accepts more where the
+drafter is more certain of some requests than of others. Requests that are done take nodes only when every
+decoding request has its cap (a static batch runs them along; their rows are real trees over their own pages).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# A done request's node scores sort after every decoding request's (path log-probabilities are > -1e4).
+_DONE_OFFSET = 1.0e6
+
+
+@dataclass
+class Allocation:
+    counts: torch.Tensor    # [B] int32: 1 + draft nodes of each request (tree_accept's and kv_compact's node_counts)
+    indptr: torch.Tensor    # [B + 1] int32: request b's packed rows [indptr[b], indptr[b + 1])
+    row_req: torch.Tensor   # [B + total] int64: the request of each packed row
+    row_node: torch.Tensor  # [B + total] int64: its node index in the request's tree (0 = root)
+
+
+def allocate(scores: torch.Tensor, active: torch.Tensor, total: int, cap: int) -> Allocation:
+    """The `total` draft nodes of highest path log-probability over the batch, at most `cap` per request.
+
+    scores [B, W] float: tree_build's scores of trees built at budget >= cap (node 0 the root; nodes 1..cap
+    valid in every request); active [B] bool: the requests still decoding (the others take nodes last).
+    Returns the per-request counts and the packed row map. Device tensors only, no host synchronisation."""
+    B, W = scores.shape
+    if not 1 <= cap < W:
+        raise ValueError(f"allocate: cap must be 1..{W - 1} (the trees' width less the root), got {cap}")
+    if not 0 <= total <= B * cap:
+        raise ValueError(f"allocate: total must be 0..{B * cap} (batch {B} x cap {cap}), got {total}")
+    if active.shape != (B,):
+        raise ValueError(f"allocate: active must be [{B}], got {tuple(active.shape)}")
+    dev = scores.device
+    key = scores[:, 1:cap + 1].float() - torch.where(active, 0.0, _DONE_OFFSET)[:, None]
+    chosen = torch.topk(key.reshape(-1), total, sorted=False).indices // cap
+    drafts = torch.zeros(B, dtype=torch.int64, device=dev).scatter_add_(0, chosen, torch.ones_like(chosen))
+    counts = (drafts + 1).to(torch.int32)
+    indptr = torch.zeros(B + 1, dtype=torch.int32, device=dev)
+    torch.cumsum(counts, 0, out=indptr[1:])
+    rows = torch.arange(B + total, dtype=torch.int32, device=dev)
+    row_req = torch.searchsorted(indptr[1:], rows, right=True).long()
+    row_node = (rows - indptr[row_req]).long()
+    return Allocation(counts, indptr, row_req, row_node)

@@ -1,0 +1,140 @@
+"""kdtree.integrations.allocate (batch-wide draft-node allocation) against a brute-force choice, and the DDTree
+example's engine with alloc "batch": greedy decoding still equals autoregressive decoding."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kdtree.integrations.allocate import allocate  # noqa: E402
+
+
+def _scores(B, W, seed):
+    # tree_build's scores: the root 0, then non-increasing path log-probabilities, -inf padding past `valid`
+    g = np.random.default_rng(seed)
+    s = -np.cumsum(g.exponential(1.0, (B, W)), 1)
+    s[:, 0] = 0.0
+    return torch.tensor(s, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("B,W,cap,total", [(1, 16, 15, 7), (4, 16, 15, 12), (8, 32, 31, 100), (16, 16, 12, 48),
+                                           (5, 16, 15, 75), (3, 16, 15, 0)])
+def test_allocate_keeps_the_batchs_most_likely_nodes(B, W, cap, total):
+    scores = _scores(B, W, seed=B * 100 + total)
+    active = torch.ones(B, dtype=torch.bool)
+    a = allocate(scores, active, total, cap)
+    drafts = (a.counts - 1).numpy()
+    # brute force: the `total` largest scores of nodes 1..cap over the batch (no ties in random data)
+    flat = [(float(scores[b, i]), b) for b in range(B) for i in range(1, cap + 1)]
+    want = np.bincount([b for _, b in sorted(flat, reverse=True)[:total]], minlength=B)
+    assert drafts.tolist() == want.tolist()
+    assert drafts.sum() == total and (drafts <= cap).all()
+    assert a.indptr.tolist() == [0] + np.cumsum(drafts + 1).tolist()
+    rows = [(b, i) for b in range(B) for i in range(drafts[b] + 1)]
+    assert list(zip(a.row_req.tolist(), a.row_node.tolist())) == rows
+
+
+def test_allocate_gives_done_requests_nodes_last():
+    B, W, cap = 4, 16, 15
+    scores = _scores(B, W, seed=7)
+    scores[1, 1:] = 0.0  # the most likely nodes of the batch, but request 1 is done
+    active = torch.tensor([True, False, True, True])
+    a = allocate(scores, active, 20, cap)
+    assert int(a.counts[1]) == 1  # only its root: the decoding requests had room for all 20
+    a = allocate(scores, active, 3 * cap + 2, cap)
+    assert (a.counts - 1).tolist() == [cap, 2, cap, cap]  # full caps first, then the done request
+
+
+def test_allocate_errors_name_the_argument():
+    s = _scores(2, 16, 0)
+    act = torch.ones(2, dtype=torch.bool)
+    with pytest.raises(ValueError, match="cap must be 1..15"):
+        allocate(s, act, 4, 16)
+    with pytest.raises(ValueError, match="total must be 0..30"):
+        allocate(s, act, 31, 15)
+    with pytest.raises(ValueError, match=r"active must be \[2\]"):
+        allocate(s, torch.ones(3, dtype=torch.bool), 4, 15)
+
+
+# ----------------------------------------------------------------------------- the engine with alloc "batch"
+
+from examples.ddtree import checks, engine, torch_ops, train  # noqa: E402
+
+CPU = dict(device="cpu", dtype=torch.float32, page_size=16)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    import os
+    old = os.environ.get("KDTREE_DDTREE_CACHE")
+    os.environ["KDTREE_DDTREE_CACHE"] = str(tmp_path_factory.mktemp("ddtree-cache"))
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        target, drafter, cfg, _ = train.get_models("tiny", "cpu", log=lambda *a: None)
+    finally:
+        torch.set_num_threads(n)
+        if old is None:
+            del os.environ["KDTREE_DDTREE_CACHE"]
+        else:
+            os.environ["KDTREE_DDTREE_CACHE"] = old
+    return target, drafter, cfg
+
+
+@pytest.mark.parametrize("budget", [2, 6])
+def test_greedy_with_batch_allocation_equals_autoregressive(models, budget):
+    prompts = train.corpus_prompts("tiny", [20, 33, 50, 7, 41, 12], seed=3)
+    g = checks.greedy_equality(models, torch_ops, prompts, max_new=40, budget=budget, top_k=4, alloc="batch", **CPU)
+    assert g["other_divergences"] == 0, g["requests"]
+    assert g["near_tie_divergences"] <= 1, g["requests"]
+    assert g["mean_tokens_per_step"] > 1.2
+
+
+def test_batch_allocation_rounds_pack_the_allocated_trees(models):
+    # One round by hand: the packed rows are each request's first counts[b] nodes of its cap-wide tree, the
+    # round's nodes total B x budget, and accepting moves each request by its accepted count + 1.
+    target, drafter, cfg = models
+    prompts = train.corpus_prompts("tiny", [20, 33, 50, 7], seed=5)
+    e = engine.Engine(target, drafter, cfg, torch_ops, mode="spec", batch_size=4, max_prompt=50, max_new=16,
+                      budget=3, top_k=4, alloc="batch", **CPU)
+    assert e.cap == 15 and e.room == 16
+    e.admit(prompts)
+    kv0 = e.kv_lens.clone()
+    stages = dict(e.stages())
+    for name in ("drafter", "tree_build", "allocate", "target"):
+        stages[name]()
+    t, a = e.s["tree"], e.s["alloc"]
+    assert int(a.counts.sum()) == 4 * (3 + 1) and int(a.indptr[-1]) == 16
+    for b in range(4):
+        rows = range(int(a.indptr[b]), int(a.indptr[b + 1]))
+        assert [int(a.row_node[r]) for r in rows] == list(range(int(a.counts[b])))
+        assert torch.equal(e.s["pos"][list(rows)], t.positions[b, : int(a.counts[b])])
+    for name in ("sample_tokens", "tree_accept", "kv_compact", "update"):
+        stages[name]()
+    assert torch.equal(e.kv_lens, kv0 + e.s["acc"] + 1)
+    assert (e.s["acc"] <= a.counts - 1).all()
+
+
+def test_batch_allocation_with_auto_budget(models):
+    # budget "auto" over allocated rounds: the policy reads each request's draft nodes from the round's record
+    target, drafter, cfg = models
+    prompts = train.corpus_prompts("tiny", [20, 33, 50, 7, 41, 12], seed=3)
+    e = engine.Engine(target, drafter, cfg, torch_ops, mode="spec", batch_size=6, max_prompt=50, max_new=24,
+                      budget="auto", top_k=4, alloc="batch", auto_budgets=(2, 4, 8, 15), **CPU)
+    assert e.autob.per_request and e.room == 16
+    r = e.generate(prompts)
+    ar = engine.Engine(target, drafter, cfg, torch_ops, mode="ar", batch_size=6, max_prompt=50, max_new=24, **CPU)
+    assert r.tokens == ar.generate(prompts).tokens  # float32 on the CPU: no near-ties
+    assert set(r.budgets) <= {2, 4, 8, 15}
+    assert e.autob.stats.shape == (6, 1 + cfg.draft_depth + 1)
+
+
+def test_batch_allocation_rejects_an_unknown_mode(models):
+    target, drafter, cfg = models
+    with pytest.raises(ValueError, match="alloc must be"):
+        engine.Engine(target, drafter, cfg, torch_ops, mode="spec", batch_size=2, max_prompt=20, max_new=8,
+                      budget=4, top_k=4, alloc="global", **CPU)
