@@ -50,18 +50,19 @@ class Fixed:
     def plan(self):
         return self.budget
 
-    def observe(self, counts, active, used):
+    def observe(self, counts, active, used, nodes=None, accepted=None):
         pass
 
 
 class Auto:
     """kdtree.integrations.budget.AutoBudget itself, fed a trace's counts instead of device rows: calibrated once per
     batch size (a round at the largest budget from the admitted state, then its burst's later rounds), then one
-    plan per round from the rounds read so far."""
+    plan per round from the rounds read so far. per_request: the rounds allocate their nodes over the batch."""
 
-    def __init__(self, budgets, costs_by_batch, *, calibration_rounds=6, lag=2):
+    def __init__(self, budgets, costs_by_batch, *, calibration_rounds=6, lag=2, per_request=False):
         self.budgets = tuple(sorted(budgets))
         self.costs_by_batch, self.cal, self.lag = costs_by_batch, calibration_rounds, lag
+        self.per_request = per_request
         self.auto = None
 
     @property
@@ -74,7 +75,8 @@ class Auto:
             table = CostTable()
             for b in self.budgets:
                 table.set(batch, b, self.costs_by_batch[b])
-            self.auto = AutoBudget(self.budgets, table, "cpu", depth=1)  # its device rows are not used here
+            self.auto = AutoBudget(self.budgets, table, "cpu", depth=1,  # its device rows are not used here
+                                   per_request=self.per_request)
             self.calibrate = True
         self.auto.reset(batch, max_new)
 
@@ -95,13 +97,33 @@ class Auto:
     def plan(self):
         return self.auto.plan()
 
-    def observe(self, counts, active, used):
-        self.auto.observe_counts(counts, active, used)
+    def observe(self, counts, active, used, nodes=None, accepted=None):
+        self.auto.observe_counts(counts, active, used, nodes=nodes, accepted=accepted)
 
 
-def run_group(counts, budgets, costs, policy, *, max_new, lag=2):
+def width_cap(budget, widths=(16, 32, 64, 128)):
+    """The draft nodes a request may take in a round at `budget` with batch allocation: its width's largest."""
+    return next(w for w in widths if budget + 1 <= w) - 1
+
+
+def allocated_round(paths, scores, active, total, cap):
+    """kdtree.integrations.allocate over a trace's round: paths [R, D] (the budget-127 tree's accepted path, node
+    indices, -1 past it), scores [R, 128]; the `total` best nodes 1..cap over the batch, done requests' last.
+    Returns (draft nodes [R], accepted draft tokens [R]: the path's nodes within them, a prefix)."""
+    R = paths.shape[0]
+    key = scores[:, 1:cap + 1].astype(np.float64) - np.where(active, 0.0, 1e6)[:, None]
+    top = np.argpartition(-key.reshape(-1), total - 1)[:total] if total else np.zeros(0, np.int64)
+    nodes = np.bincount(top // cap, minlength=R)
+    p = paths.astype(np.int64)
+    ok = (p >= 0) & (p <= nodes[:, None])
+    return nodes, np.cumprod(ok, 1).sum(1)
+
+
+def run_group(counts, budgets, costs, policy, *, max_new, lag=2, alloc=None):
     """One prompt group decoded to max_new tokens each: (seconds, rounds). counts [G, R, K] over `budgets`,
-    costs {budget: seconds a round} at this batch size."""
+    costs {budget: seconds a round} at this batch size (a round allocated over the batch costs its budget's:
+    the same rows and width). alloc: (paths [G, R, D], scores [G, R, 128]) of the group: each round's B x budget
+    nodes are allocated over the batch (allocated_round) instead of budget per request."""
     G, R, K = counts.shape
     col = {b: k for k, b in enumerate(budgets)}
     policy.start(R, max_new)
@@ -115,33 +137,44 @@ def run_group(counts, budgets, costs, policy, *, max_new, lag=2):
         seconds += costs[b]
         rounds += 1
         active = g < max_new
-        c = counts[np.minimum(g, G - 1), np.arange(R)]
-        g = np.where(active, g + 1 + c[:, col[b]], g)
-        pending.append((c, active, b))
+        gi = np.minimum(g, G - 1)
+        c = counts[gi, np.arange(R)]
+        if alloc is None:
+            nodes, acc = None, c[:, col[b]]
+        else:
+            nodes, acc = allocated_round(alloc[0][gi, np.arange(R)], alloc[1][gi, np.arange(R)], active, R * b,
+                                         width_cap(b))
+        g = np.where(active, g + 1 + acc, g)
+        pending.append((c, active, b, nodes, acc))
         if len(pending) > lag:
-            pc, pa, pb = pending.pop(0)
-            policy.observe(pc, pa, pb)
+            pc, pa, pb, pn, pacc = pending.pop(0)
+            if pn is None:
+                policy.observe(pc, pa, pb)
+            else:
+                policy.observe(pc, pa, pb, nodes=pn, accepted=pacc)
         if done_at is None and (g >= max_new).all():
             done_at = rounds
         if done_at is not None and rounds >= done_at + lag:
             return seconds, rounds
 
 
-def tokens_per_s(groups_counts, budgets, costs, policy, *, max_new, lag=2):
-    """All tokens over the total time of decoding every group in turn (one policy object throughout)."""
+def tokens_per_s(groups_counts, budgets, costs, policy, *, max_new, lag=2, allocs=None):
+    """All tokens over the total time of decoding every group in turn (one policy object throughout); allocs:
+    per group, run_group's alloc."""
     secs = tokens = 0
-    for counts in groups_counts:
-        s, _ = run_group(counts, budgets, costs, policy, max_new=max_new, lag=lag)
+    for i, counts in enumerate(groups_counts):
+        s, _ = run_group(counts, budgets, costs, policy, max_new=max_new, lag=lag,
+                         alloc=None if allocs is None else allocs[i])
         secs += s
         tokens += counts.shape[1] * max_new
     return tokens / secs
 
 
-def groups_of(group):
-    """A trace group as run.py decodes it: batch 1's requests one at a time, else one batch."""
+def groups_of(group, key="paths"):
+    """A trace group's `key` array as run.py decodes the group: batch 1's requests one at a time, else one batch."""
     if group["batch"] == 1:
-        return [group["paths"][:, r:r + 1] for r in range(group["paths"].shape[1])]
-    return [group["paths"]]
+        return [group[key][:, r:r + 1] for r in range(group[key].shape[1])]
+    return [group[key]]
 
 
 def resampled(paths, batch, n, rng, prompts_b1=8):
@@ -244,6 +277,9 @@ def main(argv=None):
     ap.add_argument("--confidence", action="store_true",
                     help="batch 1: each round's budget from its tree's path probabilities")
     ap.add_argument("--seed", type=int, default=0, help="of --resample's groups")
+    ap.add_argument("--alloc", action="store_true",
+                    help="also decode each fixed budget and auto with every round's nodes allocated over the batch "
+                         "(kdtree.integrations.allocate, the example's --alloc batch)")
     a = ap.parse_args(argv)
     meta, groups = load(a.trace)
     max_new = meta["max_new"]
@@ -265,6 +301,16 @@ def main(argv=None):
         print(f"batch {B:3d}: fixed " + " ".join(f"{b}:{r:.0f}" for b, r in rates.items())
               + f"\n           best fixed {best} ({rates[best]:.0f} tok/s); auto {ra:.0f} tok/s = "
               f"{ra / rates[best]:.3f}x, budgets {hist}")
+        if a.alloc:
+            allocs = list(zip(groups_of(grp), groups_of(grp, "scores")))
+            arates = {b: tokens_per_s(parts, allb, costs, Fixed(b), max_new=max_new, allocs=allocs) for b in fixed}
+            abest = max(arates, key=arates.get)
+            auto = Auto(cand, costs, per_request=True)
+            raa = tokens_per_s(sub, cand, costs, auto, max_new=max_new, allocs=allocs)
+            hist = {b: auto.history.count(b) for b in sorted(set(auto.history))}
+            print(f"           allocated over the batch: fixed " + " ".join(f"{b}:{r:.0f}" for b, r in arates.items())
+                  + f"\n           best {abest} ({arates[abest]:.0f} tok/s = {arates[abest] / rates[best]:.3f}x the best "
+                  f"fixed); auto {raa:.0f} tok/s = {raa / rates[best]:.3f}x the best fixed, budgets {hist}")
     if a.resample or a.oracle or a.confidence:
         study(meta, groups, cand, resample=a.resample, seed=a.seed, oracle=a.oracle, confidence=a.confidence)
 
