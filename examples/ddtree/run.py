@@ -138,6 +138,11 @@ def main(argv=None):
     ap.add_argument("--kv-scale", type=float, default=0.0,
                     help="e4m3 cache scale (value = code x scale); 0 = calibrated: the power of two that maps twice "
                          "the largest |row value| of the target's prefill over the greedy prompts to <= 448")
+    ap.add_argument("--alloc", default="request", choices=["request", "batch"],
+                    help="the fixed budgets' node allocation: request (budget draft nodes per request) or batch (a "
+                         "round's B x budget nodes go to the batch's most likely, kdtree.integrations.allocate)")
+    ap.add_argument("--auto-alloc", default="request", choices=["request", "batch"],
+                    help="budget auto's node allocation (as --alloc)")
     ap.add_argument("--skip", default="", help="comma-separated sections to skip: greedy, sampling, throughput, "
                                                "acceptance, speedup, ops, bad_input")
     a = ap.parse_args(argv)
@@ -266,7 +271,7 @@ def main(argv=None):
             engines = {}  # --auto-reps: the fixed budgets' engines, measured again beside auto's
             for bud in budgets_for(B):
                 sp = bench.throughput(tmodels, ops, groups, mode="spec", max_new=a.max_new, budget=bud, top_k=a.top_k,
-                                      graphs=not a.no_graphs, **kw)
+                                      graphs=not a.no_graphs, alloc=a.alloc, **kw)
                 if a.budget == "auto" and a.auto_reps > 1:
                     engines[bud] = sp["engine"]
                 hist = torch.bincount(torch.tensor(sp["accept_lens"], dtype=torch.int64),
@@ -287,7 +292,7 @@ def main(argv=None):
                     log(f"                 tokens/step per request: {spread(per)}")
             if a.budget == "auto":
                 sp = bench.throughput(tmodels, ops, groups, mode="spec", max_new=a.max_new, budget="auto",
-                                      top_k=a.top_k, graphs=not a.no_graphs, **kw)
+                                      top_k=a.top_k, graphs=not a.no_graphs, alloc=a.auto_alloc, **kw)
                 best = max(row["spec"], key=lambda e: e["tokens_per_s"])
                 used = sp["budgets_used"]
                 hist = {b: used.count(b) for b in sorted(set(used))}
@@ -296,6 +301,7 @@ def main(argv=None):
                                    vs_best_fixed=sp["tokens_per_s"] / best["tokens_per_s"],
                                    best_fixed_budget=best["budget"], costs_ms=sp["costs_ms"])
                 log(f"             DDTree budget auto  : {sp['tokens_per_s']:9.0f} tok/s  {sp['step_ms']:.3f} ms/step  "
+                    + ("(nodes allocated over the batch)  " if a.auto_alloc == "batch" else "") +
                     f"{sp['tokens_per_step']:.2f} tok/step  speedup {row['auto']['speedup']:.2f}x; "
                     f"{row['auto']['vs_best_fixed']:.3f}x the best fixed budget ({best['budget']}) "
                     f"{'>=' if row['auto']['vs_best_fixed'] >= 1 else '<'} 1; budgets chosen {hist}; "

@@ -138,3 +138,21 @@ def test_batch_allocation_rejects_an_unknown_mode(models):
     with pytest.raises(ValueError, match="alloc must be"):
         engine.Engine(target, drafter, cfg, torch_ops, mode="spec", batch_size=2, max_prompt=20, max_new=8,
                       budget=4, top_k=4, alloc="global", **CPU)
+
+
+def test_simulated_allocation_on_a_known_round():
+    """simulate.allocated_round: two requests, the first certain of its chain (scores near 0) and accepting it
+    all, the second unsure (low scores) and accepting one node. Six nodes over the batch go five to the first
+    (all of its cap) and one to the second; both accept what they have."""
+    from examples.ddtree import simulate
+    scores = np.full((2, 128), -np.inf, dtype=np.float32)
+    scores[0, :6] = [0, -0.01, -0.02, -0.03, -0.04, -0.05]
+    scores[1, :6] = [0, -1.0, -2.0, -3.0, -4.0, -5.0]
+    paths = np.array([[1, 2, 3, 4, 5, 6], [1, -1, -1, -1, -1, -1]])
+    active = np.array([True, True])
+    nodes, acc = simulate.allocated_round(paths, scores, active, 6, 5)
+    assert nodes.tolist() == [5, 1] and acc.tolist() == [5, 1]
+    # uniform 3 each would accept 3 and 1: the same rows, two tokens fewer
+    nodes, acc = simulate.allocated_round(paths, scores, np.array([False, True]), 6, 5)
+    assert nodes.tolist() == [1, 5] and acc.tolist() == [1, 1]  # a done request takes nodes last
+    assert simulate.width_cap(3) == 15 and simulate.width_cap(16) == 31 and simulate.width_cap(127) == 127
