@@ -254,6 +254,24 @@ class Engine:
                                  min(pages, self.M) * self.page_size)
         return self._geo[budget]
 
+    def _draft(self):
+        """The round's first stage: which requests decode, and the drafter's per-depth top-K."""
+        s = self.s
+        s["active"] = self.gen < self.max_new
+        s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.K)
+
+    def _log_round(self, act, acc, node_counts=None):
+        """The round's accepted counts into acc_log; auto: they go straight into the policy's record (one kernel
+        fewer per round) with the accepted paths (and node_counts, alloc "batch"), read by the host lag steps
+        later."""
+        row = self.step_no.clamp(max=self.max_steps).long()
+        logged = (torch.where(act, acc, self._minus1, out=self.autob.accepted) if self.auto
+                  else torch.where(act, acc, -1))
+        self.acc_log.index_copy_(0, row, logged[None])
+        self.step_no.add_(1)
+        if self.auto:
+            self.autob.record(logged, self.s["path"], node_counts)
+
     def _spec_stages(self, budget=None):
         """The DDTree round at `budget`."""
         budget = self.budget if budget is None else budget
@@ -262,9 +280,7 @@ class Engine:
         s, ops, B = self.s, self.ops, self.B
         N, W, MW, indptr, node, max_kv_len = self._geometry(budget)
 
-        def drafter():
-            s["active"] = self.gen < self.max_new
-            s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.K)
+        drafter = self._draft
 
         def tree_build():
             s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=budget,
@@ -296,14 +312,7 @@ class Engine:
             act, acc = s["active"], s["acc"]
             rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
                                self.cfg.draft_depth)
-            row = self.step_no.clamp(max=self.max_steps).long()
-            # auto: the accepted counts go straight into the policy's record (one kernel fewer per round)
-            logged = (torch.where(act, acc, self._minus1, out=self.autob.accepted) if self.auto
-                      else torch.where(act, acc, -1))
-            self.acc_log.index_copy_(0, row, logged[None])
-            self.step_no.add_(1)
-            if self.auto:  # the round's accepted paths for the budget policy, read by the host lag steps later
-                self.autob.record(logged, s["path"])
+            self._log_round(act, acc)
 
         return [("drafter", drafter), ("tree_build", tree_build), ("target", target), ("sample_tokens", sample_tokens),
                 ("tree_accept", tree_accept), ("kv_compact", kv_compact), ("update", update)]
@@ -318,9 +327,7 @@ class Engine:
         cap, total = self.cap_of(budget), B * budget
         _, W, _, _, _, max_kv_len = self._geometry(budget)
 
-        def drafter():
-            s["active"] = self.gen < self.max_new
-            s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.K)
+        drafter = self._draft
 
         def tree_build():
             s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=cap, max_tree_nodes=W)
@@ -355,13 +362,7 @@ class Engine:
             act, acc = s["active"], s["acc"]
             rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
                                self.cfg.draft_depth, indptr=s["alloc"].indptr)
-            row = self.step_no.clamp(max=self.max_steps).long()
-            logged = (torch.where(act, acc, self._minus1, out=self.autob.accepted) if self.auto
-                      else torch.where(act, acc, -1))
-            self.acc_log.index_copy_(0, row, logged[None])
-            self.step_no.add_(1)
-            if self.auto:
-                self.autob.record(logged, s["path"], s["alloc"].counts)
+            self._log_round(act, acc, s["alloc"].counts)
 
         return [("drafter", drafter), ("tree_build", tree_build), ("allocate", allocate_nodes), ("target", target),
                 ("sample_tokens", sample_tokens), ("tree_accept", tree_accept), ("kv_compact", kv_compact),
