@@ -375,7 +375,8 @@ class AutoBudget:
     Per round the loop asks `plan()` for the budget and builds that tree; at the round's end `record` writes
     the round's accepted counts and paths into `self.stats` (int32 [B, 1 + depth], at a fixed address, so the
     round can be a CUDA graph): column 0 the accepted draft tokens (-1: the request was not decoding), columns
-    1.. the accepted path's node indices after the root. The loop copies `stats` to the host with the round and
+    1.. the accepted path's node indices after the root; per_request, one column more: each request's draft
+    nodes. The loop copies `stats` to the host with the round and
     hands the copy to `observe` when it has arrived (`lag` rounds later); it returns whether every request is
     done (the host adds each request's accepted + 1 to its generated count, as the round did on the device).
     """
@@ -433,7 +434,7 @@ class AutoBudget:
             self.stats[:, 1 + self.depth].copy_(node_counts - 1)
 
     def observe(self, row, used: int, advance: bool = True, seconds: float | None = None) -> bool:
-        """A round's stats as read on the host ([B, 1 + depth], a tensor or array), `used` the budget it ran
+        """A round's stats as read on the host (self.stats' shape, a tensor or array), `used` the budget it ran
         with, `seconds` its steady time if known (RoundLog.pop: it joins the cost table's samples). Returns whether
         every request was done after it. advance=False: a calibration round (its state was restored): statistics
         only."""
