@@ -346,7 +346,8 @@ class Engine:
                                                             self._attend(s["kv_total"], mask, W, a.indptr, max_kv_len))
 
         def sample_tokens():
-            offsets = (self.stream[s["alloc"].row_req] << 32) + s["pos"].long() + 1  # rounds.row_offsets, packed
+            req = s["alloc"].row_req
+            offsets = rounds.row_offsets(self.stream[req], s["pos"], req.numel()).flatten()  # one per packed row
             s["ttok"] = ops.sample_tokens(s["logits"], temperature=self.temperature, seed=self.seed,
                                           row_offsets=offsets)
 

@@ -20,8 +20,12 @@ import argparse
 import json
 
 import numpy as np
+import torch
 
+from kdtree.integrations.allocate import allocate
 from kdtree.integrations.budget import AutoBudget, CostTable, counterfactual_accepts, DEFAULT_BUDGETS
+
+from .engine import tree_width
 
 
 def load(path):
@@ -101,19 +105,13 @@ class Auto:
         self.auto.observe_counts(counts, active, used, nodes=nodes, accepted=accepted)
 
 
-def width_cap(budget, widths=(16, 32, 64, 128)):
-    """The draft nodes a request may take in a round at `budget` with batch allocation: its width's largest."""
-    return next(w for w in widths if budget + 1 <= w) - 1
-
-
 def allocated_round(paths, scores, active, total, cap):
     """kdtree.integrations.allocate over a trace's round: paths [R, D] (the budget-127 tree's accepted path, node
     indices, -1 past it), scores [R, 128]; the `total` best nodes 1..cap over the batch, done requests' last.
     Returns (draft nodes [R], accepted draft tokens [R]: the path's nodes within them, a prefix)."""
-    R = paths.shape[0]
-    key = scores[:, 1:cap + 1].astype(np.float64) - np.where(active, 0.0, 1e6)[:, None]
-    top = np.argpartition(-key.reshape(-1), total - 1)[:total] if total else np.zeros(0, np.int64)
-    nodes = np.bincount(top // cap, minlength=R)
+    a = allocate(torch.from_numpy(np.ascontiguousarray(scores)), torch.from_numpy(np.asarray(active, dtype=bool)),
+                 total, cap)
+    nodes = (a.counts - 1).numpy().astype(np.int64)
     p = paths.astype(np.int64)
     ok = (p >= 0) & (p <= nodes[:, None])
     return nodes, np.cumprod(ok, 1).sum(1)
@@ -142,16 +140,14 @@ def run_group(counts, budgets, costs, policy, *, max_new, lag=2, alloc=None):
         if alloc is None:
             nodes, acc = None, c[:, col[b]]
         else:
+            # the engine's cap_of(b): the trace's trees are 127 nodes, never smaller than a width
             nodes, acc = allocated_round(alloc[0][gi, np.arange(R)], alloc[1][gi, np.arange(R)], active, R * b,
-                                         width_cap(b))
+                                         tree_width(b) - 1)
         g = np.where(active, g + 1 + acc, g)
         pending.append((c, active, b, nodes, acc))
         if len(pending) > lag:
             pc, pa, pb, pn, pacc = pending.pop(0)
-            if pn is None:
-                policy.observe(pc, pa, pb)
-            else:
-                policy.observe(pc, pa, pb, nodes=pn, accepted=pacc)
+            policy.observe(pc, pa, pb, nodes=pn, accepted=pacc)
         if done_at is None and (g >= max_new).all():
             done_at = rounds
         if done_at is not None and rounds >= done_at + lag:

@@ -155,4 +155,5 @@ def test_simulated_allocation_on_a_known_round():
     # uniform 3 each would accept 3 and 1: the same rows, two tokens fewer
     nodes, acc = simulate.allocated_round(paths, scores, np.array([False, True]), 6, 5)
     assert nodes.tolist() == [1, 5] and acc.tolist() == [1, 1]  # a done request takes nodes last
-    assert simulate.width_cap(3) == 15 and simulate.width_cap(16) == 31 and simulate.width_cap(127) == 127
+    # run_group's cap at budget b: its width's largest (engine.Engine.cap_of over the trace's 127-node trees)
+    assert [engine.tree_width(b) - 1 for b in (3, 16, 127)] == [15, 31, 127]
