@@ -2,7 +2,8 @@
 of a DDTree round:
   generate   the model's own generate(do_sample=False) (its dense KV cache and attention)
   ar         one token per round through kdtree's paged cache and verify_attention
-  ddtree     DDTree through kdtree (fixed budget, and --budget auto chosen each round from cost)
+  ddtree     DDTree through kdtree (fixed budget, and --budget auto chosen each round from cost); "ddtree N b":
+             the same B x N draft nodes a round allocated over the batch (alloc "batch"; batches above 1)
   sdpa       DDTree verified by torch SDPA over a dense ancestor mask (the DDTree reference method)
 tokens/s = batch x new tokens / wall time including prefill (best of --repeats after a warm run).
 
@@ -58,13 +59,14 @@ def auto_check(a, preset, model, drafter, dcfg, dev, dtype, sync, report):
     from kdtree.integrations.budget import DEFAULT_BUDGETS
     most = min(sum(a.top_k ** d for d in range(1, dcfg.draft_depth + 1)), 127)
     fixed = [b for b in DEFAULT_BUDGETS if b <= most]
-    log(f"\n== {preset}: budget auto vs fixed {fixed}, {type(model).__name__}, {dtype}, backend {a.backend}, "
+    log(f"\n== {preset}: budget auto (alloc {a.auto_alloc}) vs fixed {fixed}, {type(model).__name__}, {dtype}, "
+        f"backend {a.backend}, "
         f"{a.max_new} new tokens, prompts of {a.prompt_len} tokens, {a.reps} alternating repetitions")
     for B in (int(x) for x in a.batches.split(",")):
         ps = hf.prompts(preset, [a.prompt_len] * B, seed=21 + B)
         kw = dict(backend=a.backend, top_k=a.top_k, cache_dtype=torch.bfloat16 if dev.type == "cuda" else dtype)
         decs = {f"budget {b}": hf.decoder(model, drafter, dcfg, budget=b, **kw) for b in fixed}
-        decs["auto"] = hf.decoder(model, drafter, dcfg, budget="auto", **kw)
+        decs["auto"] = hf.decoder(model, drafter, dcfg, budget="auto", alloc=a.auto_alloc, **kw)
         tps = B * a.max_new
         sweep = {}
         for name, dec in decs.items():
@@ -108,6 +110,9 @@ def main(argv=None):
     ap.add_argument("--auto-check", action="store_true",
                     help="only budget auto against the fixed budgets it chooses among, alternated --reps times")
     ap.add_argument("--reps", type=int, default=3, help="--auto-check: alternating repetitions")
+    ap.add_argument("--auto-alloc", default="request", choices=["request", "batch"],
+                    help="--auto-check: auto's node allocation (request: budget nodes per request; batch: a round's "
+                         "B x budget nodes to the batch's most likely, kdtree.integrations.allocate)")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     dev = torch.device(a.device)
@@ -136,6 +141,8 @@ def main(argv=None):
             runs = [("ar (kdtree)", dict(budget=a.budget), "ar"), (f"ddtree {a.budget}", dict(budget=a.budget), "spec"),
                     ("ddtree auto", dict(budget="auto"), "spec"), (f"sdpa {a.budget}", dict(budget=a.budget,
                                                                                           attention="sdpa"), "spec")]
+            if B > 1:  # the same B x budget nodes a round, allocated over the batch
+                runs.insert(2, (f"ddtree {a.budget} b", dict(budget=a.budget, alloc="batch"), "spec"))
             decs = {}
             for name, extra, mode in runs:
                 dec = hf.decoder(model, drafter, dcfg, **kw, **extra)

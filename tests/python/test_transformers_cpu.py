@@ -139,7 +139,60 @@ def test_auto_budget_reports_its_choices(cache_dir):
     assert set(out.budgets) <= {4, 8, 16} and len(out.budgets) == out.steps
 
 
+@pytest.mark.parametrize("preset", ARCHS)
+@pytest.mark.parametrize("budget", [3, "auto"])
+def test_greedy_with_batch_allocation_equals_generate(preset, budget, cache_dir):
+    """alloc "batch" (a round's B x budget draft nodes to the batch's most likely, packed through node_indptr):
+    greedy DDTree still equals generate() under the near-tie rule, fixed and auto budgets, MLA and GQA; its
+    rounds give requests different node counts, each a prefix of the request's tree at the width's cap."""
+    model, drafter, dcfg, _ = models(preset, cache_dir)
+    dec = hf.decoder(model, drafter, dcfg, backend="torch", budget=budget, top_k=4, page_size=16, alloc="batch",
+                     auto_budgets=(2, 4, 8))
+    g = hf.greedy_vs_generate(model, dec, prompts(preset), max_new=32)
+    assert g["other_divergences"] == 0, (g["numeric_margin_noise"], g["requests"])
+    assert g["near_tie_divergences"] <= 1, g["requests"]
+    assert g["mean_tokens_per_step"] > 1.2
+    a, n = dec.s["alloc"], dec.s["budget"]
+    B = len(prompts(preset))
+    assert int(a.counts.sum()) == B * (n + 1) and a.indptr.tolist()[-1] == B * (n + 1)
+    assert int(a.counts.max()) <= dec.cap_of(n) + 1
+
+
+def test_batch_allocation_moves_nodes_between_requests(cache_dir):
+    """Over a batch whose drafter confidence differs, some batch-allocated round gives requests different node
+    counts (else the allocation would be the uniform one)."""
+    model, drafter, dcfg, _ = models("qwen3-tiny", cache_dir)
+    dec = hf.decoder(model, drafter, dcfg, backend="torch", budget=4, top_k=4, page_size=16, alloc="batch")
+    uneven = []
+    stages = dec._stages
+
+    def spy(budget=None):
+        out = stages(budget)
+        names = [n for n, _ in out]
+        i = names.index("allocate")
+        f = out[i][1]
+
+        def alloc():
+            f()
+            c = dec.s["alloc"].counts
+            uneven.append(int(c.max()) != int(c.min()))
+        out[i] = ("allocate", alloc)
+        return out
+
+    dec._stages = spy
+    dec.generate(prompts("qwen3-tiny"), 16)
+    assert any(uneven)
+
+
 # ----------------------------------------------------------------------------- errors
+
+
+def test_alloc_is_checked(cache_dir):
+    model, drafter, dcfg, _ = models("qwen3-tiny", cache_dir)
+    with pytest.raises(ValueError, match="alloc must be 'request' or 'batch'"):
+        hf.decoder(model, drafter, dcfg, backend="torch", alloc="tree")
+    with pytest.raises(ValueError, match="attention='sdpa'"):
+        hf.decoder(model, drafter, dcfg, backend="torch", alloc="batch", attention="sdpa")
 
 
 def test_unsupported_model_family():

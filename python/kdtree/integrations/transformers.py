@@ -363,15 +363,24 @@ class DDTreeDecoder:
     attention  "verify" (kdtree's verify_attention, or its torch twin) or "sdpa": torch SDPA over a dense
                ancestor mask, the DDTree reference implementation's verification (for comparisons)
     cache_dtype  the KV cache's and attention's dtype (bf16 or f16 for kdtree's kernels)
+    alloc      "request" (budget draft nodes per request) or "batch": a round's B x budget draft nodes go to the
+               batch's most likely ones (kdtree.integrations.allocate), at most a tree width's worth per request;
+               the round's rows and cost are a uniform round's (attention "verify" only)
     """
 
     def __init__(self, model, drafter=None, *, backend="kdtree", budget=63, top_k=8, page_size=64,
                  cache_dtype=torch.bfloat16, attention="verify", temperature=0.0, seed=0,
-                 auto_budgets=DEFAULT_BUDGETS, costs: CostTable | None = None):
+                 auto_budgets=DEFAULT_BUDGETS, costs: CostTable | None = None, alloc="request"):
         require_transformers()
         self.spec = model_spec(model)
         if attention not in ("verify", "sdpa"):
             raise ValueError(f"attention must be 'verify' or 'sdpa', got {attention!r}")
+        if alloc not in ("request", "batch"):
+            raise ValueError(f"alloc must be 'request' or 'batch', got {alloc!r}")
+        if alloc == "batch" and attention == "sdpa":
+            raise ValueError("alloc='batch' gives requests different node counts, which attention='sdpa' (a dense "
+                             "mask over equal trees) does not take: use attention='verify'")
+        self.alloc = alloc
         if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
             raise ValueError(f"page_size must be a positive int, got {page_size!r}")
         if backend == "kdtree":
@@ -392,7 +401,8 @@ class DDTreeDecoder:
             if not 1 <= self.top_k <= min(64, self.spec.vocab_size):
                 raise ValueError(f"top_k must be 1..{min(64, self.spec.vocab_size)} (at most 64 and the vocabulary's "
                                  f"{self.spec.vocab_size} tokens), got {top_k}")
-            most = min(sum(self.top_k ** d for d in range(1, D + 1)), self.widths[-1] - 1)
+            self._tree_nodes = sum(self.top_k ** d for d in range(1, D + 1))
+            most = min(self._tree_nodes, self.widths[-1] - 1)
             if self.auto:
                 bad = [b for b in auto_budgets if isinstance(b, bool) or not isinstance(b, int) or b < 1]
                 if bad or not auto_budgets:
@@ -410,6 +420,11 @@ class DDTreeDecoder:
         self.k_cache = self.v_cache = None
 
     # ------------------------------------------------------------------ forward through the model
+
+    def cap_of(self, budget):
+        """alloc "batch": the draft nodes a request may take in a round at `budget` (its width's largest, within
+        the drafter's tree)."""
+        return min(self.width(budget + 1) - 1, self._tree_nodes)
 
     def width(self, nodes):
         for w in self.widths:
@@ -579,10 +594,10 @@ class DDTreeDecoder:
         s, ops, B = self.s, self.ops, self.B
         if self.mode == "ar":
             return self._ar_stages()
+        if self.alloc == "batch":
+            return self._batch_stages(budget if budget is not None else self.budgets[0])
 
-        def drafter():
-            s["active"] = self.gen < self.max_new
-            s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.top_k)
+        drafter = self._draft
 
         def tree_build():
             n = budget if budget is not None else self.budgets[0]
@@ -624,14 +639,74 @@ class DDTreeDecoder:
             act, acc = s["active"], s["acc"]
             rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
                                self.drafter.depth)
-            logged = torch.where(act, acc, -1)
-            self.acc_log.append(logged)
-            self.budget_log.append(s["budget"])
-            if self.auto:  # the round's accepted paths for the budget policy, read by the host lag rounds later
-                self.autob.record(logged, s["path"])
+            self._log_round(act, acc, s["budget"])
 
         return [("drafter", drafter), ("tree_build", tree_build), ("target", target), ("sample_tokens", sample),
                 ("tree_accept", accept), ("kv_compact", compact), ("update", update)]
+
+    def _draft(self):
+        """The round's first stage: which requests decode, and the drafter's per-depth top-K."""
+        s = self.s
+        s["active"] = self.gen < self.max_new
+        s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.top_k)
+
+    def _log_round(self, act, acc, budget, node_counts=None):
+        logged = torch.where(act, acc, -1)
+        self.acc_log.append(logged)
+        self.budget_log.append(budget)
+        if self.auto:  # the round's accepted paths for the budget policy, read by the host lag rounds later
+            self.autob.record(logged, self.s["path"], node_counts)
+
+    def _batch_stages(self, budget):
+        """The round at `budget` with alloc "batch": every request's tree built at cap_of(budget), the batch's
+        B x budget most likely draft nodes kept (kdtree.integrations.allocate) and packed request after request
+        in B x (budget + 1) rows, as a uniform round has; the ops take the per-request counts and node_indptr."""
+        from .allocate import allocate
+        s, ops, B = self.s, self.ops, self.B
+        cap, total, W = self.cap_of(budget), B * budget, self.width(budget + 1)
+
+        def tree_build():
+            s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=cap, max_tree_nodes=W)
+            s["budget"] = budget
+
+        def allocate_nodes():
+            s["alloc"] = allocate(s["tree"].scores, s["active"], total, cap)
+
+        def target():
+            t, a = s["tree"], s["alloc"]
+            r, i = a.row_req, a.row_node
+            s["pos"] = t.positions[r, i]
+            s["kv_total"] = self.kv_lens + a.counts
+            s["slots"] = self._slots(r, self.kv_lens.long()[r] + i)
+            max_kv = min(self.max_kv, math.ceil((self._kv_base + W) / self.page_size) * self.page_size)
+            step = _Step(self, s["slots"], self.page_table, s["kv_total"], a.indptr, t.tree_mask[r, i], W,
+                         max_kv=max_kv)
+            s["logits"], s["h"] = self.forward_nodes(t.tokens[r, i], s["pos"], step)
+
+        def sample():
+            req = s["alloc"].row_req
+            offsets = rounds.row_offsets(self.stream[req], s["pos"], req.numel()).flatten()  # one per packed row
+            s["ttok"] = ops.sample_tokens(s["logits"], temperature=self.temperature, seed=self.seed,
+                                          row_offsets=offsets)
+
+        def accept():
+            t, a = s["tree"], s["alloc"]
+            s["path"], s["acc"], s["bonus"] = ops.tree_accept(t.tokens, t.parents, a.counts, s["ttok"],
+                                                              node_indptr=a.indptr)
+
+        def compact():
+            ops.kv_compact(self.k_cache, self.page_table, s["kv_total"], s["alloc"].counts, s["path"], s["acc"],
+                           v_caches=self.v_cache)
+
+        def update():
+            act, acc, a = s["active"], s["acc"], s["alloc"]
+            rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
+                               self.drafter.depth, indptr=a.indptr)
+            self._log_round(act, acc, budget, a.counts)
+
+        return [("drafter", self._draft), ("tree_build", tree_build), ("allocate", allocate_nodes),
+                ("target", target), ("sample_tokens", sample), ("tree_accept", accept), ("kv_compact", compact),
+                ("update", update)]
 
     def _slots(self, req, positions):
         ps = self.page_size
@@ -717,7 +792,8 @@ class DDTreeDecoder:
         auto = mode == "spec" and self.auto
         if auto:
             if self.autob is None or self.autob.device != self.device:
-                self.autob = AutoBudget(self.budgets, self.costs, self.device, depth=self.drafter.depth)
+                self.autob = AutoBudget(self.budgets, self.costs, self.device, depth=self.drafter.depth,
+                                        per_request=self.alloc == "batch")
             self.autob.reset(self.B, max_new_tokens)
             if not self.costs.has(self.B, self.budgets):
                 self.calibrate()  # once per batch size; not counted in the decoding time
