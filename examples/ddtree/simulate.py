@@ -22,7 +22,7 @@ import json
 import numpy as np
 import torch
 
-from kdtree.integrations.allocate import allocate
+from kdtree.integrations.allocate import allocate, nodes_by_budget
 from kdtree.integrations.budget import AutoBudget, CostTable, counterfactual_accepts, DEFAULT_BUDGETS
 
 from .engine import tree_width
@@ -54,19 +54,20 @@ class Fixed:
     def plan(self):
         return self.budget
 
-    def observe(self, counts, active, used, nodes=None, accepted=None):
+    def observe(self, counts, active, used, accepted=None):
         pass
 
 
 class Auto:
     """kdtree.integrations.budget.AutoBudget itself, fed a trace's counts instead of device rows: calibrated once per
     batch size (a round at the largest budget from the admitted state, then its burst's later rounds), then one
-    plan per round from the rounds read so far. per_request: the rounds allocate their nodes over the batch."""
+    plan per round from the rounds read so far. alloc: the rounds allocate their nodes over the batch (the
+    counts run_group hands it are then the allocation's at each budget; its calibration reads uniform ones)."""
 
-    def __init__(self, budgets, costs_by_batch, *, calibration_rounds=6, lag=2, per_request=False):
+    def __init__(self, budgets, costs_by_batch, *, calibration_rounds=6, lag=2, alloc=False):
         self.budgets = tuple(sorted(budgets))
         self.costs_by_batch, self.cal, self.lag = costs_by_batch, calibration_rounds, lag
-        self.per_request = per_request
+        self.alloc = alloc
         self.auto = None
 
     @property
@@ -80,7 +81,7 @@ class Auto:
             for b in self.budgets:
                 table.set(batch, b, self.costs_by_batch[b])
             self.auto = AutoBudget(self.budgets, table, "cpu", depth=1,  # its device rows are not used here
-                                   per_request=self.per_request)
+                                   alloc_cap=(lambda b: tree_width(b) - 1) if self.alloc else None)
             self.calibrate = True
         self.auto.reset(batch, max_new)
 
@@ -101,20 +102,24 @@ class Auto:
     def plan(self):
         return self.auto.plan()
 
-    def observe(self, counts, active, used, nodes=None, accepted=None):
-        self.auto.observe_counts(counts, active, used, nodes=nodes, accepted=accepted)
+    def observe(self, counts, active, used, accepted=None):
+        self.auto.observe_counts(counts, active, used, accepted=accepted)
 
 
-def allocated_round(paths, scores, active, total, cap):
-    """kdtree.integrations.allocate over a trace's round: paths [R, D] (the budget-127 tree's accepted path, node
-    indices, -1 past it), scores [R, 128]; the `total` best nodes 1..cap over the batch, done requests' last.
-    Returns (draft nodes [R], accepted draft tokens [R]: the path's nodes within them, a prefix)."""
-    a = allocate(torch.from_numpy(np.ascontiguousarray(scores)), torch.from_numpy(np.asarray(active, dtype=bool)),
-                 total, cap)
+def allocated_round(paths, scores, active, budget, budgets):
+    """kdtree.integrations.allocate over a trace's round at `budget`: paths [R, D] (the budget-127 tree's accepted
+    path, node indices, -1 past it), scores [R, 128]; the R x budget best nodes 1..cap over the batch (the
+    engine's cap_of: the trace's trees are 127 nodes, never smaller than a width), done requests' last.
+    Returns (accepted draft tokens [R]: the path's nodes within each request's share, a prefix; [R, K] what
+    each of `budgets` would have accepted under its own allocation, as AutoBudget reads an allocated round)."""
+    sc, act = torch.from_numpy(np.ascontiguousarray(scores)), torch.from_numpy(np.asarray(active, dtype=bool))
+    R = sc.shape[0]
+    a = allocate(sc, act, R * budget, tree_width(budget) - 1)
     nodes = (a.counts - 1).numpy().astype(np.int64)
     p = paths.astype(np.int64)
-    ok = (p >= 0) & (p <= nodes[:, None])
-    return nodes, np.cumprod(ok, 1).sum(1)
+    acc = np.cumprod((p >= 0) & (p <= nodes[:, None]), 1).sum(1)
+    by_budget = nodes_by_budget(sc, act, R * torch.tensor(budgets), [tree_width(b) - 1 for b in budgets]).numpy()
+    return acc, counterfactual_accepts((p >= 0).sum(1), p, by_budget)
 
 
 def run_group(counts, budgets, costs, policy, *, max_new, lag=2, alloc=None):
@@ -138,16 +143,14 @@ def run_group(counts, budgets, costs, policy, *, max_new, lag=2, alloc=None):
         gi = np.minimum(g, G - 1)
         c = counts[gi, np.arange(R)]
         if alloc is None:
-            nodes, acc = None, c[:, col[b]]
+            acc = c[:, col[b]]
         else:
-            # the engine's cap_of(b): the trace's trees are 127 nodes, never smaller than a width
-            nodes, acc = allocated_round(alloc[0][gi, np.arange(R)], alloc[1][gi, np.arange(R)], active, R * b,
-                                         tree_width(b) - 1)
+            acc, c = allocated_round(alloc[0][gi, np.arange(R)], alloc[1][gi, np.arange(R)], active, b, budgets)
         g = np.where(active, g + 1 + acc, g)
-        pending.append((c, active, b, nodes, acc))
+        pending.append((c, active, b, acc))
         if len(pending) > lag:
-            pc, pa, pb, pn, pacc = pending.pop(0)
-            policy.observe(pc, pa, pb, nodes=pn, accepted=pacc)
+            pc, pa, pb, pacc = pending.pop(0)
+            policy.observe(pc, pa, pb, accepted=pacc)
         if done_at is None and (g >= max_new).all():
             done_at = rounds
         if done_at is not None and rounds >= done_at + lag:
@@ -301,7 +304,7 @@ def main(argv=None):
             allocs = list(zip(groups_of(grp), groups_of(grp, "scores")))
             arates = {b: tokens_per_s(parts, allb, costs, Fixed(b), max_new=max_new, allocs=allocs) for b in fixed}
             abest = max(arates, key=arates.get)
-            auto = Auto(cand, costs, per_request=True)
+            auto = Auto(cand, costs, alloc=True)
             raa = tokens_per_s(sub, cand, costs, auto, max_new=max_new, allocs=allocs)
             hist = {b: auto.history.count(b) for b in sorted(set(auto.history))}
             print(f"           allocated over the batch: fixed " + " ".join(f"{b}:{r:.0f}" for b, r in arates.items())

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kdtree.integrations.allocate import allocate  # noqa: E402
+from kdtree.integrations.allocate import allocate, nodes_by_budget  # noqa: E402
 
 
 def _scores(B, W, seed):
@@ -36,6 +36,24 @@ def test_allocate_keeps_the_batchs_most_likely_nodes(B, W, cap, total):
     assert a.indptr.tolist() == [0] + np.cumsum(drafts + 1).tolist()
     rows = [(b, i) for b in range(B) for i in range(drafts[b] + 1)]
     assert list(zip(a.row_req.tolist(), a.row_node.tolist())) == rows
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_nodes_by_budget_is_each_budgets_allocation(ties):
+    """nodes_by_budget's column k is what allocate gives each request at budget k (cap caps[k]), equal scores
+    included, from one tree's scores (built at the widest cap; narrower caps read its prefix)."""
+    torch.manual_seed(3)
+    B, W = 5, 32
+    scores = -torch.rand(B, W).cumsum(1)
+    if ties:
+        scores = (scores * 2).round() / 2  # many equal path scores across requests
+    active = torch.tensor([True, True, False, True, True])
+    budgets, caps = (1, 2, 4, 8, 15, 16, 31), (15, 15, 15, 15, 15, 31, 31)
+    got = nodes_by_budget(scores, active, B * torch.tensor(budgets), caps)
+    for k, (b, c) in enumerate(zip(budgets, caps)):
+        assert got[:, k].tolist() == (allocate(scores, active, B * b, c).counts - 1).tolist(), (b, c)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        nodes_by_budget(scores, active, B * torch.tensor(budgets), (31, 15, 15, 15, 15, 31, 31))
 
 
 def test_allocate_gives_done_requests_nodes_last():
@@ -125,12 +143,12 @@ def test_batch_allocation_with_auto_budget(models):
     prompts = train.corpus_prompts("tiny", [20, 33, 50, 7, 41, 12], seed=3)
     e = engine.Engine(target, drafter, cfg, torch_ops, mode="spec", batch_size=6, max_prompt=50, max_new=24,
                       budget="auto", top_k=4, alloc="batch", auto_budgets=(2, 4, 8, 15), **CPU)
-    assert e.autob.per_request and e.room == 16
+    assert e.autob.alloc_caps == [15, 15, 15, 15] and e.room == 16
     r = e.generate(prompts)
     ar = engine.Engine(target, drafter, cfg, torch_ops, mode="ar", batch_size=6, max_prompt=50, max_new=24, **CPU)
     assert r.tokens == ar.generate(prompts).tokens  # float32 on the CPU: no near-ties
     assert set(r.budgets) <= {2, 4, 8, 15}
-    assert e.autob.stats.shape == (6, 1 + cfg.draft_depth + 1)
+    assert e.autob.stats.shape == (6, 1 + cfg.draft_depth + 4)  # the nodes of each budget's allocation
 
 
 def test_batch_allocation_rejects_an_unknown_mode(models):
@@ -150,10 +168,11 @@ def test_simulated_allocation_on_a_known_round():
     scores[1, :6] = [0, -1.0, -2.0, -3.0, -4.0, -5.0]
     paths = np.array([[1, 2, 3, 4, 5, 6], [1, -1, -1, -1, -1, -1]])
     active = np.array([True, True])
-    nodes, acc = simulate.allocated_round(paths, scores, active, 6, 5)
-    assert nodes.tolist() == [5, 1] and acc.tolist() == [5, 1]
-    # uniform 3 each would accept 3 and 1: the same rows, two tokens fewer
-    nodes, acc = simulate.allocated_round(paths, scores, np.array([False, True]), 6, 5)
-    assert nodes.tolist() == [1, 5] and acc.tolist() == [1, 1]  # a done request takes nodes last
+    acc, counts = simulate.allocated_round(paths, scores, active, 3, (1, 2, 3))
+    assert acc.tolist() == [5, 1]  # uniform 3 each would accept 3 and 1: the same rows, two tokens fewer
+    # what budgets 1 and 2 would have accepted under their own allocations: 2 and 4 nodes, all the first's
+    assert counts.tolist() == [[2, 4, 5], [0, 0, 1]]
+    acc, _ = simulate.allocated_round(paths, scores, np.array([False, True]), 3, (3,))
+    assert acc.tolist() == [1, 1]  # a done request takes nodes last: one, the second five
     # run_group's cap at budget b: its width's largest (engine.Engine.cap_of over the trace's 127-node trees)
     assert [engine.tree_width(b) - 1 for b in (3, 16, 127)] == [15, 31, 127]

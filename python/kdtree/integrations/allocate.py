@@ -29,6 +29,38 @@ class Allocation:
     row_node: torch.Tensor  # [B + total] int64: its node index in the request's tree (0 = root)
 
 
+def _ranks(scores, active, cap):
+    """[B, cap] int64: each draft node's place (0 = best) among the batch's nodes 1..cap by path log-probability,
+    done requests' after every decoding request's, equal scores in request order (a stable sort)."""
+    key = scores[:, 1:cap + 1].float() - torch.where(active, 0.0, _DONE_OFFSET)[:, None]
+    order = torch.argsort(key.reshape(-1), descending=True, stable=True)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel(), device=scores.device)
+    return rank.view(key.shape)
+
+
+def nodes_by_budget(scores: torch.Tensor, active: torch.Tensor, totals: torch.Tensor, caps) -> torch.Tensor:
+    """[B, K] int32: the draft nodes each request takes in a round whose budget k allocates totals[k] nodes
+    (B x the budget; a device tensor [K], so that the call can be part of a CUDA graph) at most caps[k] per
+    request, as allocate chooses them, from the same scores (a tree built at any cap: budgets whose cap is
+    wider than the tree's are counted at the tree's, and what they give is not an allocation of theirs).
+    caps non-decreasing along the budgets. A round at budget n tells, for every budget m <= n, which nodes m
+    would have verified (a prefix of each request's tree), so what m would have accepted."""
+    W = scores.shape[1]
+    caps = [min(int(c), W - 1) for c in caps]
+    if any(b < a for a, b in zip(caps, caps[1:])):
+        raise ValueError(f"nodes_by_budget: caps must be non-decreasing, got {caps}")
+    cols, k = [], 0
+    while k < len(caps):
+        j = k
+        while j < len(caps) and caps[j] == caps[k]:
+            j += 1
+        rank = _ranks(scores, active, caps[k])
+        cols.append((rank[:, :, None] < totals[None, None, k:j]).sum(1))
+        k = j
+    return torch.cat(cols, 1).to(torch.int32)
+
+
 def allocate(scores: torch.Tensor, active: torch.Tensor, total: int, cap: int) -> Allocation:
     """The `total` draft nodes of highest path log-probability over the batch, at most `cap` per request.
 
@@ -43,10 +75,7 @@ def allocate(scores: torch.Tensor, active: torch.Tensor, total: int, cap: int) -
     if active.shape != (B,):
         raise ValueError(f"allocate: active must be [{B}], got {tuple(active.shape)}")
     dev = scores.device
-    key = scores[:, 1:cap + 1].float() - torch.where(active, 0.0, _DONE_OFFSET)[:, None]
-    chosen = torch.topk(key.reshape(-1), total, sorted=False).indices // cap
-    drafts = torch.zeros(B, dtype=torch.int64, device=dev).scatter_add_(0, chosen, torch.ones_like(chosen))
-    counts = (drafts + 1).to(torch.int32)
+    counts = ((_ranks(scores, active, cap) < total).sum(1) + 1).to(torch.int32)
     indptr = torch.zeros(B + 1, dtype=torch.int32, device=dev)
     torch.cumsum(counts, 0, out=indptr[1:])
     rows = torch.arange(B + total, dtype=torch.int32, device=dev)

@@ -244,12 +244,14 @@ def counterfactual_accepts(accepted, paths, budgets) -> np.ndarray:
     path's node indices after the root (path[:, 1:] of tree_accept; entries past `accepted` are ignored) ->
     [B, len(budgets)] int: the budget-m tree is the first m + 1 nodes of the round's tree, so budget m accepts
     the path's nodes of index <= m (a prefix of the path: indices grow along it). Exact for every m up to the
-    round's own budget; larger ones read as the round's own count."""
+    round's own budget; larger ones read as the round's own count. budgets [K], or [B, K]: each request's
+    own draft nodes at each budget (a round allocated over the batch, allocate.nodes_by_budget)."""
     acc = np.asarray(accepted).reshape(-1)
     p = np.asarray(paths).reshape(acc.shape[0], -1)
     valid = np.arange(p.shape[1])[None, :] < acc[:, None]
     bud = np.asarray(budgets)
-    return ((p[:, :, None] <= bud[None, None, :]) & valid[:, :, None]).sum(1)
+    bud = bud[None, :] if bud.ndim == 1 else bud  # [1, K], or [B, K]: each request's own nodes at budget k
+    return ((p[:, :, None] <= bud[:, None, :]) & valid[:, :, None]).sum(1)
 
 
 class BudgetPolicy:
@@ -375,20 +377,24 @@ class AutoBudget:
     Per round the loop asks `plan()` for the budget and builds that tree; at the round's end `record` writes
     the round's accepted counts and paths into `self.stats` (int32 [B, 1 + depth], at a fixed address, so the
     round can be a CUDA graph): column 0 the accepted draft tokens (-1: the request was not decoding), columns
-    1.. the accepted path's node indices after the root; per_request, one column more: each request's draft
-    nodes. The loop copies `stats` to the host with the round and
+    1.. the accepted path's node indices after the root; with alloc_cap (rounds whose nodes are allocated over
+    the batch, kdtree.integrations.allocate; alloc_cap(b) the most nodes a request takes at budget b), one
+    column per budget more: the draft nodes each request would take at that budget
+    (allocate.nodes_by_budget), so a round at budget n tells what every budget m <= n would have accepted under
+    the allocation at m. The loop copies `stats` to the host with the round and
     hands the copy to `observe` when it has arrived (`lag` rounds later); it returns whether every request is
     done (the host adds each request's accepted + 1 to its generated count, as the round did on the device).
     """
 
-    def __init__(self, budgets, costs: CostTable, device, *, depth: int, policy=None, per_request=False):
+    def __init__(self, budgets, costs: CostTable, device, *, depth: int, policy=None, alloc_cap=None):
         self.budgets = tuple(sorted(budgets))
         self.costs = costs
         self.device = torch.device(device)
         self.depth = int(depth)
-        # per_request: the rounds allocate their nodes over the batch (kdtree.integrations.allocate), so each
-        # request's draft nodes ride in a last column of stats and bound what its path tells
-        self.per_request = bool(per_request)
+        # alloc_cap(budget): the most draft nodes a request takes in a round allocated over the batch
+        self.alloc_caps = None if alloc_cap is None else [int(alloc_cap(b)) for b in self.budgets]
+        self.extra = len(self.budgets) if self.alloc_caps is not None else 0  # stats' columns after the path
+        self._totals = None
         self.policy = policy if policy is not None else BudgetPolicy(self.budgets, costs)
         self.batch, self.max_new = None, None
         self.stats = None
@@ -399,7 +405,9 @@ class AutoBudget:
         is unchanged (its cost row is the same)."""
         if self.batch != batch:
             self.policy = BudgetPolicy(self.budgets, self.costs)
-            self.stats = torch.zeros(batch, 1 + self.depth + self.per_request, dtype=torch.int32, device=self.device)
+            self.stats = torch.zeros(batch, 1 + self.depth + self.extra, dtype=torch.int32, device=self.device)
+            # each budget's nodes over the batch, on the device before any round is captured
+            self._totals = batch * torch.tensor(self.budgets, dtype=torch.int64, device=self.device)
         self.policy.requests(batch)
         self.batch, self.max_new = batch, int(max_new)
         self.gen = np.zeros(batch, dtype=np.int64)
@@ -418,20 +426,21 @@ class AutoBudget:
         (`torch.where(..., out=auto.accepted)`) saves record's copy of them."""
         return self.stats[:, 0]
 
-    def record(self, accepted, path, node_counts=None):
+    def record(self, accepted, path, scores=None, active=None):
         """The round's numbers into self.stats (on the device, one copy each, none for `accepted` when it is
         self.accepted already). accepted [B]: the accepted draft tokens of the requests the round decoded, -1
-        for the others; path [B, W]: tree_accept's path; node_counts [B] (per_request only): each request's
-        nodes, root included."""
+        for the others; path [B, W]: tree_accept's path; with alloc_cap, scores [B, W'] the round's tree_build
+        scores and active [B] bool the requests it decoded (what the allocation ranked)."""
         L = min(path.shape[1] - 1, self.depth)
         col = self.stats[:, 0]
         if not (accepted.data_ptr() == col.data_ptr() and accepted.stride() == col.stride()):
             col.copy_(accepted)
         self.stats[:, 1:1 + L].copy_(path[:, 1:1 + L])
-        if self.per_request:
-            if node_counts is None:
-                raise ValueError("AutoBudget.record: per_request needs node_counts")
-            self.stats[:, 1 + self.depth].copy_(node_counts - 1)
+        if self.alloc_caps is not None:
+            if scores is None or active is None:
+                raise ValueError("AutoBudget.record: rounds allocated over the batch (alloc_cap) need scores and active")
+            from .allocate import nodes_by_budget
+            self.stats[:, 1 + self.depth:].copy_(nodes_by_budget(scores, active, self._totals, self.alloc_caps))
 
     def observe(self, row, used: int, advance: bool = True, seconds: float | None = None) -> bool:
         """A round's stats as read on the host (self.stats' shape, a tensor or array), `used` the budget it ran
@@ -442,18 +451,19 @@ class AutoBudget:
         acc = row[:, 0].astype(np.int64)
         if seconds is not None:
             self.costs.observe(self.batch, used, seconds)
-        nodes = row[:, 1 + self.depth] if self.per_request else None
-        return self.observe_counts(counterfactual_accepts(acc, row[:, 1:1 + self.depth], self.budgets), acc >= 0,
-                                   used, advance, nodes=nodes, accepted=acc)
+        # each budget's nodes per request: the budget itself, or what the allocation at it gives the request
+        nodes = row[:, 1 + self.depth:] if self.extra else self.budgets
+        return self.observe_counts(counterfactual_accepts(acc, row[:, 1:1 + self.depth], nodes), acc >= 0,
+                                   used, advance, accepted=acc)
 
-    def observe_counts(self, counts, active, used: int, advance: bool = True, nodes=None, accepted=None) -> bool:
-        """observe's step after a row's counterfactual counts: counts [B, len(budgets)] (counterfactual_accepts),
-        active [B] bool, `used` the round's budget (one of self.budgets); nodes [B]: each request's draft nodes
-        where the round allocated them over the batch (its counts are exact up to them); accepted [B]: the
-        round's accepted draft tokens (default: the counts at `used`). Returns whether every request is done.
-        examples/ddtree/simulate.py replays rounds through it from a trace's counts."""
+    def observe_counts(self, counts, active, used: int, advance: bool = True, accepted=None) -> bool:
+        """observe's step after a row's counterfactual counts: counts [B, len(budgets)] (counterfactual_accepts:
+        what each budget would have accepted, under the allocation at it for rounds allocated over the batch),
+        active [B] bool, `used` the round's budget (one of self.budgets; budgets up to it are observed);
+        accepted [B]: the round's accepted draft tokens (default: the counts at `used`). Returns whether every
+        request is done. examples/ddtree/simulate.py replays rounds through it from a trace's counts."""
         active = np.asarray(active, dtype=bool)
-        self.policy.add(counts, active, used if nodes is None else nodes)
+        self.policy.add(counts, active, used)
         if advance:
             acc = np.asarray(counts)[:, self.budgets.index(used)] if accepted is None else np.asarray(accepted)
             self.gen[active] += acc[active] + 1
