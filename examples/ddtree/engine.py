@@ -347,15 +347,11 @@ class Engine:
                                                             self._attend(s["kv_total"], mask, W, a.indptr, max_kv_len))
 
         def sample_tokens():
-            req = s["alloc"].row_req
-            offsets = rounds.row_offsets(self.stream[req], s["pos"], req.numel()).flatten()  # one per packed row
             s["ttok"] = ops.sample_tokens(s["logits"], temperature=self.temperature, seed=self.seed,
-                                          row_offsets=offsets)
+                                          row_offsets=rounds.packed_row_offsets(self.stream, s["alloc"], s["pos"]))
 
         def tree_accept():
-            t, a = s["tree"], s["alloc"]
-            s["path"], s["acc"], s["bonus"] = ops.tree_accept(t.tokens, t.parents, a.counts, s["ttok"],
-                                                              node_indptr=a.indptr)
+            s["path"], s["acc"], s["bonus"] = rounds.accept_allocated(ops, s["tree"], s["alloc"], s["ttok"])
 
         def kv_compact():
             ops.kv_compact(self.cache.k, self.page_table, s["kv_total"], s["alloc"].counts, s["path"], s["acc"])

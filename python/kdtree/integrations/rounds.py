@@ -18,6 +18,18 @@ def row_offsets(stream, positions, batch):
     return (stream[:, None] << 32) + positions.view(batch, -1).long() + 1
 
 
+def packed_row_offsets(stream, alloc, positions):
+    """row_offsets of a round allocated over the batch (kdtree.integrations.allocate.Allocation): one per packed
+    row, from its request's stream and its node's position."""
+    req = alloc.row_req
+    return row_offsets(stream[req], positions, req.numel()).flatten()
+
+
+def accept_allocated(ops, tree, alloc, target_tokens):
+    """tree_accept over a round allocated over the batch: each request's allocated nodes, packed by node_indptr."""
+    return ops.tree_accept(tree.tokens, tree.parents, alloc.counts, target_tokens, node_indptr=alloc.indptr)
+
+
 def margins(logits):
     """The top-2 logit margin of each row."""
     top2 = logits.float().topk(2, dim=-1).values

@@ -686,15 +686,11 @@ class DDTreeDecoder:
             s["logits"], s["h"] = self.forward_nodes(t.tokens[r, i], s["pos"], step)
 
         def sample():
-            req = s["alloc"].row_req
-            offsets = rounds.row_offsets(self.stream[req], s["pos"], req.numel()).flatten()  # one per packed row
             s["ttok"] = ops.sample_tokens(s["logits"], temperature=self.temperature, seed=self.seed,
-                                          row_offsets=offsets)
+                                          row_offsets=rounds.packed_row_offsets(self.stream, s["alloc"], s["pos"]))
 
         def accept():
-            t, a = s["tree"], s["alloc"]
-            s["path"], s["acc"], s["bonus"] = ops.tree_accept(t.tokens, t.parents, a.counts, s["ttok"],
-                                                              node_indptr=a.indptr)
+            s["path"], s["acc"], s["bonus"] = rounds.accept_allocated(ops, s["tree"], s["alloc"], s["ttok"])
 
         def compact():
             ops.kv_compact(self.k_cache, self.page_table, s["kv_total"], s["alloc"].counts, s["path"], s["acc"],
