@@ -438,7 +438,8 @@ class AutoBudget:
         self.stats[:, 1:1 + L].copy_(path[:, 1:1 + L])
         if self.alloc_caps is not None:
             if scores is None or active is None:
-                raise ValueError("AutoBudget.record: rounds allocated over the batch (alloc_cap) need scores and active")
+                raise ValueError("AutoBudget.record: rounds allocated over the batch (alloc_cap) need scores and "
+                                 "active")
             from .allocate import nodes_by_budget
             self.stats[:, 1 + self.depth:].copy_(nodes_by_budget(scores, active, self._totals, self.alloc_caps))
 
@@ -478,7 +479,8 @@ class AutoBudget:
         bursts run it, so that their rounds cost what the decoding loop's do where the host is the bottleneck."""
         self.policy.times(self.batch, self.max_new - self.gen, cost=np.ones(len(self.budgets)))  # no row yet
         row = np.asarray(row).reshape(self.batch, -1)
-        counterfactual_accepts(row[:, 0], row[:, 1:1 + self.depth], self.budgets)
+        nodes = row[:, 1 + self.depth:] if self.extra else self.budgets
+        counterfactual_accepts(row[:, 0], row[:, 1:1 + self.depth], nodes)
 
     def calibrate(self, run_round, restore, *, rounds: int = 5, lag: int = 2, event=None):
         """Measures every candidate budget's round at this batch into the cost table, as the decoding loop runs
