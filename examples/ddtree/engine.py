@@ -261,17 +261,17 @@ class Engine:
         s["active"] = self.gen < self.max_new
         s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.K)
 
-    def _log_round(self, act, acc, scores=None):
+    def _log_round(self, act, acc, alloc=None):
         """The round's accepted counts into acc_log; auto: they go straight into the policy's record (one kernel
-        fewer per round) with the accepted paths (and, alloc "batch", what the allocation ranked: the tree's
-        scores), read by the host lag steps later."""
+        fewer per round) with the accepted paths (and, alloc "batch", the round's Allocation), read by the host
+        lag steps later."""
         row = self.step_no.clamp(max=self.max_steps).long()
         logged = (torch.where(act, acc, self._minus1, out=self.autob.accepted) if self.auto
                   else torch.where(act, acc, -1))
         self.acc_log.index_copy_(0, row, logged[None])
         self.step_no.add_(1)
         if self.auto:
-            self.autob.record(logged, self.s["path"], scores, act if scores is not None else None)
+            self.autob.record(logged, self.s["path"], alloc)
 
     def _spec_stages(self, budget=None):
         """The DDTree round at `budget`."""
@@ -360,7 +360,7 @@ class Engine:
             act, acc = s["active"], s["acc"]
             rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
                                self.cfg.draft_depth, indptr=s["alloc"].indptr)
-            self._log_round(act, acc, s["tree"].scores)
+            self._log_round(act, acc, s["alloc"])
 
         return [("drafter", drafter), ("tree_build", tree_build), ("allocate", allocate_nodes), ("target", target),
                 ("sample_tokens", sample_tokens), ("tree_accept", tree_accept), ("kv_compact", kv_compact),

@@ -118,7 +118,7 @@ def allocated_round(paths, scores, active, budget, budgets):
     nodes = (a.counts - 1).numpy().astype(np.int64)
     p = paths.astype(np.int64)
     acc = np.cumprod((p >= 0) & (p <= nodes[:, None]), 1).sum(1)
-    by_budget = nodes_by_budget(sc, act, R * torch.tensor(budgets), [tree_width(b) - 1 for b in budgets]).numpy()
+    by_budget = nodes_by_budget(a, R * torch.tensor(budgets), [tree_width(b) - 1 for b in budgets]).numpy()
     return acc, counterfactual_accepts((p >= 0).sum(1), p, by_budget)
 
 

@@ -49,11 +49,12 @@ def test_nodes_by_budget_is_each_budgets_allocation(ties):
         scores = (scores * 2).round() / 2  # many equal path scores across requests
     active = torch.tensor([True, True, False, True, True])
     budgets, caps = (1, 2, 4, 8, 15, 16, 31), (15, 15, 15, 15, 15, 31, 31)
-    got = nodes_by_budget(scores, active, B * torch.tensor(budgets), caps)
-    for k, (b, c) in enumerate(zip(budgets, caps)):
-        assert got[:, k].tolist() == (allocate(scores, active, B * b, c).counts - 1).tolist(), (b, c)
+    for round_budget, cap in ((4, 15), (16, 31)):  # the ranking reused at the round's cap, made at the other
+        got = nodes_by_budget(allocate(scores, active, B * round_budget, cap), B * torch.tensor(budgets), caps)
+        for k, (b, c) in enumerate(zip(budgets, caps)):
+            assert got[:, k].tolist() == (allocate(scores, active, B * b, c).counts - 1).tolist(), (b, c)
     with pytest.raises(ValueError, match="non-decreasing"):
-        nodes_by_budget(scores, active, B * torch.tensor(budgets), (31, 15, 15, 15, 15, 31, 31))
+        nodes_by_budget(allocate(scores, active, B, 15), B * torch.tensor(budgets), (31, 15, 15, 15, 15, 31, 31))
 
 
 def test_allocate_gives_done_requests_nodes_last():

@@ -27,6 +27,12 @@ class Allocation:
     indptr: torch.Tensor    # [B + 1] int32: request b's packed rows [indptr[b], indptr[b + 1])
     row_req: torch.Tensor   # [B + total] int64: the request of each packed row
     row_node: torch.Tensor  # [B + total] int64: its node index in the request's tree (0 = root)
+    # what it ranked, for nodes_by_budget: the trees' scores [B, W], the decoding requests [B], the cap, and
+    # each node's place [B, cap] in the batch's order
+    scores: torch.Tensor
+    active: torch.Tensor
+    cap: int
+    ranks: torch.Tensor
 
 
 def _ranks(scores, active, cap):
@@ -39,14 +45,15 @@ def _ranks(scores, active, cap):
     return rank.view(key.shape)
 
 
-def nodes_by_budget(scores: torch.Tensor, active: torch.Tensor, totals: torch.Tensor, caps) -> torch.Tensor:
+def nodes_by_budget(alloc: Allocation, totals: torch.Tensor, caps) -> torch.Tensor:
     """[B, K] int32: the draft nodes each request takes in a round whose budget k allocates totals[k] nodes
     (B x the budget; a device tensor [K], so that the call can be part of a CUDA graph) at most caps[k] per
-    request, as allocate chooses them, from the same scores (a tree built at any cap: budgets whose cap is
-    wider than the tree's are counted at the tree's, and what they give is not an allocation of theirs).
-    caps non-decreasing along the budgets. A round at budget n tells, for every budget m <= n, which nodes m
-    would have verified (a prefix of each request's tree), so what m would have accepted."""
-    W = scores.shape[1]
+    request, as allocate chooses them, from the scores `alloc` ranked (budgets whose cap is wider than its
+    trees' are counted at the trees' width, and what they give is not an allocation of theirs; budgets at
+    alloc's cap reuse its ranking). caps non-decreasing along the budgets. A round at budget n tells, for every
+    budget m <= n, which nodes m would have verified (a prefix of each request's tree), so what m would have
+    accepted."""
+    W = alloc.scores.shape[1]
     caps = [min(int(c), W - 1) for c in caps]
     if any(b < a for a, b in zip(caps, caps[1:])):
         raise ValueError(f"nodes_by_budget: caps must be non-decreasing, got {caps}")
@@ -55,7 +62,7 @@ def nodes_by_budget(scores: torch.Tensor, active: torch.Tensor, totals: torch.Te
         j = k
         while j < len(caps) and caps[j] == caps[k]:
             j += 1
-        rank = _ranks(scores, active, caps[k])
+        rank = alloc.ranks if caps[k] == alloc.cap else _ranks(alloc.scores, alloc.active, caps[k])
         cols.append((rank[:, :, None] < totals[None, None, k:j]).sum(1))
         k = j
     return torch.cat(cols, 1).to(torch.int32)
@@ -75,10 +82,11 @@ def allocate(scores: torch.Tensor, active: torch.Tensor, total: int, cap: int) -
     if active.shape != (B,):
         raise ValueError(f"allocate: active must be [{B}], got {tuple(active.shape)}")
     dev = scores.device
-    counts = ((_ranks(scores, active, cap) < total).sum(1) + 1).to(torch.int32)
+    ranks = _ranks(scores, active, cap)
+    counts = ((ranks < total).sum(1) + 1).to(torch.int32)
     indptr = torch.zeros(B + 1, dtype=torch.int32, device=dev)
     torch.cumsum(counts, 0, out=indptr[1:])
     rows = torch.arange(B + total, dtype=torch.int32, device=dev)
     row_req = torch.searchsorted(indptr[1:], rows, right=True).long()
     row_node = (rows - indptr[row_req]).long()
-    return Allocation(counts, indptr, row_req, row_node)
+    return Allocation(counts, indptr, row_req, row_node, scores, active, cap, ranks)

@@ -426,22 +426,21 @@ class AutoBudget:
         (`torch.where(..., out=auto.accepted)`) saves record's copy of them."""
         return self.stats[:, 0]
 
-    def record(self, accepted, path, scores=None, active=None):
+    def record(self, accepted, path, alloc=None):
         """The round's numbers into self.stats (on the device, one copy each, none for `accepted` when it is
         self.accepted already). accepted [B]: the accepted draft tokens of the requests the round decoded, -1
-        for the others; path [B, W]: tree_accept's path; with alloc_cap, scores [B, W'] the round's tree_build
-        scores and active [B] bool the requests it decoded (what the allocation ranked)."""
+        for the others; path [B, W]: tree_accept's path; with alloc_cap, alloc: the round's
+        kdtree.integrations.allocate.Allocation."""
         L = min(path.shape[1] - 1, self.depth)
         col = self.stats[:, 0]
         if not (accepted.data_ptr() == col.data_ptr() and accepted.stride() == col.stride()):
             col.copy_(accepted)
         self.stats[:, 1:1 + L].copy_(path[:, 1:1 + L])
         if self.alloc_caps is not None:
-            if scores is None or active is None:
-                raise ValueError("AutoBudget.record: rounds allocated over the batch (alloc_cap) need scores and "
-                                 "active")
+            if alloc is None:
+                raise ValueError("AutoBudget.record: rounds allocated over the batch (alloc_cap) need their Allocation")
             from .allocate import nodes_by_budget
-            self.stats[:, 1 + self.depth:].copy_(nodes_by_budget(scores, active, self._totals, self.alloc_caps))
+            self.stats[:, 1 + self.depth:].copy_(nodes_by_budget(alloc, self._totals, self.alloc_caps))
 
     def observe(self, row, used: int, advance: bool = True, seconds: float | None = None) -> bool:
         """A round's stats as read on the host (self.stats' shape, a tensor or array), `used` the budget it ran

@@ -650,14 +650,14 @@ class DDTreeDecoder:
         s["active"] = self.gen < self.max_new
         s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.top_k)
 
-    def _log_round(self, act, acc, budget, scores=None):
-        """The round's accepted counts into acc_log; auto: with its accepted paths (and, alloc "batch", the tree's
-        scores the allocation ranked) into the policy's record, read by the host lag rounds later."""
+    def _log_round(self, act, acc, budget, alloc=None):
+        """The round's accepted counts into acc_log; auto: with its accepted paths (and, alloc "batch", the round's
+        Allocation) into the policy's record, read by the host lag rounds later."""
         logged = torch.where(act, acc, -1)
         self.acc_log.append(logged)
         self.budget_log.append(budget)
         if self.auto:
-            self.autob.record(logged, self.s["path"], scores, act if scores is not None else None)
+            self.autob.record(logged, self.s["path"], alloc)
 
     def _batch_stages(self, budget):
         """The round at `budget` with alloc "batch": every request's tree built at cap_of(budget), the batch's
@@ -700,7 +700,7 @@ class DDTreeDecoder:
             act, acc, a = s["active"], s["acc"], s["alloc"]
             rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
                                self.drafter.depth, indptr=a.indptr)
-            self._log_round(act, acc, budget, s["tree"].scores)
+            self._log_round(act, acc, budget, a)
 
         return [("drafter", self._draft), ("tree_build", tree_build), ("allocate", allocate_nodes),
                 ("target", target), ("sample_tokens", sample), ("tree_accept", accept), ("kv_compact", compact),
