@@ -337,14 +337,11 @@ class Engine:
             s["alloc"] = allocate(s["tree"].scores, s["active"], total, cap)
 
         def target():
-            t, a = s["tree"], s["alloc"]
-            r, i = a.row_req, a.row_node
-            s["pos"] = t.positions[r, i]
-            s["kv_total"] = self.kv_lens + a.counts
-            s["slots"] = self.cache.slots(self.page_table, r, self.kv_lens.long()[r] + i)
-            mask = t.tree_mask[r, i]
-            s["logits"], s["h"] = self.target.forward_nodes(t.tokens[r, i], s["pos"],
-                                                            self._attend(s["kv_total"], mask, W, a.indptr, max_kv_len))
+            n = rounds.packed_nodes(s["tree"], s["alloc"], self.kv_lens)
+            s["pos"], s["kv_total"] = n.positions, n.kv_total
+            s["slots"] = self.cache.slots(self.page_table, n.req, n.cache_pos)
+            attend = self._attend(n.kv_total, n.mask, W, s["alloc"].indptr, max_kv_len)
+            s["logits"], s["h"] = self.target.forward_nodes(n.tokens, n.positions, attend)
 
         def sample_tokens():
             s["ttok"] = ops.sample_tokens(s["logits"], temperature=self.temperature, seed=self.seed,

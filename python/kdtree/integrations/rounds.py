@@ -10,6 +10,8 @@ requests), `out_margin` (the target's top-2 logit margin at each emitted token, 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -23,6 +25,24 @@ def packed_row_offsets(stream, alloc, positions):
     row, from its request's stream and its node's position."""
     req = alloc.row_req
     return row_offsets(stream[req], positions, req.numel()).flatten()
+
+
+@dataclass
+class PackedNodes:
+    """The target's rows of a round allocated over the batch, packed request after request (alloc.indptr)."""
+    tokens: torch.Tensor     # [rows] each row's draft token
+    positions: torch.Tensor  # [rows] its position in the sequence
+    mask: torch.Tensor       # [rows, ceil(W/64)] its tree-mask words
+    req: torch.Tensor        # [rows] int64 its request
+    cache_pos: torch.Tensor  # [rows] int64 where its KV row goes in the request's cache (the request's length + node)
+    kv_total: torch.Tensor   # [B] each request's KV length with its allocated nodes
+
+
+def packed_nodes(tree, alloc, kv_lens):
+    """tree_build's trees gathered into the rows `alloc` (kdtree.integrations.allocate.Allocation) chose."""
+    r, i = alloc.row_req, alloc.row_node
+    return PackedNodes(tree.tokens[r, i], tree.positions[r, i], tree.tree_mask[r, i], r, kv_lens.long()[r] + i,
+                       kv_lens + alloc.counts)
 
 
 def accept_allocated(ops, tree, alloc, target_tokens):

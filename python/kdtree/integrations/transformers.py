@@ -675,15 +675,12 @@ class DDTreeDecoder:
             s["alloc"] = allocate(s["tree"].scores, s["active"], total, cap)
 
         def target():
-            t, a = s["tree"], s["alloc"]
-            r, i = a.row_req, a.row_node
-            s["pos"] = t.positions[r, i]
-            s["kv_total"] = self.kv_lens + a.counts
-            s["slots"] = self._slots(r, self.kv_lens.long()[r] + i)
+            n = rounds.packed_nodes(s["tree"], s["alloc"], self.kv_lens)
+            s["pos"], s["kv_total"] = n.positions, n.kv_total
+            s["slots"] = self._slots(n.req, n.cache_pos)
             max_kv = min(self.max_kv, math.ceil((self._kv_base + W) / self.page_size) * self.page_size)
-            step = _Step(self, s["slots"], self.page_table, s["kv_total"], a.indptr, t.tree_mask[r, i], W,
-                         max_kv=max_kv)
-            s["logits"], s["h"] = self.forward_nodes(t.tokens[r, i], s["pos"], step)
+            step = _Step(self, s["slots"], self.page_table, n.kv_total, s["alloc"].indptr, n.mask, W, max_kv=max_kv)
+            s["logits"], s["h"] = self.forward_nodes(n.tokens, n.positions, step)
 
         def sample():
             s["ttok"] = ops.sample_tokens(s["logits"], temperature=self.temperature, seed=self.seed,
