@@ -106,7 +106,8 @@ class Engine:
             self.W, self.N = 16, 1       # a one-node tree per request
         # alloc "batch" (kdtree.integrations.allocate): a round's B x budget draft nodes go to the batch's most
         # likely ones, each request's tree built at `cap` (its width's largest), so a request holds up to cap + 1.
-        self.alloc = alloc if mode == "spec" else "request"
+        # A batch of one takes the whole allocation, its budget: the uniform round's nodes, without the ranking.
+        self.alloc = alloc if mode == "spec" and batch_size > 1 else "request"
         self._tree_nodes = sum(top_k ** d for d in range(1, D + 1))
         self.cap = self.cap_of(budget) if self.alloc == "batch" else None
         self.room = self.N if self.cap is None else self.cap + 1  # the most nodes a request's tree holds

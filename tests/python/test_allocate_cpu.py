@@ -152,6 +152,19 @@ def test_batch_allocation_with_auto_budget(models):
     assert e.autob.stats.shape == (6, 1 + cfg.draft_depth + 4)  # the nodes of each budget's allocation
 
 
+def test_batch_allocation_of_one_request_runs_the_uniform_round(models):
+    # one request takes the whole allocation (its budget): the engine runs the uniform round, without the ranking
+    target, drafter, cfg = models
+    prompts = train.corpus_prompts("tiny", [20], seed=3)
+    e = engine.Engine(target, drafter, cfg, torch_ops, mode="spec", batch_size=1, max_prompt=50, max_new=24,
+                      budget="auto", top_k=4, alloc="batch", auto_budgets=(2, 4, 8), **CPU)
+    assert e.alloc == "request" and e.autob.alloc_caps is None
+    assert "allocate" not in dict(e.stages(4))
+    fixed = engine.Engine(target, drafter, cfg, torch_ops, mode="spec", batch_size=1, max_prompt=50, max_new=24,
+                          budget=4, top_k=4, **CPU)
+    assert e.generate(prompts).tokens == fixed.generate(prompts).tokens
+
+
 def test_batch_allocation_rejects_an_unknown_mode(models):
     target, drafter, cfg = models
     with pytest.raises(ValueError, match="alloc must be"):

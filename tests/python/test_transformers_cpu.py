@@ -184,6 +184,21 @@ def test_batch_allocation_moves_nodes_between_requests(cache_dir):
     assert any(uneven)
 
 
+def test_batch_allocation_of_one_request_runs_the_uniform_round(cache_dir):
+    """A batch of one takes the whole allocation (its budget): the decoder runs the uniform round and auto's
+    record has no allocation columns; a larger batch after it allocates again."""
+    model, drafter, dcfg, _ = models("qwen3-tiny", cache_dir)
+    dec = hf.decoder(model, drafter, dcfg, backend="torch", budget="auto", top_k=4, page_size=16, alloc="batch",
+                     auto_budgets=(2, 4))
+    ps = prompts("qwen3-tiny")
+    one = dec.generate(ps[:1], 12)
+    assert "allocate" not in dict(dec._stages(4)) and dec.autob.alloc_caps is None
+    ref = hf.decoder(model, drafter, dcfg, backend="torch", budget=4, top_k=4, page_size=16)
+    assert one.tokens == ref.generate(ps[:1], 12).tokens  # greedy, float32: the text of any budget
+    dec.generate(ps[:3], 12)
+    assert "allocate" in dict(dec._stages(4)) and dec.autob.alloc_caps is not None
+
+
 # ----------------------------------------------------------------------------- errors
 
 

@@ -421,6 +421,11 @@ class DDTreeDecoder:
 
     # ------------------------------------------------------------------ forward through the model
 
+    def _allocating(self) -> bool:
+        """Whether this batch's rounds allocate their nodes over the batch: alloc "batch" and more than one
+        request (one request takes the whole allocation, its budget: the uniform round, without the ranking)."""
+        return self.alloc == "batch" and self.B > 1
+
     def cap_of(self, budget):
         """alloc "batch": the draft nodes a request may take in a round at `budget` (its width's largest, within
         the drafter's tree)."""
@@ -594,7 +599,7 @@ class DDTreeDecoder:
         s, ops, B = self.s, self.ops, self.B
         if self.mode == "ar":
             return self._ar_stages()
-        if self.alloc == "batch":
+        if self._allocating():
             return self._batch_stages(budget if budget is not None else self.budgets[0])
 
         drafter = self._draft
@@ -786,9 +791,10 @@ class DDTreeDecoder:
         t_prefill = time.perf_counter() - t0
         auto = mode == "spec" and self.auto
         if auto:
-            if self.autob is None or self.autob.device != self.device:
+            if (self.autob is None or self.autob.device != self.device
+                    or (self.autob.alloc_caps is not None) != self._allocating()):
                 self.autob = AutoBudget(self.budgets, self.costs, self.device, depth=self.drafter.depth,
-                                        alloc_cap=self.cap_of if self.alloc == "batch" else None)
+                                        alloc_cap=self.cap_of if self._allocating() else None)
             self.autob.reset(self.B, max_new_tokens)
             if not self.costs.has(self.B, self.budgets):
                 self.calibrate()  # once per batch size; not counted in the decoding time
