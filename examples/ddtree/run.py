@@ -373,9 +373,10 @@ def main(argv=None):
             for mode, bud in (("ar", None), ("spec", row["best_budget"])):
                 from .engine import Engine
                 e = Engine(target, drafter, cfg, ops, mode=mode, batch_size=B, max_prompt=max(map(len, ps)),
-                           max_new=a.max_new, budget=bud or 63, top_k=a.top_k, **kw)
+                           max_new=a.max_new, budget=bud or 63, top_k=a.top_k, alloc=a.alloc, **kw)
                 t = bench.op_breakdown(e, ps)
-                key = f"batch {B} {mode}" + (f" budget {bud}" if bud else "")
+                key = (f"batch {B} {mode}" + (f" budget {bud}" if bud else "")
+                       + (" (nodes allocated over the batch)" if e.alloc == "batch" else ""))
                 report["ops"][key] = t
                 log(f"  {key}: " + ", ".join(f"{k} {v:.3f}" for k, v in t.items()))
 
