@@ -22,7 +22,7 @@ import json
 import numpy as np
 import torch
 
-from kdtree.integrations.allocate import allocate, nodes_by_budget
+from kdtree.integrations.allocate import allocate, behind, nodes_by_budget
 from kdtree.integrations.budget import AutoBudget, CostTable, counterfactual_accepts, DEFAULT_BUDGETS
 
 from .engine import tree_width
@@ -106,15 +106,18 @@ class Auto:
         self.auto.observe_counts(counts, active, used, accepted=accepted)
 
 
-def allocated_round(paths, scores, active, budget, budgets):
+def allocated_round(paths, scores, active, budget, budgets, remaining=None):
     """kdtree.integrations.allocate over a trace's round at `budget`: paths [R, D] (the budget-127 tree's accepted
     path, node indices, -1 past it), scores [R, 128]; the R x budget best nodes 1..cap over the batch (the
-    engine's cap_of: the trace's trees are 127 nodes, never smaller than a width), done requests' last.
+    engine's cap_of: the trace's trees are 127 nodes, never smaller than a width), done requests' last;
+    remaining [R] (optional): each request's tokens still to generate, weighting its nodes as the engine does
+    (allocate.behind).
     Returns (accepted draft tokens [R]: the path's nodes within each request's share, a prefix; [R, K] what
     each of `budgets` would have accepted under its own allocation, as AutoBudget reads an allocated round)."""
     sc, act = torch.from_numpy(np.ascontiguousarray(scores)), torch.from_numpy(np.asarray(active, dtype=bool))
     R = sc.shape[0]
-    a = allocate(sc, act, R * budget, tree_width(budget) - 1)
+    w = None if remaining is None else behind(torch.from_numpy(np.asarray(remaining)))
+    a = allocate(sc, act, R * budget, tree_width(budget) - 1, w)
     nodes = (a.counts - 1).numpy().astype(np.int64)
     p = paths.astype(np.int64)
     acc = np.cumprod((p >= 0) & (p <= nodes[:, None]), 1).sum(1)
@@ -145,7 +148,8 @@ def run_group(counts, budgets, costs, policy, *, max_new, lag=2, alloc=None):
         if alloc is None:
             acc = c[:, col[b]]
         else:
-            acc, c = allocated_round(alloc[0][gi, np.arange(R)], alloc[1][gi, np.arange(R)], active, b, budgets)
+            acc, c = allocated_round(alloc[0][gi, np.arange(R)], alloc[1][gi, np.arange(R)], active, b, budgets,
+                                     max_new - g)
         g = np.where(active, g + 1 + acc, g)
         pending.append((c, active, b, acc))
         if len(pending) > lag:

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kdtree.integrations.allocate import allocate, nodes_by_budget  # noqa: E402
+from kdtree.integrations.allocate import allocate, behind, nodes_by_budget  # noqa: E402
 
 
 def _scores(B, W, seed):
@@ -49,10 +49,11 @@ def test_nodes_by_budget_is_each_budgets_allocation(ties):
         scores = (scores * 2).round() / 2  # many equal path scores across requests
     active = torch.tensor([True, True, False, True, True])
     budgets, caps = (1, 2, 4, 8, 15, 16, 31), (15, 15, 15, 15, 15, 31, 31)
-    for round_budget, cap in ((4, 15), (16, 31)):  # the ranking reused at the round's cap, made at the other
-        got = nodes_by_budget(allocate(scores, active, B * round_budget, cap), B * torch.tensor(budgets), caps)
-        for k, (b, c) in enumerate(zip(budgets, caps)):
-            assert got[:, k].tolist() == (allocate(scores, active, B * b, c).counts - 1).tolist(), (b, c)
+    for w in (None, behind(torch.tensor([40, 90, 0, 128, 7]))):  # likelihood alone, and weighted
+        for round_budget, cap in ((4, 15), (16, 31)):  # the ranking reused at the round's cap, made at the other
+            got = nodes_by_budget(allocate(scores, active, B * round_budget, cap, w), B * torch.tensor(budgets), caps)
+            for k, (b, c) in enumerate(zip(budgets, caps)):
+                assert got[:, k].tolist() == (allocate(scores, active, B * b, c, w).counts - 1).tolist(), (b, c)
     with pytest.raises(ValueError, match="non-decreasing"):
         nodes_by_budget(allocate(scores, active, B, 15), B * torch.tensor(budgets), (31, 15, 15, 15, 15, 31, 31))
 
@@ -66,6 +67,27 @@ def test_allocate_gives_done_requests_nodes_last():
     assert int(a.counts[1]) == 1  # only its root: the decoding requests had room for all 20
     a = allocate(scores, active, 3 * cap + 2, cap)
     assert (a.counts - 1).tolist() == [cap, 2, cap, cap]  # full caps first, then the done request
+
+
+def test_behind_gives_the_nodes_to_the_requests_furthest_behind():
+    """allocate with behind(remaining): a node's value is its probability times its request's weight
+    (remaining / the most remaining) ** URGENCY; over equal trees the request furthest behind takes the most
+    nodes and the one furthest ahead the fewest."""
+    B, W, cap = 3, 16, 15
+    scores = _scores(1, W, seed=5).expand(B, W).contiguous()
+    active = torch.ones(B, dtype=torch.bool)
+    w = behind(torch.tensor([60, 120, 90]))
+    assert w.tolist()[1] == 0.0 and w[0] < w[2] < 0
+    a = allocate(scores, active, 20, cap, w)
+    c = (a.counts - 1).tolist()
+    assert c[1] > c[2] > c[0] and sum(c) == 20
+    # brute force over the weighted scores
+    key = [(float(scores[b, i] + w[b]), -b) for b in range(B) for i in range(1, cap + 1)]
+    want = np.bincount([-nb for _, nb in sorted(key, reverse=True)[:20]], minlength=B)
+    assert (a.counts - 1).tolist() == want.tolist()
+    assert torch.equal(behind(torch.tensor([0, -3, 5])), behind(torch.tensor([1, 1, 5])))  # done: as 1 left
+    with pytest.raises(ValueError, match=r"log_weight must be \[3\]"):
+        allocate(scores, active, 4, cap, torch.zeros(2))
 
 
 def test_allocate_errors_name_the_argument():
