@@ -277,8 +277,8 @@ class Engine:
     def _spec_stages(self, budget=None):
         """The DDTree round at `budget`."""
         budget = self.budget if budget is None else budget
-        if self.alloc == "batch":
-            return self._batch_stages(budget)
+        if self.alloc == "batch" and self.cap_of(budget) != budget:
+            return self._batch_stages(budget)  # (a budget that fills its width gives every request its cap)
         s, ops, B = self.s, self.ops, self.B
         N, W, MW, indptr, node, max_kv_len = self._geometry(budget)
 
@@ -312,12 +312,19 @@ class Engine:
 
         def update():
             act, acc = s["active"], s["acc"]
+            # alloc "batch" with auto: the record reads the batch's ranking of the nodes (at the round's gen)
+            ranked = self._ranking(budget) if self.auto and self.autob.alloc_caps else None
             rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
                                self.cfg.draft_depth)
-            self._log_round(act, acc)
+            self._log_round(act, acc, ranked)
 
         return [("drafter", drafter), ("tree_build", tree_build), ("target", target), ("sample_tokens", sample_tokens),
                 ("tree_accept", tree_accept), ("kv_compact", kv_compact), ("update", update)]
+
+    def _ranking(self, cap):
+        """alloc "batch": the round's draft nodes 1..cap ranked as allocate ranks them (allocate.rank)."""
+        from kdtree.integrations.allocate import behind, rank
+        return rank(self.s["tree"].scores, self.s["active"], cap, behind(self.max_new - self.gen))
 
     def _batch_stages(self, budget):
         """The DDTree round at `budget` with alloc "batch": each request's tree built at cap_of(budget), then the

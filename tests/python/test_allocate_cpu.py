@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kdtree.integrations.allocate import allocate, behind, nodes_by_budget  # noqa: E402
+from kdtree.integrations.allocate import allocate, behind, nodes_by_budget, rank  # noqa: E402
 
 
 def _scores(B, W, seed):
@@ -54,6 +54,9 @@ def test_nodes_by_budget_is_each_budgets_allocation(ties):
             got = nodes_by_budget(allocate(scores, active, B * round_budget, cap, w), B * torch.tensor(budgets), caps)
             for k, (b, c) in enumerate(zip(budgets, caps)):
                 assert got[:, k].tolist() == (allocate(scores, active, B * b, c, w).counts - 1).tolist(), (b, c)
+            # a round whose every request takes its cap records from the ranking alone (allocate.rank)
+            alone = nodes_by_budget(rank(scores, active, cap, w), B * torch.tensor(budgets), caps)
+            assert torch.equal(alone, got)
     with pytest.raises(ValueError, match="non-decreasing"):
         nodes_by_budget(allocate(scores, active, B, 15), B * torch.tensor(budgets), (31, 15, 15, 15, 15, 31, 31))
 
@@ -185,6 +188,20 @@ def test_batch_allocation_of_one_request_runs_the_uniform_round(models):
     fixed = engine.Engine(target, drafter, cfg, torch_ops, mode="spec", batch_size=1, max_prompt=50, max_new=24,
                           budget=4, top_k=4, **CPU)
     assert e.generate(prompts).tokens == fixed.generate(prompts).tokens
+
+
+def test_batch_allocation_at_a_width_filling_budget_runs_the_uniform_round(models):
+    # budget 15 over trees of width 16: B x 15 nodes give every request its cap, which is the uniform round
+    target, drafter, cfg = models
+    prompts = train.corpus_prompts("tiny", [20, 33, 50, 7], seed=5)
+    e = engine.Engine(target, drafter, cfg, torch_ops, mode="spec", batch_size=4, max_prompt=50, max_new=16,
+                      budget=15, top_k=4, alloc="batch", **CPU)
+    assert e.alloc == "batch" and "allocate" not in dict(e.stages())
+    assert "allocate" in dict(e.stages(4))
+    ref = engine.Engine(target, drafter, cfg, torch_ops, mode="spec", batch_size=4, max_prompt=50, max_new=16,
+                        budget=15, top_k=4, **CPU)
+    r, want = e.generate(prompts), ref.generate(prompts)
+    assert r.tokens == want.tokens and r.steps == want.steps
 
 
 def test_batch_allocation_rejects_an_unknown_mode(models):

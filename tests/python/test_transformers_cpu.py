@@ -199,6 +199,17 @@ def test_batch_allocation_of_one_request_runs_the_uniform_round(cache_dir):
     assert "allocate" in dict(dec._stages(4)) and dec.autob.alloc_caps is not None
 
 
+def test_batch_allocation_at_a_width_filling_budget_runs_the_uniform_round(cache_dir):
+    """Budget 15 over trees of width 16 gives every request its cap: the uniform round (no 'allocate' stage); auto
+    over 4 and 15 records both kinds of round and still equals generate()."""
+    model, drafter, dcfg, _ = models("qwen3-tiny", cache_dir)
+    dec = hf.decoder(model, drafter, dcfg, backend="torch", budget="auto", top_k=4, page_size=16, alloc="batch",
+                     auto_budgets=(4, 15))
+    g = hf.greedy_vs_generate(model, dec, prompts("qwen3-tiny"), max_new=24)
+    assert g["other_divergences"] == 0, g["requests"]
+    assert "allocate" not in dict(dec._stages(15)) and "allocate" in dict(dec._stages(4))
+
+
 # ----------------------------------------------------------------------------- errors
 
 

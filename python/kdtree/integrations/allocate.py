@@ -32,17 +32,21 @@ URGENCY = 8.0
 
 
 @dataclass
+class Ranking:
+    """The batch's draft nodes 1..cap in order of value, what nodes_by_budget reads."""
+    scores: torch.Tensor  # [B, W] the trees' scores as ranked (with the requests' log weights)
+    active: torch.Tensor  # [B] bool: the decoding requests (the others rank last)
+    cap: int
+    ranks: torch.Tensor   # [B, cap] int64: each node's place in the batch's order (0 = best)
+
+
+@dataclass
 class Allocation:
     counts: torch.Tensor    # [B] int32: 1 + draft nodes of each request (tree_accept's and kv_compact's node_counts)
     indptr: torch.Tensor    # [B + 1] int32: request b's packed rows [indptr[b], indptr[b + 1])
     row_req: torch.Tensor   # [B + total] int64: the request of each packed row
     row_node: torch.Tensor  # [B + total] int64: its node index in the request's tree (0 = root)
-    # what it ranked, for nodes_by_budget: the trees' scores [B, W], the decoding requests [B], the cap, and
-    # each node's place [B, cap] in the batch's order
-    scores: torch.Tensor
-    active: torch.Tensor
-    cap: int
-    ranks: torch.Tensor
+    ranking: Ranking        # what it chose from
 
 
 def _ranks(scores, active, cap):
@@ -55,14 +59,15 @@ def _ranks(scores, active, cap):
     return rank.view(key.shape)
 
 
-def nodes_by_budget(alloc: Allocation, totals: torch.Tensor, caps) -> torch.Tensor:
+def nodes_by_budget(ranked: Ranking | Allocation, totals: torch.Tensor, caps) -> torch.Tensor:
     """[B, K] int32: the draft nodes each request takes in a round whose budget k allocates totals[k] nodes
     (B x the budget; a device tensor [K], so that the call can be part of a CUDA graph) at most caps[k] per
-    request, as allocate chooses them, from the scores `alloc` ranked (budgets whose cap is wider than its
-    trees' are counted at the trees' width, and what they give is not an allocation of theirs; budgets at
-    alloc's cap reuse its ranking). caps non-decreasing along the budgets. A round at budget n tells, for every
-    budget m <= n, which nodes m would have verified (a prefix of each request's tree), so what m would have
-    accepted."""
+    request, as allocate chooses them, from the scores `ranked` ranked (a round's Allocation, or the Ranking
+    of a round whose every request took its cap; budgets whose cap is wider than its trees' are counted at
+    the trees' width, and what they give is not an allocation of theirs; budgets at the ranking's cap reuse
+    it). caps non-decreasing along the budgets. A round at budget n tells, for every budget m <= n, which
+    nodes m would have verified (a prefix of each request's tree), so what m would have accepted."""
+    alloc = ranked.ranking if isinstance(ranked, Allocation) else ranked
     W = alloc.scores.shape[1]
     caps = [min(int(c), W - 1) for c in caps]
     if any(b < a for a, b in zip(caps, caps[1:])):
@@ -86,6 +91,22 @@ def behind(remaining: torch.Tensor, urgency: float = URGENCY) -> torch.Tensor:
     return urgency * torch.log(r / r.max())
 
 
+def rank(scores: torch.Tensor, active: torch.Tensor, cap: int, log_weight: torch.Tensor | None = None) -> Ranking:
+    """The batch's draft nodes 1..cap ranked by path log-probability plus their request's log_weight (allocate's
+    arguments). Alone, for a round whose every request takes its cap (B x cap nodes: a budget that fills its
+    width), which runs as the uniform round and needs only the ranking for nodes_by_budget."""
+    B, W = scores.shape
+    if not 1 <= cap < W:
+        raise ValueError(f"allocate: cap must be 1..{W - 1} (the trees' width less the root), got {cap}")
+    if active.shape != (B,):
+        raise ValueError(f"allocate: active must be [{B}], got {tuple(active.shape)}")
+    if log_weight is not None:
+        if log_weight.shape != (B,):
+            raise ValueError(f"allocate: log_weight must be [{B}], got {tuple(log_weight.shape)}")
+        scores = scores.float() + log_weight.float()[:, None]
+    return Ranking(scores, active, cap, _ranks(scores, active, cap))
+
+
 def allocate(scores: torch.Tensor, active: torch.Tensor, total: int, cap: int,
              log_weight: torch.Tensor | None = None) -> Allocation:
     """The `total` draft nodes of highest path log-probability over the batch, at most `cap` per request.
@@ -96,22 +117,14 @@ def allocate(scores: torch.Tensor, active: torch.Tensor, total: int, cap: int,
     probability times the request's weight. Returns the per-request counts and the packed row map (its
     `scores` are the weighted ones). Device tensors only, no host synchronisation."""
     B, W = scores.shape
-    if not 1 <= cap < W:
-        raise ValueError(f"allocate: cap must be 1..{W - 1} (the trees' width less the root), got {cap}")
-    if not 0 <= total <= B * cap:
+    if 1 <= cap < W and not 0 <= total <= B * cap:
         raise ValueError(f"allocate: total must be 0..{B * cap} (batch {B} x cap {cap}), got {total}")
-    if active.shape != (B,):
-        raise ValueError(f"allocate: active must be [{B}], got {tuple(active.shape)}")
-    if log_weight is not None:
-        if log_weight.shape != (B,):
-            raise ValueError(f"allocate: log_weight must be [{B}], got {tuple(log_weight.shape)}")
-        scores = scores.float() + log_weight.float()[:, None]
+    r = rank(scores, active, cap, log_weight)
     dev = scores.device
-    ranks = _ranks(scores, active, cap)
-    counts = ((ranks < total).sum(1) + 1).to(torch.int32)
+    counts = ((r.ranks < total).sum(1) + 1).to(torch.int32)
     indptr = torch.zeros(B + 1, dtype=torch.int32, device=dev)
     torch.cumsum(counts, 0, out=indptr[1:])
     rows = torch.arange(B + total, dtype=torch.int32, device=dev)
     row_req = torch.searchsorted(indptr[1:], rows, right=True).long()
     row_node = (rows - indptr[row_req]).long()
-    return Allocation(counts, indptr, row_req, row_node, scores, active, cap, ranks)
+    return Allocation(counts, indptr, row_req, row_node, r)

@@ -430,7 +430,7 @@ class AutoBudget:
         """The round's numbers into self.stats (on the device, one copy each, none for `accepted` when it is
         self.accepted already). accepted [B]: the accepted draft tokens of the requests the round decoded, -1
         for the others; path [B, W]: tree_accept's path; with alloc_cap, alloc: the round's
-        kdtree.integrations.allocate.Allocation."""
+        kdtree.integrations.allocate.Allocation (or, a round whose every request took its cap, its Ranking)."""
         L = min(path.shape[1] - 1, self.depth)
         col = self.stats[:, 0]
         if not (accepted.data_ptr() == col.data_ptr() and accepted.stride() == col.stride()):
@@ -438,7 +438,8 @@ class AutoBudget:
         self.stats[:, 1:1 + L].copy_(path[:, 1:1 + L])
         if self.alloc_caps is not None:
             if alloc is None:
-                raise ValueError("AutoBudget.record: rounds allocated over the batch (alloc_cap) need their Allocation")
+                raise ValueError("AutoBudget.record: rounds allocated over the batch (alloc_cap) need their Allocation "
+                                 "or Ranking")
             from .allocate import nodes_by_budget
             self.stats[:, 1 + self.depth:].copy_(nodes_by_budget(alloc, self._totals, self.alloc_caps))
 

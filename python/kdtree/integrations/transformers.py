@@ -599,8 +599,9 @@ class DDTreeDecoder:
         s, ops, B = self.s, self.ops, self.B
         if self.mode == "ar":
             return self._ar_stages()
-        if self._allocating():
-            return self._batch_stages(budget if budget is not None else self.budgets[0])
+        n0 = budget if budget is not None else self.budgets[0]
+        if self._allocating() and self.cap_of(n0) != n0:
+            return self._batch_stages(n0)  # (a budget that fills its width gives every request its cap)
 
         drafter = self._draft
 
@@ -642,9 +643,11 @@ class DDTreeDecoder:
 
         def update():
             act, acc = s["active"], s["acc"]
+            # alloc "batch" with auto: the record reads the batch's ranking of the nodes (at the round's gen)
+            ranked = self._ranking(s["budget"]) if self.autob is not None and self.autob.alloc_caps else None
             rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
                                self.drafter.depth)
-            self._log_round(act, acc, s["budget"])
+            self._log_round(act, acc, s["budget"], ranked)
 
         return [("drafter", drafter), ("tree_build", tree_build), ("target", target), ("sample_tokens", sample),
                 ("tree_accept", accept), ("kv_compact", compact), ("update", update)]
@@ -663,6 +666,11 @@ class DDTreeDecoder:
         self.budget_log.append(budget)
         if self.auto:
             self.autob.record(logged, self.s["path"], alloc)
+
+    def _ranking(self, cap):
+        """alloc "batch": the round's draft nodes 1..cap ranked as allocate ranks them (allocate.rank)."""
+        from .allocate import behind, rank
+        return rank(self.s["tree"].scores, self.s["active"], cap, behind(self.max_new - self.gen))
 
     def _batch_stages(self, budget):
         """The round at `budget` with alloc "batch": every request's tree built at cap_of(budget), the batch's
