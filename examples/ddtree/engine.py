@@ -105,7 +105,8 @@ class Engine:
         else:
             self.W, self.N = 16, 1       # a one-node tree per request
         # alloc "batch" (kdtree.integrations.allocate): a round's B x budget draft nodes go to the batch's most
-        # likely ones, each request's tree built at `cap` (its width's largest), so a request holds up to cap + 1.
+        # valuable (probability x how far behind the request is, allocate.behind), each request's tree built at
+        # `cap` (its width's largest), so a request holds up to cap + 1.
         # A batch of one takes the whole allocation, its budget: the uniform round's nodes, without the ranking.
         self.alloc = alloc if mode == "spec" and batch_size > 1 else "request"
         self._tree_nodes = sum(top_k ** d for d in range(1, D + 1))
@@ -328,7 +329,7 @@ class Engine:
 
     def _batch_stages(self, budget):
         """The DDTree round at `budget` with alloc "batch": each request's tree built at cap_of(budget), then the
-        batch's B x budget most likely draft nodes kept (kdtree.integrations.allocate) and packed request after
+        batch's B x budget most valuable draft nodes kept (kdtree.integrations.allocate) and packed request after
         request, B x (budget + 1) rows as a uniform round has; the ops take the per-request counts and
         node_indptr."""
         from kdtree.integrations.allocate import allocate, behind

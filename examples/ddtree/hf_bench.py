@@ -112,7 +112,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=3, help="--auto-check: alternating repetitions")
     ap.add_argument("--auto-alloc", default="request", choices=["request", "batch"],
                     help="--auto-check: auto's node allocation (request: budget nodes per request; batch: a round's "
-                         "B x budget nodes to the batch's most likely, kdtree.integrations.allocate)")
+                         "B x budget nodes to the batch's most valuable, kdtree.integrations.allocate)")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     dev = torch.device(a.device)

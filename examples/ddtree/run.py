@@ -140,7 +140,8 @@ def main(argv=None):
                          "the largest |row value| of the target's prefill over the greedy prompts to <= 448")
     ap.add_argument("--alloc", default="request", choices=["request", "batch"],
                     help="the fixed budgets' node allocation: request (budget draft nodes per request) or batch (a "
-                         "round's B x budget nodes go to the batch's most likely, kdtree.integrations.allocate)")
+                         "round's B x budget nodes go to the batch's most valuable: probability x how far behind, "
+                         "kdtree.integrations.allocate)")
     ap.add_argument("--auto-alloc", default="request", choices=["request", "batch"],
                     help="budget auto's node allocation (as --alloc)")
     ap.add_argument("--skip", default="", help="comma-separated sections to skip: greedy, sampling, throughput, "

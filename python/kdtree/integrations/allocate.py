@@ -1,6 +1,6 @@
 """Batch-wide draft-node allocation: a round verifies a fixed number of draft nodes for the whole batch,
-given to the requests whose trees' next nodes are most likely to be accepted, instead of the same budget to
-every request.
+given to the requests whose trees' next nodes are most likely to be accepted (weighted by how far behind each
+request is, for a batch that waits for its last), instead of the same budget to every request.
 
 tree_build pops a request's nodes best first (path log-probability, non-increasing along the node index), and
 its budget-m tree is the first m + 1 nodes of any larger one (kdtree.integrations.budget.prefix_tree). So the
@@ -16,7 +16,8 @@ little from the nodes it gives to requests far ahead, and by likelihood alone th
 worst, which the batch waits for, get the fewest. `log_weight` adds a per-request value to each node's path
 log-probability; `behind` makes it URGENCY x log(remaining tokens / the most remaining): the nodes go where
 they shorten the batch. (Replayed over two H100 traces of the DDTree example, examples/ddtree/simulate.py:
-likelihood alone 1.02-1.04x the best fixed budget's tokens/s at batches 16 and 64; with URGENCY 8 1.08-1.18x.)
+likelihood alone 1.02-1.04x the best per-request budget's tokens/s at batches 16 and 64; with URGENCY 8
+1.06-1.19x.)
 """
 from __future__ import annotations
 
@@ -109,13 +110,14 @@ def rank(scores: torch.Tensor, active: torch.Tensor, cap: int, log_weight: torch
 
 def allocate(scores: torch.Tensor, active: torch.Tensor, total: int, cap: int,
              log_weight: torch.Tensor | None = None) -> Allocation:
-    """The `total` draft nodes of highest path log-probability over the batch, at most `cap` per request.
+    """The `total` draft nodes of highest path log-probability (plus log_weight) over the batch, at most `cap`
+    per request.
 
     scores [B, W] float: tree_build's scores of trees built at budget >= cap (node 0 the root; nodes 1..cap
     valid in every request); active [B] bool: the requests still decoding (the others take nodes last);
     log_weight [B] float (optional, e.g. behind()): added to each request's scores, so that the nodes go by
-    probability times the request's weight. Returns the per-request counts and the packed row map (its
-    `scores` are the weighted ones). Device tensors only, no host synchronisation."""
+    probability times the request's weight. Returns the per-request counts, the packed row map and the
+    ranking (its `scores` the weighted ones). Device tensors only, no host synchronisation."""
     B, W = scores.shape
     if 1 <= cap < W and not 0 <= total <= B * cap:
         raise ValueError(f"allocate: total must be 0..{B * cap} (batch {B} x cap {cap}), got {total}")

@@ -364,8 +364,8 @@ class DDTreeDecoder:
                ancestor mask, the DDTree reference implementation's verification (for comparisons)
     cache_dtype  the KV cache's and attention's dtype (bf16 or f16 for kdtree's kernels)
     alloc      "request" (budget draft nodes per request) or "batch": a round's B x budget draft nodes go to the
-               batch's most likely ones (kdtree.integrations.allocate), at most a tree width's worth per request;
-               the round's rows and cost are a uniform round's (attention "verify" only)
+               batch's most valuable (probability x how far behind, kdtree.integrations.allocate), at most a tree
+               width's worth per request; the round's rows and cost are a uniform round's (attention "verify" only)
     """
 
     def __init__(self, model, drafter=None, *, backend="kdtree", budget=63, top_k=8, page_size=64,
@@ -674,7 +674,7 @@ class DDTreeDecoder:
 
     def _batch_stages(self, budget):
         """The round at `budget` with alloc "batch": every request's tree built at cap_of(budget), the batch's
-        B x budget most likely draft nodes kept (kdtree.integrations.allocate) and packed request after request
+        B x budget most valuable draft nodes kept (kdtree.integrations.allocate) and packed request after request
         in B x (budget + 1) rows, as a uniform round has; the ops take the per-request counts and node_indptr."""
         from .allocate import allocate, behind
         s, ops, B = self.s, self.ops, self.B
