@@ -240,7 +240,7 @@ def test_batch_allocation_gpu(kd, models_f32):
     """alloc "batch" on the kdtree ops (budget 4 at batch 16: 64 draft nodes over the batch, trees built at 15):
     greedy decoding equals autoregressive decoding but at near-ties (float32 model, bf16 cache and attention; the
     bound of test_greedy_speculative_equals_autoregressive_gpu's float32 case), and a CUDA-graph decode gives the
-    eager decode's tokens. Passed on an H100 (stop 41)."""
+    eager decode's tokens. Passed on an H100 (stop 41; stop 42 with the nodes weighted by tokens left)."""
     target, drafter, cfg = models_f32
     prompts = train.corpus_prompts("h200", [40 + 11 * i for i in range(16)], seed=12)
     g = checks.greedy_equality(models_f32, kd, prompts, max_new=96, budget=4, top_k=TOP_K, alloc="batch", **GPU)
