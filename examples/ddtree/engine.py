@@ -263,17 +263,17 @@ class Engine:
         s["active"] = self.gen < self.max_new
         s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.K)
 
-    def _log_round(self, act, acc, alloc=None):
+    def _log_round(self, act, acc):
         """The round's accepted counts into acc_log; auto: they go straight into the policy's record (one kernel
-        fewer per round) with the accepted paths (and, alloc "batch", the round's Allocation), read by the host
-        lag steps later."""
+        fewer per round) with the accepted paths (and, alloc "batch", the tree's scores, which the host ranks),
+        read by the host lag steps later."""
         row = self.step_no.clamp(max=self.max_steps).long()
         logged = (torch.where(act, acc, self._minus1, out=self.autob.accepted) if self.auto
                   else torch.where(act, acc, -1))
         self.acc_log.index_copy_(0, row, logged[None])
         self.step_no.add_(1)
         if self.auto:
-            self.autob.record(logged, self.s["path"], alloc)
+            self.autob.record(logged, self.s["path"], self.s["tree"].scores if self.autob.alloc_caps else None)
 
     def _spec_stages(self, budget=None):
         """The DDTree round at `budget`."""
@@ -313,19 +313,12 @@ class Engine:
 
         def update():
             act, acc = s["active"], s["acc"]
-            # alloc "batch" with auto: the record reads the batch's ranking of the nodes (at the round's gen)
-            ranked = self._ranking(budget) if self.auto and self.autob.alloc_caps else None
             rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
                                self.cfg.draft_depth)
-            self._log_round(act, acc, ranked)
+            self._log_round(act, acc)
 
         return [("drafter", drafter), ("tree_build", tree_build), ("target", target), ("sample_tokens", sample_tokens),
                 ("tree_accept", tree_accept), ("kv_compact", kv_compact), ("update", update)]
-
-    def _ranking(self, cap):
-        """alloc "batch": the round's draft nodes 1..cap ranked as allocate ranks them (allocate.rank)."""
-        from kdtree.integrations.allocate import behind, rank
-        return rank(self.s["tree"].scores, self.s["active"], cap, behind(self.max_new - self.gen))
 
     def _batch_stages(self, budget):
         """The DDTree round at `budget` with alloc "batch": each request's tree built at cap_of(budget), then the
@@ -366,7 +359,7 @@ class Engine:
             act, acc = s["active"], s["acc"]
             rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
                                self.cfg.draft_depth, indptr=s["alloc"].indptr)
-            self._log_round(act, acc, s["alloc"])
+            self._log_round(act, acc)
 
         return [("drafter", drafter), ("tree_build", tree_build), ("allocate", allocate_nodes), ("target", target),
                 ("sample_tokens", sample_tokens), ("tree_accept", tree_accept), ("kv_compact", kv_compact),

@@ -61,6 +61,34 @@ def test_nodes_by_budget_is_each_budgets_allocation(ties):
         nodes_by_budget(allocate(scores, active, B, 15), B * torch.tensor(budgets), (31, 15, 15, 15, 15, 31, 31))
 
 
+def test_auto_budget_ranks_a_recorded_round_on_the_host_as_allocate_does():
+    """AutoBudget with alloc_cap records a round's tree scores (one copy on the device); the host's ranking of
+    them (weighted by its own generated counts, which are the round's) gives each budget's draft nodes exactly
+    as nodes_by_budget over the device's allocation at the round's weights, at a packed round (budget 4) and at
+    a width-filling one (15, 31: the uniform round), ties and a request that is not decoding included."""
+    from kdtree.integrations.budget import AutoBudget, CostTable
+    torch.manual_seed(11)
+    B, depth, budgets = 5, 6, (2, 4, 8, 15, 31)
+    caps = [15, 15, 15, 15, 31]
+    auto = AutoBudget(budgets, CostTable(), "cpu", depth=depth, alloc_cap=lambda b: caps[budgets.index(b)])
+    auto.reset(B, max_new=40)
+    auto.gen[:] = [3, 17, 40, 9, 30]  # request 2 is done
+    active = torch.tensor([True, True, False, True, True])
+    accepted = torch.where(active, torch.tensor([2, 0, 1, 3, 1], dtype=torch.int32), -1)
+    path = torch.zeros(B, depth + 1, dtype=torch.int32)
+    for used, W in ((4, 16), (15, 16), (31, 32)):
+        scores = (-torch.rand(B, W).cumsum(1) * 2).round() / 2  # non-increasing, many ties
+        scores[:, 0] = 0.0
+        auto.record(accepted, path, scores)
+        got = auto.alloc_nodes(auto.stats.numpy(), used)
+        w = behind(torch.from_numpy(40 - auto.gen))
+        cap = caps[budgets.index(used)]
+        want = nodes_by_budget(allocate(scores, active, B * used, cap, w), B * torch.tensor(budgets), caps)
+        assert got.tolist() == want.tolist(), used
+    with pytest.raises(ValueError, match="need their tree scores"):
+        auto.record(accepted, path)
+
+
 def test_allocate_gives_done_requests_nodes_last():
     B, W, cap = 4, 16, 15
     scores = _scores(B, W, seed=7)
@@ -174,7 +202,7 @@ def test_batch_allocation_with_auto_budget(models):
     ar = engine.Engine(target, drafter, cfg, torch_ops, mode="ar", batch_size=6, max_prompt=50, max_new=24, **CPU)
     assert r.tokens == ar.generate(prompts).tokens  # float32 on the CPU: no near-ties
     assert set(r.budgets) <= {2, 4, 8, 15}
-    assert e.autob.stats.shape == (6, 1 + cfg.draft_depth + 4)  # the nodes of each budget's allocation
+    assert e.autob.stats.shape == (6, 1 + cfg.draft_depth + 16)  # the tree scores of a cap-15 round
 
 
 def test_batch_allocation_of_one_request_runs_the_uniform_round(models):

@@ -63,8 +63,8 @@ def _ranks(scores, active, cap):
 def nodes_by_budget(ranked: Ranking | Allocation, totals: torch.Tensor, caps) -> torch.Tensor:
     """[B, K] int32: the draft nodes each request takes in a round whose budget k allocates totals[k] nodes
     (B x the budget; a device tensor [K], so that the call can be part of a CUDA graph) at most caps[k] per
-    request, as allocate chooses them, from the scores `ranked` ranked (a round's Allocation, or the Ranking
-    of a round whose every request took its cap; budgets whose cap is wider than its trees' are counted at
+    request, as allocate chooses them, from the scores `ranked` ranked (a round's Allocation, or a Ranking:
+    AutoBudget ranks a recorded round's scores on the host; budgets whose cap is wider than its trees' are counted at
     the trees' width, and what they give is not an allocation of theirs; budgets at the ranking's cap reuse
     it). caps non-decreasing along the budgets. A round at budget n tells, for every budget m <= n, which
     nodes m would have verified (a prefix of each request's tree), so what m would have accepted."""
@@ -94,8 +94,8 @@ def behind(remaining: torch.Tensor, urgency: float = URGENCY) -> torch.Tensor:
 
 def rank(scores: torch.Tensor, active: torch.Tensor, cap: int, log_weight: torch.Tensor | None = None) -> Ranking:
     """The batch's draft nodes 1..cap ranked by path log-probability plus their request's log_weight (allocate's
-    arguments). Alone, for a round whose every request takes its cap (B x cap nodes: a budget that fills its
-    width), which runs as the uniform round and needs only the ranking for nodes_by_budget."""
+    arguments). Alone for nodes_by_budget: AutoBudget.alloc_nodes ranks a recorded round's tree scores on the
+    host, the allocation of every candidate budget."""
     B, W = scores.shape
     if not 1 <= cap < W:
         raise ValueError(f"allocate: cap must be 1..{W - 1} (the trees' width less the root), got {cap}")

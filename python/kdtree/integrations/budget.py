@@ -378,10 +378,12 @@ class AutoBudget:
     the round's accepted counts and paths into `self.stats` (int32 [B, 1 + depth], at a fixed address, so the
     round can be a CUDA graph): column 0 the accepted draft tokens (-1: the request was not decoding), columns
     1.. the accepted path's node indices after the root; with alloc_cap (rounds whose nodes are allocated over
-    the batch, kdtree.integrations.allocate; alloc_cap(b) the most nodes a request takes at budget b), one
-    column per budget more: the draft nodes each request would take at that budget
-    (allocate.nodes_by_budget), so a round at budget n tells what every budget m <= n would have accepted under
-    the allocation at m. The loop copies `stats` to the host with the round and
+    the batch, kdtree.integrations.allocate; alloc_cap(b) the most nodes a request takes at budget b), the
+    round's tree scores follow (float32 bits, root and nodes 1..cap): the host ranks them as allocate does
+    (weighted by its own generated counts, which are the round's) into the draft nodes each request would
+    take at every budget (allocate.nodes_by_budget), so a round at budget n tells what every budget m <= n
+    would have accepted under the allocation at m; on the device that is one copy. The loop copies `stats` to
+    the host with the round and
     hands the copy to `observe` when it has arrived (`lag` rounds later); it returns whether every request is
     done (the host adds each request's accepted + 1 to its generated count, as the round did on the device).
     """
@@ -393,8 +395,8 @@ class AutoBudget:
         self.depth = int(depth)
         # alloc_cap(budget): the most draft nodes a request takes in a round allocated over the batch
         self.alloc_caps = None if alloc_cap is None else [int(alloc_cap(b)) for b in self.budgets]
-        self.extra = len(self.budgets) if self.alloc_caps is not None else 0  # stats' columns after the path
-        self._totals = None
+        # stats' columns after the path: with alloc_cap, the tree scores of the widest cap's round
+        self.extra = max(self.alloc_caps) + 1 if self.alloc_caps is not None else 0
         self.policy = policy if policy is not None else BudgetPolicy(self.budgets, costs)
         self.batch, self.max_new = None, None
         self.stats = None
@@ -406,8 +408,6 @@ class AutoBudget:
         if self.batch != batch:
             self.policy = BudgetPolicy(self.budgets, self.costs)
             self.stats = torch.zeros(batch, 1 + self.depth + self.extra, dtype=torch.int32, device=self.device)
-            # each budget's nodes over the batch, on the device before any round is captured
-            self._totals = batch * torch.tensor(self.budgets, dtype=torch.int64, device=self.device)
         self.policy.requests(batch)
         self.batch, self.max_new = batch, int(max_new)
         self.gen = np.zeros(batch, dtype=np.int64)
@@ -426,22 +426,35 @@ class AutoBudget:
         (`torch.where(..., out=auto.accepted)`) saves record's copy of them."""
         return self.stats[:, 0]
 
-    def record(self, accepted, path, alloc=None):
+    def record(self, accepted, path, scores=None):
         """The round's numbers into self.stats (on the device, one copy each, none for `accepted` when it is
         self.accepted already). accepted [B]: the accepted draft tokens of the requests the round decoded, -1
-        for the others; path [B, W]: tree_accept's path; with alloc_cap, alloc: the round's
-        kdtree.integrations.allocate.Allocation (or, a round whose every request took its cap, its Ranking)."""
+        for the others; path [B, W]: tree_accept's path; with alloc_cap, scores [B, W] float32: the round's
+        tree_build scores (trees built at the round's cap, allocated or not)."""
         L = min(path.shape[1] - 1, self.depth)
         col = self.stats[:, 0]
         if not (accepted.data_ptr() == col.data_ptr() and accepted.stride() == col.stride()):
             col.copy_(accepted)
         self.stats[:, 1:1 + L].copy_(path[:, 1:1 + L])
         if self.alloc_caps is not None:
-            if alloc is None:
-                raise ValueError("AutoBudget.record: rounds allocated over the batch (alloc_cap) need their Allocation "
-                                 "or Ranking")
-            from .allocate import nodes_by_budget
-            self.stats[:, 1 + self.depth:].copy_(nodes_by_budget(alloc, self._totals, self.alloc_caps))
+            if scores is None:
+                raise ValueError("AutoBudget.record: rounds allocated over the batch (alloc_cap) need their tree "
+                                 "scores")
+            w = min(scores.shape[1], self.extra)
+            self.stats[:, 1 + self.depth:1 + self.depth + w].copy_(scores[:, :w].float().view(torch.int32))
+
+    def alloc_nodes(self, row, used: int) -> np.ndarray:
+        """[B, len(budgets)] the draft nodes each request takes at every budget under that budget's allocation,
+        from a recorded row of a round at `used` (alloc_cap): its tree scores ranked on the host by
+        kdtree.integrations.allocate's own functions, weighted by the tokens each request had left (self.gen
+        before the row advances it: rows are read in order)."""
+        from .allocate import behind, nodes_by_budget, rank
+        row = np.asarray(row, dtype=np.int32).reshape(self.batch, -1)
+        cap = self.alloc_caps[self.budgets.index(used)]
+        scores = torch.from_numpy(np.ascontiguousarray(row[:, 1 + self.depth:2 + self.depth + cap]).view(np.float32))
+        ranked = rank(scores, torch.from_numpy(row[:, 0] >= 0), cap, behind(torch.from_numpy(self.max_new - self.gen)))
+        totals = torch.tensor([self.batch * b for b in self.budgets], dtype=torch.int64)
+        return nodes_by_budget(ranked, totals, self.alloc_caps).numpy()
 
     def observe(self, row, used: int, advance: bool = True, seconds: float | None = None) -> bool:
         """A round's stats as read on the host (self.stats' shape, a tensor or array), `used` the budget it ran
@@ -453,7 +466,7 @@ class AutoBudget:
         if seconds is not None:
             self.costs.observe(self.batch, used, seconds)
         # each budget's nodes per request: the budget itself, or what the allocation at it gives the request
-        nodes = row[:, 1 + self.depth:] if self.extra else self.budgets
+        nodes = self.alloc_nodes(row, used) if self.extra else self.budgets
         return self.observe_counts(counterfactual_accepts(acc, row[:, 1:1 + self.depth], nodes), acc >= 0,
                                    used, advance, accepted=acc)
 
@@ -479,7 +492,7 @@ class AutoBudget:
         bursts run it, so that their rounds cost what the decoding loop's do where the host is the bottleneck."""
         self.policy.times(self.batch, self.max_new - self.gen, cost=np.ones(len(self.budgets)))  # no row yet
         row = np.asarray(row).reshape(self.batch, -1)
-        nodes = row[:, 1 + self.depth:] if self.extra else self.budgets
+        nodes = self.alloc_nodes(row, self.budgets[-1]) if self.extra else self.budgets  # the most host work
         counterfactual_accepts(row[:, 0], row[:, 1:1 + self.depth], nodes)
 
     def calibrate(self, run_round, restore, *, rounds: int = 5, lag: int = 2, event=None):

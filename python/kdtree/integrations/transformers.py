@@ -643,11 +643,9 @@ class DDTreeDecoder:
 
         def update():
             act, acc = s["active"], s["acc"]
-            # alloc "batch" with auto: the record reads the batch's ranking of the nodes (at the round's gen)
-            ranked = self._ranking(s["budget"]) if self.autob is not None and self.autob.alloc_caps else None
             rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
                                self.drafter.depth)
-            self._log_round(act, acc, s["budget"], ranked)
+            self._log_round(act, acc, s["budget"])
 
         return [("drafter", drafter), ("tree_build", tree_build), ("target", target), ("sample_tokens", sample),
                 ("tree_accept", accept), ("kv_compact", compact), ("update", update)]
@@ -658,19 +656,14 @@ class DDTreeDecoder:
         s["active"] = self.gen < self.max_new
         s["dt"], s["dlp"] = self.drafter.topk(self.h_last, self.root, self.top_k)
 
-    def _log_round(self, act, acc, budget, alloc=None):
-        """The round's accepted counts into acc_log; auto: with its accepted paths (and, alloc "batch", the round's
-        Allocation) into the policy's record, read by the host lag rounds later."""
+    def _log_round(self, act, acc, budget):
+        """The round's accepted counts into acc_log; auto: with its accepted paths (and, alloc "batch", the tree's
+        scores, which the host ranks) into the policy's record, read by the host lag rounds later."""
         logged = torch.where(act, acc, -1)
         self.acc_log.append(logged)
         self.budget_log.append(budget)
         if self.auto:
-            self.autob.record(logged, self.s["path"], alloc)
-
-    def _ranking(self, cap):
-        """alloc "batch": the round's draft nodes 1..cap ranked as allocate ranks them (allocate.rank)."""
-        from .allocate import behind, rank
-        return rank(self.s["tree"].scores, self.s["active"], cap, behind(self.max_new - self.gen))
+            self.autob.record(logged, self.s["path"], self.s["tree"].scores if self.autob.alloc_caps else None)
 
     def _batch_stages(self, budget):
         """The round at `budget` with alloc "batch": every request's tree built at cap_of(budget), the batch's
@@ -710,7 +703,7 @@ class DDTreeDecoder:
             act, acc, a = s["active"], s["acc"], s["alloc"]
             rounds.commit_tree(self, s["tree"].tokens, s["path"], acc, s["bonus"], act, s["h"], s["logits"],
                                self.drafter.depth, indptr=a.indptr)
-            self._log_round(act, acc, budget, a)
+            self._log_round(act, acc, budget)
 
         return [("drafter", self._draft), ("tree_build", tree_build), ("allocate", allocate_nodes),
                 ("target", target), ("sample_tokens", sample), ("tree_accept", accept), ("kv_compact", compact),
