@@ -487,12 +487,13 @@ class AutoBudget:
         """A calibration round (state restored after), best at the largest budget: every budget's counts."""
         self.observe(row, used, advance=False)
 
-    def rehearse(self, row):
-        """The host's work on a round (the plan's estimate, a row's counts) without its effects: calibration
-        bursts run it, so that their rounds cost what the decoding loop's do where the host is the bottleneck."""
+    def rehearse(self, row, used: int):
+        """The host's work on a round at `used` (the plan's estimate, a row's counts) without its effects:
+        calibration bursts run it, so that their rounds cost what the decoding loop's do where the host is the
+        bottleneck."""
         self.policy.times(self.batch, self.max_new - self.gen, cost=np.ones(len(self.budgets)))  # no row yet
         row = np.asarray(row).reshape(self.batch, -1)
-        nodes = self.alloc_nodes(row, self.budgets[-1]) if self.extra else self.budgets  # the most host work
+        nodes = self.alloc_nodes(row, used) if self.extra else self.budgets
         counterfactual_accepts(row[:, 0], row[:, 1:1 + self.depth], nodes)
 
     def calibrate(self, run_round, restore, *, rounds: int = 5, lag: int = 2, event=None):
@@ -515,7 +516,7 @@ class AutoBudget:
 
         def burst(b):
             secs, rows = steady_round_seconds(lambda: run_round(b), self.stats, rounds, lag=lag,
-                                              host_work=self.rehearse, event=event)
+                                              host_work=lambda row: self.rehearse(row, b), event=event)
             restore()
             if b == top:
                 later.extend(rows[1:])  # rows[0] is the first round again
