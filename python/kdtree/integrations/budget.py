@@ -383,9 +383,9 @@ class AutoBudget:
     (weighted by its own generated counts, which are the round's) into the draft nodes each request would
     take at every budget (allocate.nodes_by_budget), so a round at budget n tells what every budget m <= n
     would have accepted under the allocation at m; on the device that is one copy. The loop copies `stats` to
-    the host with the round and
-    hands the copy to `observe` when it has arrived (`lag` rounds later); it returns whether every request is
-    done (the host adds each request's accepted + 1 to its generated count, as the round did on the device).
+    the host with the round and hands the copy to `observe` when it has arrived (`lag` rounds later); it
+    returns whether every request is done (the host adds each request's accepted + 1 to its generated count,
+    as the round did on the device).
     """
 
     def __init__(self, budgets, costs: CostTable, device, *, depth: int, policy=None, alloc_cap=None):
