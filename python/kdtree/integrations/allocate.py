@@ -64,12 +64,12 @@ def nodes_by_budget(ranked: Ranking | Allocation, totals: torch.Tensor, caps) ->
     """[B, K] int32: the draft nodes each request takes in a round whose budget k allocates totals[k] nodes
     (B x the budget; a device tensor [K], so that the call can be part of a CUDA graph) at most caps[k] per
     request, as allocate chooses them, from the scores `ranked` ranked (a round's Allocation, or a Ranking:
-    AutoBudget ranks a recorded round's scores on the host; budgets whose cap is wider than its trees' are counted at
-    the trees' width, and what they give is not an allocation of theirs; budgets at the ranking's cap reuse
-    it). caps non-decreasing along the budgets. A round at budget n tells, for every budget m <= n, which
-    nodes m would have verified (a prefix of each request's tree), so what m would have accepted."""
-    alloc = ranked.ranking if isinstance(ranked, Allocation) else ranked
-    W = alloc.scores.shape[1]
+    AutoBudget ranks a recorded round's scores on the host; budgets whose cap is wider than its trees' are
+    counted at the trees' width, and what they give is not an allocation of theirs; budgets at the ranking's
+    cap reuse it). caps non-decreasing along the budgets. A round at budget n tells, for every budget m <= n,
+    which nodes m would have verified (a prefix of each request's tree), so what m would have accepted."""
+    r = ranked.ranking if isinstance(ranked, Allocation) else ranked
+    W = r.scores.shape[1]
     caps = [min(int(c), W - 1) for c in caps]
     if any(b < a for a, b in zip(caps, caps[1:])):
         raise ValueError(f"nodes_by_budget: caps must be non-decreasing, got {caps}")
@@ -78,8 +78,8 @@ def nodes_by_budget(ranked: Ranking | Allocation, totals: torch.Tensor, caps) ->
         j = k
         while j < len(caps) and caps[j] == caps[k]:
             j += 1
-        rank = alloc.ranks if caps[k] == alloc.cap else _ranks(alloc.scores, alloc.active, caps[k])
-        cols.append((rank[:, :, None] < totals[None, None, k:j]).sum(1))
+        place = r.ranks if caps[k] == r.cap else _ranks(r.scores, r.active, caps[k])
+        cols.append((place[:, :, None] < totals[None, None, k:j]).sum(1))
         k = j
     return torch.cat(cols, 1).to(torch.int32)
 
