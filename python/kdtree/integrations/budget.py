@@ -38,6 +38,8 @@ from collections import deque
 import numpy as np
 import torch
 
+from .allocate import behind, nodes_by_budget, rank
+
 # auto's candidate budgets. A round's cost steps up with the tree width W (kdtree's 16, 32, 64, 128: the
 # attention's tiles) and grows slowly with the node count within one width (the target's rows), so 15, 31, 63 and
 # 127 fill their widths (root + budget = W) and 16, 32 or 64 would pay for the next width for one node more: on
@@ -397,6 +399,7 @@ class AutoBudget:
         self.alloc_caps = None if alloc_cap is None else [int(alloc_cap(b)) for b in self.budgets]
         # stats' columns after the path: with alloc_cap, the tree scores of the widest cap's round
         self.extra = max(self.alloc_caps) + 1 if self.alloc_caps is not None else 0
+        self._totals = None  # with alloc_cap: each budget's nodes over the batch (B x budget), a CPU tensor
         self.policy = policy if policy is not None else BudgetPolicy(self.budgets, costs)
         self.batch, self.max_new = None, None
         self.stats = None
@@ -408,6 +411,7 @@ class AutoBudget:
         if self.batch != batch:
             self.policy = BudgetPolicy(self.budgets, self.costs)
             self.stats = torch.zeros(batch, 1 + self.depth + self.extra, dtype=torch.int32, device=self.device)
+            self._totals = batch * torch.tensor(self.budgets, dtype=torch.int64)
         self.policy.requests(batch)
         self.batch, self.max_new = batch, int(max_new)
         self.gen = np.zeros(batch, dtype=np.int64)
@@ -448,13 +452,11 @@ class AutoBudget:
         from a recorded row of a round at `used` (alloc_cap): its tree scores ranked on the host by
         kdtree.integrations.allocate's own functions, weighted by the tokens each request had left (self.gen
         before the row advances it: rows are read in order)."""
-        from .allocate import behind, nodes_by_budget, rank
         row = np.asarray(row, dtype=np.int32).reshape(self.batch, -1)
         cap = self.alloc_caps[self.budgets.index(used)]
         scores = torch.from_numpy(np.ascontiguousarray(row[:, 1 + self.depth:2 + self.depth + cap]).view(np.float32))
         ranked = rank(scores, torch.from_numpy(row[:, 0] >= 0), cap, behind(torch.from_numpy(self.max_new - self.gen)))
-        totals = torch.tensor([self.batch * b for b in self.budgets], dtype=torch.int64)
-        return nodes_by_budget(ranked, totals, self.alloc_caps).numpy()
+        return nodes_by_budget(ranked, self._totals, self.alloc_caps).numpy()
 
     def observe(self, row, used: int, advance: bool = True, seconds: float | None = None) -> bool:
         """A round's stats as read on the host (self.stats' shape, a tensor or array), `used` the budget it ran
