@@ -8,6 +8,7 @@
 #include "codegen/kv_compact.hpp"
 #include "codegen/sample_tokens.hpp"
 #include "codegen/tree_accept.hpp"
+#include "codegen/tree_allocate.hpp"
 #include "codegen/tree_build.hpp"
 #include "codegen/verify_attention.hpp"
 
@@ -97,6 +98,26 @@ KernelSource accept_point(const OpPoint& p, const Arch& arch) {
   return generate_tree_accept(accept_spec(p.width), arch);
 }
 
+TreeAllocateSpec allocate_spec(int width) {
+  TreeAllocateSpec spec{};
+  spec.max_tree_nodes = width;
+  validate(spec);
+  return spec;
+}
+
+std::vector<GridItem> allocate_grid(const GridOptions& o, const Arch& arch) {
+  Items out;
+  for (int width : o.widths) {
+    const TreeAllocateSpec spec = allocate_spec(width);
+    out.add(spec.label(), [spec, arch] { return generate_tree_allocate(spec, arch); });
+  }
+  return std::move(out.items);
+}
+
+KernelSource allocate_point(const OpPoint& p, const Arch& arch) {
+  return generate_tree_allocate(allocate_spec(p.width), arch);
+}
+
 KvCompactSpec compact_spec(int width, int page) {
   KvCompactSpec spec{};
   spec.page_size = page;
@@ -148,6 +169,7 @@ const std::vector<OpInfo>& operations() {
       {"verify_attention", true, verify_grid, verify_point, {"--head", "--width", "--page", "--dtype", "--kv-dtype"}},
       {"tree_build", false, build_grid, build_point, {"--width"}},
       {"tree_accept", false, accept_grid, accept_point, {"--width"}},
+      {"tree_allocate", false, allocate_grid, allocate_point, {"--width"}},
       {"sample_tokens", false, sample_grid, sample_point, {"--dtype"}},
       {"kv_compact", false, compact_grid, compact_point, {"--width", "--page"}},
   };

@@ -102,6 +102,13 @@ kdtree_status kdtree_tree_accept(kdtree_runtime* rt, const kdtree_tree_accept_ar
   });
 }
 
+kdtree_status kdtree_tree_allocate(kdtree_runtime* rt, const kdtree_tree_allocate_args* args) {
+  return guarded("kdtree_tree_allocate", [&] {
+    require(args != nullptr, "args is NULL");
+    kdtree::tree_allocate(unwrap(rt), *args);
+  });
+}
+
 kdtree_status kdtree_sample_tokens(kdtree_runtime* rt, const kdtree_sample_args* args) {
   return guarded("kdtree_sample_tokens", [&] {
     require(args != nullptr, "args is NULL");

@@ -12,6 +12,9 @@ void tree_build(Engine& rt, const kdtree_tree_build_args& args);
 // Longest accepted path per request, in one launch.
 void tree_accept(Engine& rt, const kdtree_tree_accept_args& args);
 
+// The batch's draft nodes allocated over its requests, in one launch.
+void tree_allocate(Engine& rt, const kdtree_tree_allocate_args& args);
+
 // One token per logits row: greedy argmax or Gumbel-max sampling with a seed.
 void sample_tokens(Engine& rt, const kdtree_sample_args& args);
 

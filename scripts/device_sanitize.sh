@@ -33,6 +33,8 @@ cases=(
   "tree_build GPU: all-equal and -inf*"
   "tree_accept GPU: malformed requests*"
   "tree_accept GPU: node_indptr past total_nodes*"
+  "tree_allocate GPU: random batches*"
+  "tree_allocate GPU: a NaN or increasing score*"
   "sample_tokens GPU: greedy ties*"
   "sample_tokens GPU: random logits*"
   "kv_compact GPU: path*in place*"

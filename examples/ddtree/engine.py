@@ -325,7 +325,7 @@ class Engine:
         batch's B x budget most valuable draft nodes kept (kdtree.integrations.allocate) and packed request after
         request, B x (budget + 1) rows as a uniform round has; the ops take the per-request counts and
         node_indptr."""
-        from kdtree.integrations.allocate import allocate, behind
+        from kdtree.integrations.allocate import allocate_round
         s, ops, B = self.s, self.ops, self.B
         cap, total = self.cap_of(budget), B * budget
         _, W, _, _, _, max_kv_len = self._geometry(budget)
@@ -336,7 +336,7 @@ class Engine:
             s["tree"] = ops.tree_build(s["dt"], s["dlp"], self.root, self.kv_lens, budget=cap, max_tree_nodes=W)
 
         def allocate_nodes():
-            s["alloc"] = allocate(s["tree"].scores, s["active"], total, cap, behind(self.max_new - self.gen))
+            s["alloc"] = allocate_round(ops, s["tree"].scores, s["active"], total, cap, self.max_new - self.gen)
 
         def target():
             n = rounds.packed_nodes(s["tree"], s["alloc"], self.kv_lens)

@@ -281,6 +281,48 @@ typedef struct kdtree_tree_accept_args {
 
 kdtree_status kdtree_tree_accept(kdtree_runtime* rt, const kdtree_tree_accept_args* args);
 
+/* The draft nodes a round verifies, allocated over the batch (a round that
+ * verifies B + total nodes for the whole batch instead of a fixed budget per
+ * request): of the draft nodes 1..cap of every request's tree_build tree, the
+ * `total` of highest value, at most cap per request, where
+ *   value = scores[b, node] + urgency * ln(max(remaining[b], 1) / M)
+ * (M the batch's largest max(remaining, 1); in float32), and requests with
+ * active[b] == 0 take nodes only after every active one. Equal values go to the
+ * lower request, then the lower node. tree_build builds each request's tree
+ * best first, so its nodes 1..cap (a tree built at budget >= cap) have
+ * non-increasing scores and the chosen nodes are a prefix of every tree.
+ * Outputs (all device, written by one CTA):
+ *   node_counts [B]: 1 + the draft nodes of request b (tree_accept's and
+ *     kv_compact's node_counts; the root is always kept);
+ *   node_indptr [B + 1]: their prefix sums from 0, node_indptr[B] = B + total
+ *     (verify_attention's and tree_accept's packed layout);
+ *   row_req, row_node [B + total] int64: packed row r is node row_node[r] of
+ *     request row_req[r] (gather tree_build's per-node outputs with them).
+ * A score that is NaN or higher than the node before it (within 1..cap) sets
+ * KDTREE_DEVICE_ERROR_SCORES; every request then keeps its root only
+ * (node_counts 1, node_indptr[b] = b) and rows from B on are (0, 0).
+ * batch_size 1..2048; max_tree_nodes (the scores' row stride) 16, 32, 64 or
+ * 128; cap 1..max_tree_nodes - 1; total 0..batch_size * cap; urgency finite
+ * and >= 0. No host synchronisation: safe inside CUDA-graph capture. */
+typedef struct kdtree_tree_allocate_args {
+  int batch_size;
+  int max_tree_nodes;
+  int cap;                  /* most draft nodes per request */
+  int total;                /* draft nodes over the batch */
+  const float* scores;      /* device [B, W] float32 (tree_build's scores) */
+  const uint8_t* active;    /* device [B] 0/1 (torch.bool), or NULL: every request active */
+  const int32_t* remaining; /* device [B] tokens each request has left, or NULL: value = score */
+  float urgency;            /* the log weight's factor (0: by score alone) */
+  int32_t* node_counts;     /* device [B] */
+  int32_t* node_indptr;     /* device [B + 1] */
+  int64_t* row_req;         /* device [B + total] */
+  int64_t* row_node;        /* device [B + total] */
+  int32_t* error_flags;     /* optional device int32 */
+  void* stream;
+} kdtree_tree_allocate_args;
+
+kdtree_status kdtree_tree_allocate(kdtree_runtime* rt, const kdtree_tree_allocate_args* args);
+
 typedef struct kdtree_sample_args {
   int num_rows;
   int vocab_size;

@@ -142,6 +142,7 @@ class Runtime {
   void verify_attention(const kdtree_verify_args& args) { check(kdtree_verify_attention(handle_, &args)); }
   void tree_build(const kdtree_tree_build_args& args) { check(kdtree_tree_build(handle_, &args)); }
   void tree_accept(const kdtree_tree_accept_args& args) { check(kdtree_tree_accept(handle_, &args)); }
+  void tree_allocate(const kdtree_tree_allocate_args& args) { check(kdtree_tree_allocate(handle_, &args)); }
   void sample_tokens(const kdtree_sample_args& args) { check(kdtree_sample_tokens(handle_, &args)); }
   void kv_compact(const kdtree_kv_compact_args& args) { check(kdtree_kv_compact(handle_, &args)); }
 

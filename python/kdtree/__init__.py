@@ -11,11 +11,12 @@ from ._shapes import HeadShape, SupportedShapes
 from ._kv_compact import kv_compact
 from ._sample_tokens import sample_tokens
 from ._tree_accept import tree_accept
+from ._tree_allocate import tree_allocate
 from ._tree_build import TreeBuildResult, tree_build
 from ._verify_attention import verify_attention
 
 __all__ = ["Error", "HeadShape", "LoadError", "SupportedShapes", "TreeBuildResult", "__version__", "kv_compact",
-           "library_version", "sample_tokens", "supported_shapes", "tree_accept", "tree_build", "verify_attention",
+           "library_version", "sample_tokens", "supported_shapes", "tree_accept", "tree_allocate", "tree_build", "verify_attention",
            "verify_workspace_size", "warm"]
 
 

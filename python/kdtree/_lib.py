@@ -65,6 +65,13 @@ class TreeAcceptArgs(ctypes.Structure):
                 ("error_flags", c_void_p), ("stream", c_void_p), ("total_nodes", c_int)]
 
 
+class TreeAllocateArgs(ctypes.Structure):
+    _fields_ = [("batch_size", c_int), ("max_tree_nodes", c_int), ("cap", c_int), ("total", c_int),
+                ("scores", c_void_p), ("active", c_void_p), ("remaining", c_void_p), ("urgency", c_float),
+                ("node_counts", c_void_p), ("node_indptr", c_void_p), ("row_req", c_void_p), ("row_node", c_void_p),
+                ("error_flags", c_void_p), ("stream", c_void_p)]
+
+
 class SampleArgs(ctypes.Structure):
     _fields_ = [("num_rows", c_int), ("vocab_size", c_int), ("logits_dtype", c_enum), ("logits", c_void_p),
                 ("row_stride", c_int64), ("temperature", c_float), ("seed", c_uint64), ("row_offsets", c_void_p),
@@ -82,6 +89,7 @@ class KvCompactArgs(ctypes.Structure):
 
 STRUCTS = {"kdtree_verify_spec": VerifySpec, "kdtree_verify_args": VerifyArgs,
            "kdtree_tree_build_args": TreeBuildArgs, "kdtree_tree_accept_args": TreeAcceptArgs,
+           "kdtree_tree_allocate_args": TreeAllocateArgs,
            "kdtree_sample_args": SampleArgs, "kdtree_kv_compact_args": KvCompactArgs}
 
 _PROTOTYPES = {
@@ -98,6 +106,7 @@ _PROTOTYPES = {
     "kdtree_warm": (c_int, [c_void_p, POINTER(VerifySpec)]),
     "kdtree_tree_build": (c_int, [c_void_p, POINTER(TreeBuildArgs)]),
     "kdtree_tree_accept": (c_int, [c_void_p, POINTER(TreeAcceptArgs)]),
+    "kdtree_tree_allocate": (c_int, [c_void_p, POINTER(TreeAllocateArgs)]),
     "kdtree_sample_tokens": (c_int, [c_void_p, POINTER(SampleArgs)]),
     "kdtree_kv_compact": (c_int, [c_void_p, POINTER(KvCompactArgs)]),
 }

@@ -45,16 +45,17 @@ std::string grid_error(const GridOptions& options, kdtree_status* status) {
 TEST_CASE("grid: the default grid has every documented kernel once") {
   const auto items = enumerate_grid(GridOptions{}, kSm120);
   // 4 heads x 4 widths x 3 pages x 2 dtypes x the KV dtypes codegen generates
-  // (as_q and e4m3); tree_build and tree_accept
+  // (as_q and e4m3); tree_build, tree_accept and tree_allocate
   // per width; kv_compact per width and page; sample_tokens for bf16 and f32 logits.
   const int kv = int(supported_kv_dtypes().size());
   CHECK(GridOptions{}.kv_dtypes == supported_kv_dtypes());
   CHECK(count_prefix(items, "verify_attention[") == 96 * kv);
   CHECK(count_prefix(items, "tree_build[") == 4);
   CHECK(count_prefix(items, "tree_accept[") == 4);
+  CHECK(count_prefix(items, "tree_allocate[") == 4);
   CHECK(count_prefix(items, "kv_compact[") == 12);
   CHECK(count_prefix(items, "sample_tokens[") == 2);
-  CHECK(items.size() == size_t(96 * kv + 22));
+  CHECK(items.size() == size_t(96 * kv + 26));
 
   std::set<std::string> labels;
   for (const auto& item : items) {
@@ -125,6 +126,7 @@ TEST_CASE("grid: options select the kernels") {
   CHECK(count_prefix(items, "verify_attention[") == 0);
   CHECK(count_prefix(items, "tree_build[") == 1);
   CHECK(count_prefix(items, "tree_accept[") == 1);
+  CHECK(count_prefix(items, "tree_allocate[") == 1);
   CHECK(count_prefix(items, "kv_compact[") == 1);
   CHECK(count_prefix(items, "sample_tokens[") == 2);
 
@@ -133,7 +135,7 @@ TEST_CASE("grid: options select the kernels") {
   options.widths = {32, 32};
   options.page_sizes = {16, 16};
   options.dtypes = {KDTREE_DTYPE_F16, KDTREE_DTYPE_F16};
-  CHECK(enumerate_grid(options, kSm120).size() == 1 + 1 + 1 + 1 + 2);
+  CHECK(enumerate_grid(options, kSm120).size() == 1 + 1 + 1 + 1 + 1 + 2);
 }
 
 TEST_CASE("grid: unsupported values throw naming the supported ones") {

@@ -1,4 +1,5 @@
-"""GPU: kdtree.tree_build and kdtree.tree_accept against Python references (random drafts, random targets)."""
+"""GPU: kdtree.tree_build, kdtree.tree_accept and kdtree.tree_allocate against Python references (random drafts,
+random targets; tree_allocate against kdtree.integrations.allocate)."""
 
 import numpy as np
 import pytest
@@ -83,3 +84,59 @@ def test_tree_accept_matches_reference(width, follow, packed):
     assert bonus.cpu().tolist() == ref_bonus
     if follow == 1.0:
         assert min(ref_lens) >= 1  # the walk really went down the trees
+
+
+# (batch, depth, top_k, width, cap, total per request, ties)
+ALLOCATE_CASES = [(1, 8, 4, 16, 15, 7, False), (7, 6, 8, 16, 15, 3, True), (64, 16, 8, 64, 63, 4, False),
+                  (64, 16, 8, 128, 127, 6, True), (300, 5, 4, 32, 20, 2, False), (9, 12, 6, 128, 100, 100, False)]
+
+
+@pytest.mark.parametrize("case", ALLOCATE_CASES,
+                         ids=[f"tree_allocate[W={w},B={b}] cap={c},total={t}x{b}{',ties' if ties else ''}"
+                              for b, _, _, w, c, t, ties in ALLOCATE_CASES])
+def test_tree_allocate_is_allocates_choice(case):
+    """kdtree.tree_allocate (one kernel, binary searches over the sorted trees) against
+    kdtree.integrations.allocate (a stable sort in torch), on the same GPU: tree_build's scores (or coarsened
+    ones, many equal across requests), requests not decoding, the remaining-tokens weight; exactly equal."""
+    from kdtree.integrations import torch_ops
+    batch, depth, top_k, width, cap, per, ties = case
+    tree = kdtree.tree_build(*random_draft(batch, depth, top_k, 1000, seed=sum(case)), budget=cap, max_tree_nodes=width)
+    scores = tree.scores
+    if ties:
+        scores = (scores * 2).round() / 2
+    g = torch.Generator().manual_seed(batch * width)
+    active = (torch.rand(batch, generator=g) > 0.2).cuda()
+    remaining = torch.randint(-2, 300, (batch,), generator=g, dtype=torch.int32).cuda()
+    total = min(per * batch, batch * cap)
+    for kw in (dict(), dict(active=active), dict(active=active, remaining=remaining, urgency=8.0),
+               dict(remaining=remaining, urgency=0.0)):
+        for t in (total, 0, batch * cap):
+            got = kdtree.tree_allocate(scores, total=t, cap=cap, **kw)
+            want = torch_ops.tree_allocate(scores, total=t, cap=cap, **kw)
+            for name, x, y in zip(("node_counts", "node_indptr", "row_req", "row_node"), got, want):
+                assert torch.equal(x, y), (name, sorted(kw), t)
+
+
+def test_tree_allocate_in_a_cuda_graph():
+    """Captured once, replayed over new scores and weights: each replay is the allocation of its inputs."""
+    from kdtree.integrations import torch_ops
+    B, W, cap, total = 16, 32, 31, 16 * 5
+    tree = kdtree.tree_build(*random_draft(B, 10, 6, 500, seed=1), budget=cap, max_tree_nodes=W)
+    scores, remaining = tree.scores.clone(), torch.full((B,), 64, dtype=torch.int32, device="cuda")
+    active = torch.ones(B, dtype=torch.bool, device="cuda")
+    kdtree.tree_allocate(scores, total=total, cap=cap, active=active, remaining=remaining, urgency=8.0)  # warm
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = kdtree.tree_allocate(scores, total=total, cap=cap, active=active, remaining=remaining, urgency=8.0)
+    for seed in range(3):
+        t = kdtree.tree_build(*random_draft(B, 10, 6, 500, seed=seed + 2), budget=cap, max_tree_nodes=W)
+        scores.copy_(t.scores)
+        remaining.copy_(torch.randint(0, 128, (B,), dtype=torch.int32))
+        active.copy_(torch.arange(B) % 5 != seed)
+        for o in out:
+            o.fill_(-7)  # poison: the replay must write every output
+        graph.replay()
+        want = torch_ops.tree_allocate(scores, total=total, cap=cap, active=active, remaining=remaining, urgency=8.0)
+        for x, y in zip(out, want):
+            assert torch.equal(x, y)

@@ -3,7 +3,7 @@
 
 
 def load_ops(backend: str):
-    """kdtree's five operations as one namespace: "kdtree" (the package, GPU kernels) or "torch" (their
+    """kdtree's six operations as one namespace: "kdtree" (the package, GPU kernels) or "torch" (their
     plain-torch versions, kdtree.integrations.torch_ops, which run on the CPU)."""
     if backend == "torch":
         from . import torch_ops

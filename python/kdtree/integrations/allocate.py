@@ -47,7 +47,7 @@ class Allocation:
     indptr: torch.Tensor    # [B + 1] int32: request b's packed rows [indptr[b], indptr[b + 1])
     row_req: torch.Tensor   # [B + total] int64: the request of each packed row
     row_node: torch.Tensor  # [B + total] int64: its node index in the request's tree (0 = root)
-    ranking: Ranking        # what it chose from
+    ranking: Ranking | None  # what it chose from (None from kdtree.tree_allocate, which ranks without sorting)
 
 
 def _ranks(scores, active, cap):
@@ -69,6 +69,9 @@ def nodes_by_budget(ranked: Ranking | Allocation, totals: torch.Tensor, caps) ->
     cap reuse it). caps non-decreasing along the budgets. A round at budget n tells, for every budget m <= n,
     which nodes m would have verified (a prefix of each request's tree), so what m would have accepted."""
     r = ranked.ranking if isinstance(ranked, Allocation) else ranked
+    if r is None:
+        raise ValueError("nodes_by_budget: this Allocation has no ranking (kdtree.tree_allocate's; rank() the "
+                         "round's scores instead)")
     W = r.scores.shape[1]
     caps = [min(int(c), W - 1) for c in caps]
     if any(b < a for a, b in zip(caps, caps[1:])):
@@ -130,3 +133,13 @@ def allocate(scores: torch.Tensor, active: torch.Tensor, total: int, cap: int,
     row_req = torch.searchsorted(indptr[1:], rows, right=True).long()
     row_node = (rows - indptr[row_req]).long()
     return Allocation(counts, indptr, row_req, row_node, r)
+
+
+def allocate_round(ops, scores: torch.Tensor, active: torch.Tensor, total: int, cap: int,
+                   remaining: torch.Tensor) -> Allocation:
+    """A decoding round's allocation through an ops backend (kdtree.integrations.load_ops): allocate's choice
+    weighted by behind(remaining), in one kernel with kdtree's (kdtree.tree_allocate; no ranking kept) and by
+    allocate itself with the torch backend's. remaining [B] int32: each request's tokens still to generate."""
+    counts, indptr, row_req, row_node = ops.tree_allocate(scores, total=total, cap=cap, active=active,
+                                                          remaining=remaining, urgency=URGENCY)
+    return Allocation(counts, indptr, row_req, row_node, None)

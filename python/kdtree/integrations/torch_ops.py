@@ -1,4 +1,4 @@
-"""Plain-torch implementations of kdtree's five operations (the `backend="torch"` path of the DDTree
+"""Plain-torch implementations of kdtree's six operations (the `backend="torch"` path of the DDTree
 example and of kdtree.integrations.transformers).
 
 They follow the semantics of kdtree.h and the README (same argument names, layouts and
@@ -18,8 +18,8 @@ import torch
 
 import kdtree
 
-__all__ = ["TreeBuildResult", "gumbel_noise", "kv_compact", "sample_tokens", "tree_accept", "tree_build",
-           "verify_attention"]
+__all__ = ["TreeBuildResult", "gumbel_noise", "kv_compact", "sample_tokens", "tree_accept", "tree_allocate",
+           "tree_build", "verify_attention"]
 
 
 class TreeBuildResult(NamedTuple):
@@ -199,6 +199,18 @@ def tree_accept(tokens, parents, node_counts, target_tokens, *, node_indptr=None
         bonus[b] = target(cur)
     dev = tokens.device
     return torch.from_numpy(path).to(dev), torch.from_numpy(accept).to(dev), torch.from_numpy(bonus).to(dev)
+
+
+# ----------------------------------------------------------------------------- tree_allocate
+
+def tree_allocate(scores, *, total, cap, active=None, remaining=None, urgency=0.0):
+    """kdtree.integrations.allocate.allocate (a stable sort of the batch's weighted node scores), with
+    kdtree.tree_allocate's arguments and outputs."""
+    from .allocate import allocate, behind
+    if active is None:
+        active = torch.ones(scores.shape[0], dtype=torch.bool, device=scores.device)
+    a = allocate(scores, active, total, cap, None if remaining is None else behind(remaining, urgency))
+    return a.counts, a.indptr, a.row_req, a.row_node
 
 
 # ----------------------------------------------------------------------------- sample_tokens

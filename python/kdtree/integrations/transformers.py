@@ -669,7 +669,7 @@ class DDTreeDecoder:
         """The round at `budget` with alloc "batch": every request's tree built at cap_of(budget), the batch's
         B x budget most valuable draft nodes kept (kdtree.integrations.allocate) and packed request after request
         in B x (budget + 1) rows, as a uniform round has; the ops take the per-request counts and node_indptr."""
-        from .allocate import allocate, behind
+        from .allocate import allocate_round
         s, ops, B = self.s, self.ops, self.B
         cap, total, W = self.cap_of(budget), B * budget, self.width(budget + 1)
 
@@ -678,7 +678,7 @@ class DDTreeDecoder:
             s["budget"] = budget
 
         def allocate_nodes():
-            s["alloc"] = allocate(s["tree"].scores, s["active"], total, cap, behind(self.max_new - self.gen))
+            s["alloc"] = allocate_round(ops, s["tree"].scores, s["active"], total, cap, self.max_new - self.gen)
 
         def target():
             n = rounds.packed_nodes(s["tree"], s["alloc"], self.kv_lens)
