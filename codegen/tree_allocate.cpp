@@ -16,7 +16,7 @@ void validate(const TreeAllocateSpec& spec) { validate_tree_width("tree_allocate
 
 KernelSource generate_tree_allocate(const TreeAllocateSpec& spec, const Arch& arch) {
   validate(spec);
-  (void)arch;  // 1024 threads and 24 KB of static shared memory fit every sm_80+ part
+  (void)arch;  // 1024 threads and 33 KB of static shared memory fit every sm_80+ part
   Params params{
       {"MAX_TREE_NODES", std::to_string(spec.max_tree_nodes)},
       {"THREADS", std::to_string(kTreeAllocateThreads)},

@@ -10,8 +10,8 @@ namespace kdtree::codegen {
 
 // One CTA for the whole batch (the template's __launch_bounds__).
 inline constexpr int kTreeAllocateThreads = 1024;
-// The most requests one call takes: the CTA keeps three words per request in
-// static shared memory (24 KB).
+// The most requests one call takes: the CTA keeps four words per request in
+// static shared memory (33 KB in all).
 inline constexpr int kTreeAllocateMaxBatch = 2048;
 
 struct TreeAllocateSpec {

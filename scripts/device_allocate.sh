@@ -6,7 +6,8 @@
 #   2. the Python GPU tests of the op and of the rounds that allocate or choose budgets (DDTree example,
 #      transformers decoder; greedy equality included);
 #   3. bench/bench_tree_allocate.py (the kernel against the same choice in torch ops, CUDA graphs);
-# Logs in $OUT (default /tmp/kdtree-out). Exit 1 if a step failed.
+# PYTEST_K narrows step 2's tests (a pytest -k expression). Logs in $OUT (default /tmp/kdtree-out). Exit 1 if a
+# step failed.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 status=0
@@ -31,7 +32,7 @@ export PYTHONPATH=$root/python:$root/tests/python:$root${PYTHONPATH:+:$PYTHONPAT
 
 step "Python GPU tests"
 timeout 400 python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_gpu_tree_ops.py tests/python/test_ddtree_gpu.py \
-  tests/python/test_transformers_gpu.py -k "(allocate or allocation or auto_budget or greedy or agree) and not family" \
+  tests/python/test_transformers_gpu.py -k "${PYTEST_K:-(allocate or allocation or auto_budget or greedy or agree) and not family}" \
   > "$out/pytest_allocate.txt" 2>&1
 rc=$?
 tail -5 "$out/pytest_allocate.txt"

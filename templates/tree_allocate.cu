@@ -7,12 +7,14 @@
 //
 // The choice is kdtree.integrations.allocate.allocate's, exactly: nodes ranked
 // by a stable descending sort of their keys, request after request. No sort
-// here: a request's keys do not increase along its nodes (tree_build pops best
-// first), so the place of node j of request b, key k, in that order is
-//   j + sum over b' < b of #(keys of b' >= k) + sum over b' > b of #(keys of b' > k),
-// each count a binary search of a sorted row. The place grows with j, so a
-// request's count (its nodes placed before `total`) is a binary search over j.
-// One CTA for the batch: a warp per request at a time, then one scan.
+// here: the total-th largest key T is found by a radix select over the keys'
+// order-preserving 32-bit codes (four passes of 8 bits, each a shared-memory
+// histogram of the keys that match the digits so far), every node above T is
+// taken, and of the nodes equal to T the first ones in request order, as many as
+// the select left over. A request's keys do not increase along its nodes
+// (tree_build pops best first), so its count above and at T is two binary searches
+// of its row, and what it takes is a prefix of its tree. One CTA for the batch:
+// every pass is parallel over all keys (or requests), none a dependent chain.
 
 #include "common.cuh"
 #include "tree_allocate_params.h"
@@ -23,6 +25,7 @@ constexpr int THREADS = KD_THREADS;
 constexpr int WARPS = THREADS / 32;
 constexpr int MAX_BATCH = KD_MAX_BATCH;
 constexpr int PER_THREAD = (MAX_BATCH + THREADS - 1) / THREADS;  // scan entries per thread
+constexpr int BINS = 256;                                        // radix digits per pass
 constexpr unsigned FULL_MASK = 0xffffffffu;
 // A request that is not decoding ranks after every decoding one (allocate's _DONE_OFFSET: path
 // log-probabilities and log weights are > -1e4).
@@ -30,9 +33,13 @@ constexpr float DONE_OFFSET = 1.0e6f;
 
 struct alloc_shared {
   float log_weight[MAX_BATCH];
-  float offset[MAX_BATCH];   // 0, or DONE_OFFSET for a request not decoding
-  int indptr[MAX_BATCH + 1];  // node counts first, then their prefix sums
+  float offset[MAX_BATCH];    // 0, or DONE_OFFSET for a request not decoding
+  int indptr[MAX_BATCH + 1];  // per-request values, then their prefix sums (scan_requests)
+  int above[MAX_BATCH];       // per request: nodes whose key is above the threshold
+  int hist[BINS];
   int warp_sum[WARPS];
+  unsigned prefix;  // the threshold's digits found so far
+  int need;         // of the keys matching them, how many the allocation still takes
   int max_remaining;
   int error;
 };
@@ -43,22 +50,28 @@ static __device__ __forceinline__ float alloc_key(const kdtree_tree_allocate_par
   return (p.scores[(long long)b * W + 1 + j] + s.log_weight[b]) - s.offset[b];
 }
 
-// #(keys of request b that are >= k) when `or_equal`, else #(> k): the row does not increase, so the count is
-// the first index that fails the test.
+// An order-preserving code of a (non-NaN) key: a > b as floats iff code(a) > code(b) as unsigned; -0 is 0.
+static __device__ __forceinline__ unsigned alloc_code(float k) {
+  const unsigned u = __float_as_uint(k == 0.0f ? 0.0f : k);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// #(keys of request b whose code is > c), or >= c when `or_equal`: the row does not increase, so the count is the
+// first index that fails the test.
 static __device__ __forceinline__ int alloc_count_row(const kdtree_tree_allocate_params& p, const alloc_shared& s,
-                                                      int b, float k, bool or_equal) {
+                                                      int b, unsigned c, bool or_equal) {
   int lo = 0, hi = p.cap;
   while (lo < hi) {
     const int mid = (lo + hi) >> 1;
-    const float x = alloc_key(p, s, b, mid);
-    if (or_equal ? x >= k : x > k) lo = mid + 1;
+    const unsigned x = alloc_code(alloc_key(p, s, b, mid));
+    if (or_equal ? x >= c : x > c) lo = mid + 1;
     else hi = mid;
   }
   return lo;
 }
 
 // Phase 1: each request's log weight and offset (the batch's largest remaining count first).
-static __device__ void load_weights(const kdtree_tree_allocate_params& p, alloc_shared& s) {
+static __device__ __forceinline__ void load_weights(const kdtree_tree_allocate_params& p, alloc_shared& s) {
   if (threadIdx.x == 0) {
     s.max_remaining = 1;
     s.error = 0;
@@ -81,7 +94,7 @@ static __device__ void load_weights(const kdtree_tree_allocate_params& p, alloc_
 }
 
 // Phase 2: the binary searches need every request's keys non-increasing and none NaN.
-static __device__ bool check_keys(const kdtree_tree_allocate_params& p, const alloc_shared& s) {
+static __device__ __forceinline__ bool check_keys(const kdtree_tree_allocate_params& p, const alloc_shared& s) {
   bool bad = false;
   const int n = p.batch_size * p.cap;
   for (int i = threadIdx.x; i < n; i += THREADS) {
@@ -92,29 +105,63 @@ static __device__ bool check_keys(const kdtree_tree_allocate_params& p, const al
   return __syncthreads_or(bad) != 0;
 }
 
-// Phase 3: request b's count (1 + its draft nodes) into s.indptr[b + 1], one warp per request.
-static __device__ void count_nodes(const kdtree_tree_allocate_params& p, alloc_shared& s) {
+// Phase 3: the code of the total-th largest key (1 <= total <= B x cap) into s.prefix, and into s.need how many
+// keys equal to it the allocation takes: a radix select, most significant digit first.
+static __device__ __forceinline__ void select_threshold(const kdtree_tree_allocate_params& p, alloc_shared& s) {
+  const int n = p.batch_size * p.cap;
   const int lane = threadIdx.x & 31;
-  for (int b = threadIdx.x >> 5; b < p.batch_size; b += WARPS) {
-    int lo = 0, hi = p.cap;  // the first j whose place is >= total
-    while (lo < hi) {
-      const int mid = (lo + hi) >> 1;
-      const float k = alloc_key(p, s, b, mid);
-      int before = 0;
-      for (int o = lane; o < p.batch_size; o += 32) {
-        if (o != b) before += alloc_count_row(p, s, o, k, o < b);
-      }
-      const long long place = (long long)mid + __reduce_add_sync(FULL_MASK, unsigned(before));
-      if (place < p.total) lo = mid + 1;
-      else hi = mid;
-    }
-    if (lane == 0) s.indptr[b + 1] = lo + 1;
+  if (threadIdx.x == 0) {
+    s.prefix = 0;
+    s.need = p.total;
   }
-  __syncthreads();
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int d = threadIdx.x; d < BINS; d += THREADS) s.hist[d] = 0;
+    __syncthreads();
+    const unsigned high = shift == 24 ? 0u : ~0u << (shift + 8), prefix = s.prefix;
+    for (int i = threadIdx.x; i < n; i += THREADS) {
+      const int b = i / p.cap;
+      const unsigned c = alloc_code(alloc_key(p, s, b, i - b * p.cap));
+      if ((c & high) == (prefix & high)) atomicAdd(&s.hist[(c >> shift) & (BINS - 1)], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      // Lane l holds digits 255 - 8l .. 248 - 8l (the largest first); the digit where the count from the top
+      // reaches `need` is the threshold's.
+      int h[BINS / 32], sum = 0;
+#pragma unroll
+      for (int e = 0; e < BINS / 32; ++e) {
+        h[e] = s.hist[BINS - 1 - (lane * (BINS / 32) + e)];
+        sum += h[e];
+      }
+      int incl = sum;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int x = __shfl_up_sync(FULL_MASK, incl, d);
+        if (lane >= d) incl += x;
+      }
+      const int need = s.need;
+      const unsigned hit = __ballot_sync(FULL_MASK, incl >= need);
+      const int owner = __ffs(hit) - 1;  // need <= the count of every matching key: some lane reaches it
+      if (lane == owner) {
+        int left = need - (incl - sum);
+#pragma unroll
+        for (int e = 0; e < BINS / 32; ++e) {
+          if (left > 0 && left <= h[e]) {
+            s.prefix = prefix | (unsigned(BINS - 1 - (lane * (BINS / 32) + e)) << shift);
+            s.need = left;
+            left = 0;
+          } else if (left > 0) {
+            left -= h[e];
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
 }
 
-// Phase 4: the counts' prefix sums in place (s.indptr[0] = 0); PER_THREAD consecutive entries per thread.
-static __device__ void scan_counts(const kdtree_tree_allocate_params& p, alloc_shared& s) {
+// Phase 4, in place over s.indptr[1..B]: inclusive prefix sums of the per-request values there (s.indptr[0] = 0).
+static __device__ __forceinline__ void scan_requests(const kdtree_tree_allocate_params& p, alloc_shared& s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int first = threadIdx.x * PER_THREAD;
   int v[PER_THREAD];
@@ -152,9 +199,40 @@ static __device__ void scan_counts(const kdtree_tree_allocate_params& p, alloc_s
   __syncthreads();
 }
 
-// Phase 5: the outputs. Row r belongs to the request whose segment holds it; rows past the last segment (only
+// Phase 5: each request's count, 1 + its nodes above the threshold + those at it that the select left over,
+// first come (request order) first served; then their prefix sums in s.indptr.
+static __device__ __forceinline__ void count_nodes(const kdtree_tree_allocate_params& p, alloc_shared& s) {
+  const unsigned t = s.prefix;
+  for (int b = threadIdx.x; b < p.batch_size; b += THREADS) {
+    const int above = alloc_count_row(p, s, b, t, false);
+    s.above[b] = above;
+    s.indptr[b + 1] = alloc_count_row(p, s, b, t, true) - above;  // equal to the threshold
+  }
+  __syncthreads();
+  scan_requests(p, s);
+  const int need = s.need;
+  int taken[PER_THREAD];
+#pragma unroll
+  for (int e = 0; e < PER_THREAD; ++e) {
+    const int b = threadIdx.x + e * THREADS;
+    if (b < p.batch_size) {
+      const int equal = s.indptr[b + 1] - s.indptr[b], before = s.indptr[b];
+      taken[e] = 1 + s.above[b] + min(max(need - before, 0), equal);
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int e = 0; e < PER_THREAD; ++e) {
+    const int b = threadIdx.x + e * THREADS;
+    if (b < p.batch_size) s.indptr[b + 1] = taken[e];
+  }
+  __syncthreads();
+  scan_requests(p, s);
+}
+
+// Phase 6: the outputs. Row r belongs to the request whose segment holds it; rows past the last segment (only
 // after an error) are (0, 0).
-static __device__ void write_rows(const kdtree_tree_allocate_params& p, const alloc_shared& s) {
+static __device__ __forceinline__ void write_rows(const kdtree_tree_allocate_params& p, const alloc_shared& s) {
   const int B = p.batch_size;
   for (int b = threadIdx.x; b < B; b += THREADS) {
     p.node_counts[b] = s.indptr[b + 1] - s.indptr[b];
@@ -179,18 +257,22 @@ static __device__ void write_rows(const kdtree_tree_allocate_params& p, const al
   }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) kdtree_tree_allocate(kdtree_tree_allocate_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS, 1) kdtree_tree_allocate(kdtree_tree_allocate_params p) {
   __shared__ alloc_shared s;
   load_weights(p, s);
-  if (check_keys(p, s)) {
-    // NaN or increasing scores: every request keeps its root only (KDTREE_DEVICE_ERROR_SCORES)
-    for (int b = threadIdx.x; b < p.batch_size; b += THREADS) s.indptr[b + 1] = b + 1;
-    if (threadIdx.x == 0 && p.error_flags) atomicOr(p.error_flags, KDTREE_DEVICE_ERROR_SCORES);
-    if (threadIdx.x == 0) s.indptr[0] = 0;
-    __syncthreads();
-  } else {
+  const bool bad = check_keys(p, s);
+  if (!bad && p.total > 0) {
+    select_threshold(p, s);
     count_nodes(p, s);
-    scan_counts(p, s);
+  } else {
+    // No draft node (total 0), or NaN or increasing scores: every request keeps its root only (the latter sets
+    // KDTREE_DEVICE_ERROR_SCORES)
+    for (int b = threadIdx.x; b < p.batch_size; b += THREADS) s.indptr[b + 1] = b + 1;
+    if (threadIdx.x == 0) {
+      s.indptr[0] = 0;
+      if (bad && p.error_flags) atomicOr(p.error_flags, KDTREE_DEVICE_ERROR_SCORES);
+    }
+    __syncthreads();
   }
   write_rows(p, s);
 }
