@@ -142,6 +142,7 @@ static __device__ __forceinline__ void select_threshold(const kdtree_tree_alloca
       const int need = s.need;
       const unsigned hit = __ballot_sync(FULL_MASK, incl >= need);
       const int owner = __ffs(hit) - 1;  // need <= the count of every matching key: some lane reaches it
+      __syncwarp();  // every lane's read of s.need before the owner's write
       if (lane == owner) {
         int left = need - (incl - sum);
 #pragma unroll

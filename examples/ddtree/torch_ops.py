@@ -1,4 +1,4 @@
-"""The plain-torch implementations of kdtree's five operations (the `--backend torch` path).
+"""The plain-torch implementations of kdtree's six operations (the `--backend torch` path).
 
 They live in the package (kdtree.integrations.torch_ops) so that the transformers integration's
 `backend="torch"` runs from an installed wheel too; this module keeps the example's import path.
