@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kdtree/kdtree.h"
+#include "reference/random_allocate.hpp"
 #include "reference/tree_allocate.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/tree_ops.hpp"
@@ -29,23 +30,7 @@ namespace {
 const char* const kTempDir = "kdtree-tree-allocate-gpu";
 
 TreeAllocateInput random_batch(std::mt19937_64& rng, int B, int W, int cap, bool active, bool remaining) {
-  TreeAllocateInput in;
-  in.batch_size = B;
-  in.max_tree_nodes = W;
-  in.cap = cap;
-  in.total = int(rng() % (B * cap + 1));
-  std::uniform_real_distribution<float> step(0.0f, 1.5f);
-  for (int b = 0; b < B; ++b) {
-    float s = 0.0f;
-    for (int j = 0; j < W; ++j) {
-      if (j > 0 && rng() % 4) s -= std::round(step(rng) * 4) / 4;
-      in.scores.push_back(j > cap && rng() % 2 ? float(rng() % 7) : s);  // past cap: unread, any order
-    }
-    if (active) in.active.push_back(rng() % 5 ? 1 : 0);
-    if (remaining) in.remaining.push_back(int(rng() % 300) - 2);
-  }
-  in.urgency = remaining ? 8.0f : 0.0f;
-  return in;
+  return kdtree::ref::random_allocate_input(rng, B, W, cap, active, remaining, /*junk_past_cap=*/true);
 }
 
 // The device's logf and the host's may differ in the last bit, which can reorder two nodes whose keys differ

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kdtree/kdtree.h"
+#include "reference/random_allocate.hpp"
 #include "reference/tree_allocate.hpp"
 
 using kdtree::ref::TreeAllocateInput;
@@ -103,21 +104,7 @@ TEST_CASE("tree_allocate reference: random batches keep the allocation's propert
   std::mt19937_64 rng(0xa110c);
   for (int trial = 0; trial < 200; ++trial) {
     const int B = 1 + int(rng() % 40), W = 16 << (rng() % 4), cap = 1 + int(rng() % (W - 1));
-    TreeAllocateInput in;
-    in.batch_size = B;
-    in.max_tree_nodes = W;
-    in.cap = cap;
-    in.total = int(rng() % (B * cap + 1));
-    std::uniform_real_distribution<float> step(0.0f, 1.5f);
-    for (int b = 0; b < B; ++b) {
-      float s = 0.0f;
-      for (int j = 0; j < W; ++j) {
-        if (j > 0 && rng() % 4) s -= std::round(step(rng) * 4) / 4;  // coarse steps: ties across requests
-        in.scores.push_back(s);
-      }
-      in.active.push_back(rng() % 5 ? 1 : 0);
-      in.remaining.push_back(int(rng() % 130) - 2);
-    }
+    TreeAllocateInput in = kdtree::ref::random_allocate_input(rng, B, W, cap, true, true);
     in.urgency = (trial % 3) * 4.0f;
     INFO("tree_allocate[W=" << W << ",B=" << B << "] cap " << cap << " total " << in.total);
     const TreeAllocateOutput out = kdtree::ref::tree_allocate(in);
