@@ -10,8 +10,8 @@
 
 namespace kdtree::ref {
 
-inline TreeAllocateInput random_allocate_input(std::mt19937_64& rng, int B, int W, int cap, bool active,
-                                               bool remaining, bool junk_past_cap = false) {
+inline TreeAllocateInput random_allocate_input(std::mt19937_64& rng, int B, int W, int cap, bool active, bool remaining,
+                                               bool junk_past_cap = false) {
   TreeAllocateInput in;
   in.batch_size = B;
   in.max_tree_nodes = W;

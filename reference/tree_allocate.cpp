@@ -14,8 +14,9 @@ TreeAllocateOutput tree_allocate(const TreeAllocateInput& in) {
   if (B < 1 || W < 2 || cap < 1 || cap >= W || in.total < 0 || in.total > (long long)B * cap ||
       in.scores.size() != size_t(B) * W || (!in.active.empty() && in.active.size() != size_t(B)) ||
       (!in.remaining.empty() && in.remaining.size() != size_t(B))) {
-    throw std::invalid_argument("ref::tree_allocate: scores must be [B, W], active and remaining [B] or empty, "
-                                "1 <= cap < W and 0 <= total <= B * cap");
+    throw std::invalid_argument(
+        "ref::tree_allocate: scores must be [B, W], active and remaining [B] or empty, "
+        "1 <= cap < W and 0 <= total <= B * cap");
   }
   std::vector<float> weight(B, 0.0f);
   if (!in.remaining.empty()) {

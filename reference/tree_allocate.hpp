@@ -12,12 +12,12 @@ namespace kdtree::ref {
 
 struct TreeAllocateInput {
   int batch_size = 0;
-  int max_tree_nodes = 0;           // W: the scores' row stride
+  int max_tree_nodes = 0;  // W: the scores' row stride
   int cap = 0;
   int total = 0;
-  std::vector<float> scores;        // [B, W]
-  std::vector<uint8_t> active;      // [B], or empty = every request active
-  std::vector<int32_t> remaining;   // [B], or empty = no weighting
+  std::vector<float> scores;       // [B, W]
+  std::vector<uint8_t> active;     // [B], or empty = every request active
+  std::vector<int32_t> remaining;  // [B], or empty = no weighting
   float urgency = 0.0f;
 };
 

@@ -19,6 +19,6 @@ TEST_CASE("tree_allocate spec: unsupported widths name the supported ones") {
 }
 
 TEST_CASE("tree_allocate source: specialised per width - compiles for sm_90 and sm_120") {
-  kdtree::test::check_width_sources_compile<TreeAllocateSpec>("tree_allocate",
-                                                              kdtree::codegen::generate_tree_allocate, 34 * 1024);
+  kdtree::test::check_width_sources_compile<TreeAllocateSpec>("tree_allocate", kdtree::codegen::generate_tree_allocate,
+                                                              34 * 1024);
 }
