@@ -115,8 +115,8 @@ def tree_allocate(scores, *, total, cap, active=None, remaining=None, urgency=0.
     remaining [B] int32 (optional): tokens each request has left, weighting its nodes by
     urgency x ln(max(remaining, 1) / the batch's most). Returns (node_counts [B] int32: 1 + each request's
     draft nodes; node_indptr [B + 1] int32; row_req, row_node [B + total] int64: the request and node of
-    each packed row). A NaN or increasing score sets KDTREE_DEVICE_ERROR_SCORES in no word here: every
-    request then keeps its root only.
+    each packed row). Scores that are NaN or increase along a request's nodes 1..cap make every request keep
+    its root only (the kernel's KDTREE_DEVICE_ERROR_SCORES; the C ABI's error word is not passed from here).
     """
     if type(urgency) is not float:
         if isinstance(urgency, (bool, str, bytes, torch.Tensor)) or not isinstance(urgency, numbers.Real):
