@@ -14,6 +14,7 @@ from ._ops import lib
 from ._plan_cache import PlanCache
 
 MAX_BATCH = 2048  # the kernel's one CTA holds this many requests (kdtree.h)
+_F32_MAX = 3.4028234663852886e38  # the largest float32: a larger urgency becomes inf in the C ABI's float
 _T = torch.Tensor
 
 
@@ -64,9 +65,9 @@ def _run(scores, total, cap, active=None, remaining=None, urgency=0.0):  # defau
         tensors = (scores,) if remaining is None else (scores, remaining)
     else:
         tensors = (scores, active) if remaining is None else (scores, active, remaining)
-    scalars = (total, cap, active is None, remaining is None)
+    scalars = (total, type(total), cap, type(cap), active is None, remaining is None)  # 3.0 == 3: types too
     e = _cache.find(scalars, tensors)
-    if e is None or not 0.0 <= urgency < math.inf:  # not seen lately, or an urgency to check
+    if e is None or not 0.0 <= urgency <= _F32_MAX:  # not seen lately, or an urgency to check (NaN, inf, past float32)
         e = _launches.get(check(scores, total, cap, active, remaining, urgency))
         _cache.add(scalars, tensors, e)
     index = e.index

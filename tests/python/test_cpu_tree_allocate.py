@@ -142,3 +142,18 @@ def test_torch_backend_tree_allocate_is_allocate(weighted):
     assert torch.equal(r.counts, allocate(s, active, total, cap, behind(remaining)).counts) and r.ranking is None
     no_active = torch_ops.tree_allocate(s, total=total, cap=cap)
     assert torch.equal(no_active[0], allocate(s, torch.ones(B, dtype=torch.bool), total, cap).counts)
+
+
+@pytest.mark.parametrize("args,exc,pattern", [c[1:] for c in CASES if c[0] not in ("cpu tensors", "scores a list")],
+                         ids=[c[0] for c in CASES if c[0] not in ("cpu tensors", "scores a list")])
+def test_a_cached_plan_never_takes_arguments_the_checks_reject(recorder, args, exc, pattern):
+    """The plan cache (_plan_cache.py) matches tensors by torch's guards and scalars by value and type: after the
+    valid neighbours of a bad case were planned and launched, the bad case is still refused, and not launched."""
+    for base in (_args(), _args(active=None, remaining=None)):
+        _call(base)
+    launches = len(recorder)
+    with pytest.raises(exc, match=pattern):
+        _call(args)
+    assert len(recorder) == launches
+    with pytest.raises(TypeError, match=r"^total: expected an int"):
+        _call(_args(total=12.0))  # equal to the cached 12, but a float
