@@ -60,62 +60,29 @@ KernelSource verify_point(const OpPoint& p, const Arch& arch) {
   return generate_verify_attention(verify_spec(p.head, p.width, p.page, p.dtype, p.kv_dtype), arch);
 }
 
-TreeBuildSpec build_spec(int width) {
-  TreeBuildSpec spec{};
+// The tree operations whose only axis is the tree width (tree_build, tree_accept, tree_allocate): their spec,
+// grid and point, one template for the three.
+template <typename Spec>
+Spec width_spec(int width) {
+  Spec spec{};
   spec.max_tree_nodes = width;
   validate(spec);
   return spec;
 }
 
-std::vector<GridItem> build_grid(const GridOptions& o, const Arch& arch) {
+template <typename Spec, KernelSource (*Generate)(const Spec&, const Arch&)>
+std::vector<GridItem> width_grid(const GridOptions& o, const Arch& arch) {
   Items out;
   for (int width : o.widths) {
-    const TreeBuildSpec spec = build_spec(width);
-    out.add(spec.label(), [spec, arch] { return generate_tree_build(spec, arch); });
+    const Spec spec = width_spec<Spec>(width);
+    out.add(spec.label(), [spec, arch] { return Generate(spec, arch); });
   }
   return std::move(out.items);
 }
 
-KernelSource build_point(const OpPoint& p, const Arch& arch) { return generate_tree_build(build_spec(p.width), arch); }
-
-TreeAcceptSpec accept_spec(int width) {
-  TreeAcceptSpec spec{};
-  spec.max_tree_nodes = width;
-  validate(spec);
-  return spec;
-}
-
-std::vector<GridItem> accept_grid(const GridOptions& o, const Arch& arch) {
-  Items out;
-  for (int width : o.widths) {
-    const TreeAcceptSpec spec = accept_spec(width);
-    out.add(spec.label(), [spec, arch] { return generate_tree_accept(spec, arch); });
-  }
-  return std::move(out.items);
-}
-
-KernelSource accept_point(const OpPoint& p, const Arch& arch) {
-  return generate_tree_accept(accept_spec(p.width), arch);
-}
-
-TreeAllocateSpec allocate_spec(int width) {
-  TreeAllocateSpec spec{};
-  spec.max_tree_nodes = width;
-  validate(spec);
-  return spec;
-}
-
-std::vector<GridItem> allocate_grid(const GridOptions& o, const Arch& arch) {
-  Items out;
-  for (int width : o.widths) {
-    const TreeAllocateSpec spec = allocate_spec(width);
-    out.add(spec.label(), [spec, arch] { return generate_tree_allocate(spec, arch); });
-  }
-  return std::move(out.items);
-}
-
-KernelSource allocate_point(const OpPoint& p, const Arch& arch) {
-  return generate_tree_allocate(allocate_spec(p.width), arch);
+template <typename Spec, KernelSource (*Generate)(const Spec&, const Arch&)>
+KernelSource width_point(const OpPoint& p, const Arch& arch) {
+  return Generate(width_spec<Spec>(p.width), arch);
 }
 
 KvCompactSpec compact_spec(int width, int page) {
@@ -167,9 +134,21 @@ KernelSource sample_point(const OpPoint& p, const Arch& arch) {
 const std::vector<OpInfo>& operations() {
   static const std::vector<OpInfo> ops = {
       {"verify_attention", true, verify_grid, verify_point, {"--head", "--width", "--page", "--dtype", "--kv-dtype"}},
-      {"tree_build", false, build_grid, build_point, {"--width"}},
-      {"tree_accept", false, accept_grid, accept_point, {"--width"}},
-      {"tree_allocate", false, allocate_grid, allocate_point, {"--width"}},
+      {"tree_build",
+       false,
+       width_grid<TreeBuildSpec, generate_tree_build>,
+       width_point<TreeBuildSpec, generate_tree_build>,
+       {"--width"}},
+      {"tree_accept",
+       false,
+       width_grid<TreeAcceptSpec, generate_tree_accept>,
+       width_point<TreeAcceptSpec, generate_tree_accept>,
+       {"--width"}},
+      {"tree_allocate",
+       false,
+       width_grid<TreeAllocateSpec, generate_tree_allocate>,
+       width_point<TreeAllocateSpec, generate_tree_allocate>,
+       {"--width"}},
       {"sample_tokens", false, sample_grid, sample_point, {"--dtype"}},
       {"kv_compact", false, compact_grid, compact_point, {"--width", "--page"}},
   };
