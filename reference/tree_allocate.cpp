@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 
@@ -59,6 +60,23 @@ TreeAllocateOutput tree_allocate(const TreeAllocateInput& in) {
     }
   }
   return out;
+}
+
+AllocationSpan allocation_span(const TreeAllocateOutput& ref, int cap, const std::vector<int32_t>& counts) {
+  AllocationSpan span;
+  span.lowest_taken = std::numeric_limits<float>::infinity();
+  span.highest_left = -span.lowest_taken;
+  span.fewest = std::numeric_limits<int>::max();
+  span.most = std::numeric_limits<int>::min();
+  for (size_t b = 0; b < counts.size(); ++b) {
+    const int n = counts[b] - 1;
+    span.drafts += n;
+    span.fewest = std::min(span.fewest, n);
+    span.most = std::max(span.most, n);
+    if (n > 0 && n <= cap) span.lowest_taken = std::min(span.lowest_taken, ref.keys[b * cap + n - 1]);
+    if (n >= 0 && n < cap) span.highest_left = std::max(span.highest_left, ref.keys[b * cap + n]);
+  }
+  return span;
 }
 
 }  // namespace kdtree::ref

@@ -30,6 +30,19 @@ struct TreeAllocateOutput {
   int32_t error_flags = 0;           // KDTREE_DEVICE_ERROR_SCORES or 0
 };
 
+// What a choice of node counts takes (counts [B]: 1 + each request's draft nodes), read on `ref`'s keys:
+// the draft nodes in all, the fewest and the most of one request, the lowest key taken and the highest key
+// left (keys past a count outside 0..cap are not read). The tests judge a choice by these: the nodes in all
+// equal total, each request within 0..cap, and no node left above one taken.
+struct AllocationSpan {
+  long long drafts = 0;
+  int fewest = 0;
+  int most = 0;
+  float lowest_taken = 0.0f;  // +inf when nothing is taken
+  float highest_left = 0.0f;  // -inf when nothing is left
+};
+AllocationSpan allocation_span(const TreeAllocateOutput& ref, int cap, const std::vector<int32_t>& counts);
+
 // A NaN key, or a key above the one before it in its request: KDTREE_DEVICE_ERROR_SCORES, and every request
 // keeps its root only (rows from B on are (0, 0)). Throws std::invalid_argument on wrong sizes or ranges.
 TreeAllocateOutput tree_allocate(const TreeAllocateInput& in);

@@ -16,6 +16,7 @@ import torch
 from . import _shapes
 
 INT32_MAX = 2**31 - 1
+FLOAT32_MAX = 3.4028234663852886e38  # the largest float32: above it a Python float may round to the C ABI's inf
 supported = _shapes.get  # the C library's table of what kdtree generates
 
 

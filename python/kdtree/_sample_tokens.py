@@ -16,7 +16,7 @@ _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float32: _lib.DTYPE_F32}  # lo
 _DTYPE_KEYS = tuple(_DTYPES)
 _U64 = 2**64
 _INF = math.inf
-_F32_MAX = 3.4028234663852886e38  # the largest float32: a temperature above it may round to inf
+_F32_MAX = C.FLOAT32_MAX  # a temperature above it may round to inf
 
 
 class Plan(NamedTuple):

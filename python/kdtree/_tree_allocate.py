@@ -14,7 +14,7 @@ from ._ops import lib
 from ._plan_cache import PlanCache
 
 MAX_BATCH = 2048  # the kernel's one CTA holds this many requests (kdtree.h)
-_F32_MAX = 3.4028234663852886e38  # the largest float32: a larger urgency becomes inf in the C ABI's float
+_F32_MAX = C.FLOAT32_MAX  # an urgency above it may round to inf
 _T = torch.Tensor
 
 

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <random>
 #include <vector>
 
@@ -39,19 +38,11 @@ void check_counts(const TreeAllocateInput& in, const TreeAllocateOutput& expect,
                   float tol) {
   if (got == expect.node_counts) return;
   REQUIRE(tol > 0.0f);
-  const int B = in.batch_size, cap = in.cap;
-  int sum = 0;
-  float lowest_taken = std::numeric_limits<float>::infinity(), highest_left = -lowest_taken;
-  for (int b = 0; b < B; ++b) {
-    const int n = got[b] - 1;
-    REQUIRE(n >= 0);
-    REQUIRE(n <= cap);
-    sum += n;
-    if (n > 0) lowest_taken = std::min(lowest_taken, expect.keys[size_t(b) * cap + n - 1]);
-    if (n < cap) highest_left = std::max(highest_left, expect.keys[size_t(b) * cap + n]);
-  }
-  CHECK(sum == in.total);
-  CHECK(lowest_taken >= highest_left - tol * std::max(1.0f, std::fabs(highest_left)));
+  const kdtree::ref::AllocationSpan span = kdtree::ref::allocation_span(expect, in.cap, got);
+  REQUIRE(span.fewest >= 0);
+  REQUIRE(span.most <= in.cap);
+  CHECK(span.drafts == in.total);
+  CHECK(span.lowest_taken >= span.highest_left - tol * std::max(1.0f, std::fabs(span.highest_left)));
 }
 
 void run_case(kdtree::Engine& rt, const TreeAllocateInput& in, bool with_flags = true) {

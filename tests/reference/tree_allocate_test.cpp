@@ -109,18 +109,11 @@ TEST_CASE("tree_allocate reference: random batches keep the allocation's propert
     INFO("tree_allocate[W=" << W << ",B=" << B << "] cap " << cap << " total " << in.total);
     const TreeAllocateOutput out = kdtree::ref::tree_allocate(in);
     REQUIRE(out.error_flags == 0);
-    int sum = 0;
-    float lowest_taken = std::numeric_limits<float>::infinity(), highest_left = -lowest_taken;
-    for (int b = 0; b < B; ++b) {
-      const int n = out.node_counts[b] - 1;
-      CHECK(n >= 0);
-      CHECK(n <= cap);
-      sum += n;
-      if (n > 0) lowest_taken = std::min(lowest_taken, out.keys[size_t(b) * cap + n - 1]);
-      if (n < cap) highest_left = std::max(highest_left, out.keys[size_t(b) * cap + n]);
-    }
-    CHECK(sum == in.total);
+    const kdtree::ref::AllocationSpan span = kdtree::ref::allocation_span(out, cap, out.node_counts);
+    CHECK(span.fewest >= 0);
+    CHECK(span.most <= cap);
+    CHECK(span.drafts == in.total);
     CHECK(out.node_indptr[B] == B + in.total);
-    if (in.total > 0 && in.total < B * cap) CHECK(lowest_taken >= highest_left);
+    if (in.total > 0 && in.total < B * cap) CHECK(span.lowest_taken >= span.highest_left);
   }
 }
