@@ -7,11 +7,12 @@ table) and moves on by that + 1, and the round costs the batch's measured time a
 round's numbers `lag` rounds late (RoundLog), so the last `lag` rounds run past the end as in generate().
 Batch 1 decodes its prompts one at a time (tokens/s = all tokens / total time), as run.py measures it.
 
-    python -m examples.ddtree.simulate trace.npz [--budgets 4,8,16,32,64,127] [--resample 12] [--oracle] [--confidence]
+    python -m examples.ddtree.simulate trace.npz [--budgets 4,8,16,32,64,127] [--resample 12] [--serve 9] [--oracle]
+        [--confidence] [--alloc]
 
 prints tokens/s by fixed budget and of budget "auto" (kdtree.integrations.budget's policy, replayed with its
-calibration) per batch size; --resample, --oracle and --confidence add the comparisons examples/ddtree/README.md
-reports. The premise is the trace's: a text that does not depend on the budget (the
+calibration) per batch size; --resample, --serve, --oracle and --confidence add the comparisons
+examples/ddtree/README.md reports. The premise is the trace's: a text that does not depend on the budget (the
 trace's text check says how far that held).
 """
 from __future__ import annotations
@@ -271,6 +272,46 @@ def study(meta, groups, cand, *, resample, seed=0, oracle=False, confidence=Fals
         print(line)
 
 
+def serve(meta, groups, cand, *, n, seed=0, alloc=False):
+    """A server's view: n random prompt groups per batch size (> 1) decoded in turn through one auto policy
+    (calibrated on the first group only, as the engine calibrates once per batch size), against every fixed
+    budget over the same groups after the first. Every other comparison here replays a group's first decode
+    after a calibration over its own prompts, whose per-request statistics a later batch of new prompts does
+    not have. alloc: every round's nodes allocated over the batch, auto's and the fixed budgets'.
+    Returns {batch: (auto tokens/s, {fixed budget: tokens/s}, auto's budget histogram)}."""
+    max_new = meta["max_new"]
+    paths = np.concatenate([g["paths"] for g in groups], 1)
+    scores = np.concatenate([g["scores"] for g in groups], 1)
+    R = paths.shape[1]
+    out = {}
+    for B in meta["batches"]:
+        if B == 1 or B > R:
+            continue
+        costs = {int(b): s for b, s in meta["costs"][str(B)].items()}
+        fixed = sorted(costs)
+        allb = sorted(set(fixed) | set(cand))
+        col = [allb.index(b) for b in cand]
+        rng = np.random.default_rng(seed)
+        auto = Auto(cand, costs, alloc=alloc)
+        secs_auto, secs_fixed, hist = 0.0, {b: 0.0 for b in fixed}, []
+        for i in range(n + 1):
+            pick = rng.choice(R, B, replace=False)
+            counts = count_table(paths[:, pick], allb)
+            al = (paths[:, pick], scores[:, pick]) if alloc else None
+            start = len(auto.history) if auto.auto is not None else 0
+            s, _ = run_group(counts[:, :, col], cand, costs, auto, max_new=max_new, lag=2, alloc=al)
+            if i == 0:
+                continue  # the calibration's group
+            secs_auto += s
+            hist += auto.history[start:]
+            for b in fixed:
+                secs_fixed[b] += run_group(counts, allb, costs, Fixed(b), max_new=max_new, alloc=al)[0]
+        tokens = n * B * max_new
+        out[B] = (tokens / secs_auto, {b: tokens / t for b, t in secs_fixed.items()},
+                  {b: hist.count(b) for b in sorted(set(hist))})
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace")
@@ -284,6 +325,9 @@ def main(argv=None):
     ap.add_argument("--confidence", action="store_true",
                     help="batch 1: each round's budget from its tree's path probabilities")
     ap.add_argument("--seed", type=int, default=0, help="of --resample's groups")
+    ap.add_argument("--serve", type=int, default=0,
+                    help="also decode N random prompt groups per batch size in turn through one auto policy (calibrated "
+                         "on a group before them), as a server does, against every fixed budget over the same groups")
     ap.add_argument("--alloc", action="store_true",
                     help="also decode each fixed budget and auto with every round's nodes allocated over the batch "
                          "(kdtree.integrations.allocate, the example's --alloc batch)")
@@ -318,6 +362,12 @@ def main(argv=None):
             print(f"           allocated over the batch: fixed " + " ".join(f"{b}:{r:.0f}" for b, r in arates.items())
                   + f"\n           best {abest} ({arates[abest]:.0f} tok/s = {arates[abest] / rates[best]:.3f}x the best "
                   f"fixed); auto {raa:.0f} tok/s = {raa / rates[best]:.3f}x the best fixed, budgets {hist}")
+    for alloc in ((False, True) if a.alloc else (False,)) if a.serve else ():
+        for B, (ra, rates, hist) in serve(meta, groups, cand, n=a.serve, seed=a.seed, alloc=alloc).items():
+            best = max(rates, key=rates.get)
+            print(f"batch {B:3d}, {a.serve} prompt groups in turn through one policy"
+                  f"{' (allocated over the batch)' if alloc else ''}: auto {ra:.0f} tok/s = {ra / rates[best]:.3f}x "
+                  f"the best fixed budget over them ({best}: {rates[best]:.0f}), budgets {hist}")
     if a.resample or a.oracle or a.confidence:
         study(meta, groups, cand, resample=a.resample, seed=a.seed, oracle=a.oracle, confidence=a.confidence)
 

@@ -333,6 +333,25 @@ def test_policy_minimises_the_batchs_finishing_time():
     assert pol.best(2, remaining=[100, 0]) == 8
 
 
+def test_policy_counts_a_requests_last_round():
+    """A request with r tokens left needs about r / (1 + a) + LAST_ROUND rounds (its last round overshoots the
+    end): with 2 and 3 tokens a round at budgets costing 1.0 and 1.3, the larger tree's rate wins far from the
+    end (100 / 3 * 1.3 < 100 / 2), and the cheaper round near it (2 / 2 + 1/2 < (2 / 3 + 1/2) * 1.3), where
+    the rates alone would still choose the larger tree."""
+    assert kb.LAST_ROUND == 0.5
+    budgets = (4, 8)
+    pol = _policy(1, budgets, (1.0, 1.3))
+    for _ in range(200):
+        pol.add([[1, 2]], [True], 8)
+    a = pol.estimates()
+    assert a == pytest.approx([1.0, 2.0], abs=0.02)
+    assert pol.best(1, remaining=[100]) == 8
+    pol.choice = None
+    assert pol.best(1, remaining=[2]) == 4
+    t = pol.times(1, remaining=[2])
+    assert t[0] < t[1] and 1.3 / (1 + a[1]) < 1.0 / (1 + a[0])
+
+
 def test_cost_table_is_made_non_decreasing():
     t = kb.CostTable()
     times = {4: [1.0, 1.1, 0.7], 8: [0.9], 16: [1.2], 32: [1.1], 64: [2.0]}

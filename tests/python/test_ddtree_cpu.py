@@ -413,6 +413,17 @@ def test_simulate_reads_a_saved_trace(models, prompts, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "batch   2, 2 random prompt groups" in out, out
     assert "over all the groups, auto / the best fixed budget" in out, out
+    simulate.main([str(tmp_path / "t.npz"), "--budgets", "1,4,15", "--serve", "2", "--alloc"])
+    out = capsys.readouterr().out
+    assert "batch   2, 2 prompt groups in turn through one policy: auto" in out, out
+    assert "batch   2, 2 prompt groups in turn through one policy (allocated over the batch): auto" in out, out
+    # serve's bookkeeping: an auto with one candidate runs that budget's rounds, so it decodes the same groups in
+    # the same time as the fixed budget (the calibration's group left out of both)
+    meta, groups = simulate.load(tmp_path / "t.npz")
+    for alloc in (False, True):
+        ra, rates, hist = simulate.serve(meta, groups, (4,), n=3, seed=1, alloc=alloc)[2]
+        assert ra == pytest.approx(rates[4], rel=1e-12) and set(hist) == {4}, (alloc, ra, rates, hist)
+        assert rates[15] != rates[1]  # the budgets' rates differ: the comparison above can fail
 
 
 def test_simulate_oracles_and_the_confidence_policy_on_a_known_table():
