@@ -38,22 +38,41 @@ static __device__ __forceinline__ void kd_ldmatrix_x2_trans_lo(kd_u32 (&r)[4], k
 constexpr kd_u32 E4M3_BYTES_01 = 0x1404u, E4M3_BYTES_23 = 0x3424u;
 constexpr kd_u32 E4M3_BYTES_02 = 0x2404u, E4M3_BYTES_13 = 0x3414u;
 
-// Two e4m3 values of `x` (chosen by SEL) as a packed 16-bit pair of q's type.
-// The sign stays in bit 15 and exponent and mantissa move to the 16-bit type's
-// places; the product with 2^(bias difference) then gives the exact value,
-// subnormals included (bf16: x 2^120; f16: x 2^8). The NaN code reads as 480.
-template <bool BF16, kd_u32 SEL>
-static __device__ __forceinline__ kd_u32 kd_e4m3x2_to_16(kd_u32 x) {
-  const kd_u32 y = __byte_perm(x, 0u, SEL);
+// The exact 16-bit values of e4m3 fields h already in the 16-bit type's places (sign in
+// bit 15, exponent and mantissa below it): the product with 2^(bias difference), subnormals
+// included (bf16: x 2^120; f16: x 2^8).
+template <bool BF16>
+static __device__ __forceinline__ kd_u32 kd_e4m3_fields_to_16(kd_u32 h) {
   kd_u32 r;
   if (BF16) {
-    const kd_u32 h = ((y >> 4) & 0x07ff07ffu) | (y & 0x80008000u);
     asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(h), "r"(0x7b807b80u), "r"(0x80008000u));
   } else {
-    const kd_u32 h = ((y >> 1) & 0x3fff3fffu) | (y & 0x80008000u);
     asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(h), "r"(0x5c005c00u), "r"(0x80008000u));
   }
   return r;
+}
+
+// Two e4m3 values of `x` (chosen by SEL) as a packed 16-bit pair of q's type.
+// The sign stays in bit 15 and exponent and mantissa move to the 16-bit type's
+// places (kd_e4m3_fields_to_16). The NaN code reads as 480.
+template <bool BF16, kd_u32 SEL>
+static __device__ __forceinline__ kd_u32 kd_e4m3x2_to_16(kd_u32 x) {
+  const kd_u32 y = __byte_perm(x, 0u, SEL);
+  return kd_e4m3_fields_to_16<BF16>(BF16 ? ((y >> 4) & 0x07ff07ffu) | (y & 0x80008000u)
+                                         : ((y >> 1) & 0x3fff3fffu) | (y & 0x80008000u));
+}
+
+// Two e4m3 values picked from the eight bytes of (a, b) by a selector known only at run
+// time (prmt's: the values go to bytes 1 and 3, bytes 0 and 2 are don't-care), as
+// kd_e4m3x2_to_16 converts them, with masks that drop whatever bytes 0 and 2 hold: the
+// one prmt chooses the word as well as the bytes. E4M3_FROM_B flips a selector's bytes
+// 1 and 3 from a's to b's (0x1404 -> 0x5444, 0x3424 -> 0x7464).
+constexpr kd_u32 E4M3_FROM_B = 0x4040u;
+template <bool BF16>
+static __device__ __forceinline__ kd_u32 kd_e4m3x2_pick_to_16(kd_u32 a, kd_u32 b, kd_u32 sel) {
+  const kd_u32 y = __byte_perm(a, b, sel);
+  return kd_e4m3_fields_to_16<BF16>(BF16 ? ((y >> 4) & 0x07f007f0u) | (y & 0x80008000u)
+                                         : ((y >> 1) & 0x3f803f80u) | (y & 0x80008000u));
 }
 
 // ---- The e4m3 MMA path (MMA_E4M3): Q and P quantised to e4m3, QK and PV on

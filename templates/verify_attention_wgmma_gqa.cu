@@ -180,29 +180,38 @@ static __device__ __forceinline__ void produce_raw(const KvSource& src, kd_u32 s
 
 // This thread's share of a tile's K or V codes (raw: their rows) into a stage, completing on
 // its full barrier (what was written reaches wgmma's async proxy through the fence).
+// A lane's 16 codes are two 16-byte units of the 16-bit row, in column block unit / 4. Eight
+// lanes of a warp store one row's eight 16-byte units together, four in each of two column
+// blocks a multiple of 128 bytes apart; with both blocks' lanes on the same units they would
+// hit the same banks (a two-way conflict on every store: 4.4 M of the 22.9 M shared
+// wavefronts of gqa128 B=4 n=64 8K on the H100, ncu). So the odd block's lanes store their
+// second unit first, and each store's eight lanes cover the row's eight bank groups.
 static __device__ __forceinline__ void dequantise_rows(kd_u32 raw, kd_u32 stage, kd_u32 full) {
   const int lane = threadIdx.x % 32;
   const int unit = lane % RAW_UNITS;
   const int row_base = producer_row_base();
+  const int swap = (unit / 4) & 1;  // the odd column block's lanes: second unit first
+  const kd_u32 from_hi = swap ? E4M3_FROM_B : 0u;
 #pragma unroll
   for (int j = 0; j < RAW_STEPS; ++j) {
     const int row = row_base + j * RAW_ROWS_PER_STEP + lane / RAW_UNITS;
-    kd_u32 w[4];
+    kd_u32 w[4];  // codes of dims 16 unit + 4 k .. + 3: words 0, 1 the first unit's, 2, 3 the second's
     asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
                  : "r"(raw + row * HEAD_DIM + unit * 16));
-    kd_u32 h[8];  // dims 16 unit .. 16 unit + 15 as 16-bit pairs
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      h[2 * k] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_01>(w[k]);
-      h[2 * k + 1] = kd_e4m3x2_to_16<IS_BF16, E4M3_BYTES_23>(w[k]);
-    }
-    // 16 dims are two 16-byte units of the 16-bit row: column block unit / 4, units 2 (unit % 4) and the next.
     const kd_u32 dst = stage + (unit / 4) * KV_BLOCK_BYTES;
 #pragma unroll
     for (int x = 0; x < 2; ++x) {
-      asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst + sw128(row, (unit % 4) * 2 + x)),
-                   "r"(h[4 * x]), "r"(h[4 * x + 1]), "r"(h[4 * x + 2]), "r"(h[4 * x + 3])
+      // store x writes unit 2 (unit % 4) + (x ^ swap): the words of the first unit (w[k]) or the second (w[k + 2])
+      const kd_u32 pick = from_hi ^ (x ? E4M3_FROM_B : 0u);
+      kd_u32 h[4];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        h[2 * k] = kd_e4m3x2_pick_to_16<IS_BF16>(w[k], w[k + 2], E4M3_BYTES_01 ^ pick);
+        h[2 * k + 1] = kd_e4m3x2_pick_to_16<IS_BF16>(w[k], w[k + 2], E4M3_BYTES_23 ^ pick);
+      }
+      asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst + sw128(row, (unit % 4) * 2 + (x ^ swap))),
+                   "r"(h[0]), "r"(h[1]), "r"(h[2]), "r"(h[3])
                    : "memory");
     }
   }
