@@ -61,20 +61,22 @@ def test_nodes_by_budget_is_each_budgets_allocation(ties):
         nodes_by_budget(allocate(scores, active, B, 15), B * torch.tensor(budgets), (31, 15, 15, 15, 15, 31, 31))
 
 
-def test_auto_budget_ranks_a_recorded_round_on_the_host_as_allocate_does():
+@pytest.mark.parametrize("B", [5, 1])
+def test_auto_budget_ranks_a_recorded_round_on_the_host_as_allocate_does(B):
     """AutoBudget with alloc_cap records a round's tree scores (one copy on the device); the host's ranking of
     them (weighted by its own generated counts, which are the round's) gives each budget's draft nodes exactly
     as nodes_by_budget over the device's allocation at the round's weights, at a packed round (budget 4) and at
-    a width-filling one (15, 31: the uniform round), ties and a request that is not decoding included."""
+    a width-filling one (15, 31: the uniform round), ties and a request that is not decoding included. A batch
+    of one skips the ranking (its allocation is each budget's whole) and must still agree."""
     from kdtree.integrations.budget import AutoBudget, CostTable
     torch.manual_seed(11)
-    B, depth, budgets = 5, 6, (2, 4, 8, 15, 31)
+    depth, budgets = 6, (2, 4, 8, 15, 31)
     caps = [15, 15, 15, 15, 31]
     auto = AutoBudget(budgets, CostTable(), "cpu", depth=depth, alloc_cap=lambda b: caps[budgets.index(b)])
     auto.reset(B, max_new=40)
-    auto.gen[:] = [3, 17, 40, 9, 30]  # request 2 is done
-    active = torch.tensor([True, True, False, True, True])
-    accepted = torch.where(active, torch.tensor([2, 0, 1, 3, 1], dtype=torch.int32), -1)
+    auto.gen[:] = [3, 17, 40, 9, 30][:B]  # request 2 is done
+    active = torch.tensor([True, True, False, True, True][:B])
+    accepted = torch.where(active, torch.tensor([2, 0, 1, 3, 1][:B], dtype=torch.int32), -1)
     path = torch.zeros(B, depth + 1, dtype=torch.int32)
     for used, W in ((4, 16), (15, 16), (31, 32)):
         scores = (-torch.rand(B, W).cumsum(1) * 2).round() / 2  # non-increasing, many ties

@@ -463,6 +463,10 @@ class AutoBudget:
         before the row advances it: rows are read in order)."""
         row = np.asarray(row, dtype=np.int32).reshape(self.batch, -1)
         cap = self.alloc_caps[self.budgets.index(used)]
+        if self.batch == 1:
+            # A batch of one takes each budget's whole allocation, min(budget, its cap, the recorded trees' cap),
+            # whatever the scores: no ranking, which was most of the host's work on a round at batch 1.
+            return np.minimum(np.asarray(self.budgets), np.minimum(self.alloc_caps, cap))[None, :].astype(np.int32)
         scores = torch.from_numpy(np.ascontiguousarray(row[:, 1 + self.depth:2 + self.depth + cap]).view(np.float32))
         ranked = rank(scores, torch.from_numpy(row[:, 0] >= 0), cap, behind(torch.from_numpy(self.max_new - self.gen)))
         return nodes_by_budget(ranked, self._totals, self.alloc_caps).numpy()
