@@ -225,17 +225,27 @@ def confidence_seconds(counts, scores, costs, budgets, kappa, *, max_new, lag=2)
     return _greedy_seconds(counts, kappa * expected, np.asarray([costs[b] for b in budgets]), max_new=max_new, lag=lag)
 
 
+def pooled(groups):
+    """Every traced request's (paths [G, R_all, D], scores [G, R_all, 128]), the groups side by side."""
+    return (np.concatenate([g["paths"] for g in groups], 1), np.concatenate([g["scores"] for g in groups], 1))
+
+
+def costed_budgets(meta, B, cand, fixed=None):
+    """A batch size's round costs {budget: seconds}, the fixed budgets to compare (default: every costed one),
+    every budget a count table needs (those and auto's candidates `cand`, sorted) and cand's columns in it."""
+    costs = {int(b): s for b, s in meta["costs"][str(B)].items()}
+    fixed = sorted(costs) if fixed is None else fixed
+    allb = sorted(set(fixed) | set(cand))
+    return costs, fixed, allb, [allb.index(b) for b in cand]
+
+
 def study(meta, groups, cand, *, resample, seed=0, oracle=False, confidence=False):
     """The comparisons of examples/ddtree/README.md ("Judging a policy offline"), printed per batch size."""
     max_new = meta["max_new"]
-    paths = np.concatenate([g["paths"] for g in groups], 1)
-    scores = np.concatenate([g["scores"] for g in groups], 1)
+    paths, scores = pooled(groups)
     rng = np.random.default_rng(seed)
     for B in meta["batches"]:
-        costs = {int(b): s for b, s in meta["costs"][str(B)].items()}
-        fixed = sorted(costs)
-        allb = sorted(set(fixed) | set(cand))
-        col = [allb.index(b) for b in cand]
+        costs, fixed, allb, col = costed_budgets(meta, B, cand)
         ratios, fixed_rates, auto_rates = [], [], []
         for grp in resampled(paths, B, resample, rng) if resample else []:
             parts = [count_table(p, allb) for p in grp]
@@ -280,17 +290,13 @@ def serve(meta, groups, cand, *, n, seed=0, alloc=False):
     not have. alloc: every round's nodes allocated over the batch, auto's and the fixed budgets'.
     Returns {batch: (auto tokens/s, {fixed budget: tokens/s}, auto's budget histogram)}."""
     max_new = meta["max_new"]
-    paths = np.concatenate([g["paths"] for g in groups], 1)
-    scores = np.concatenate([g["scores"] for g in groups], 1)
+    paths, scores = pooled(groups)
     R = paths.shape[1]
     out = {}
     for B in meta["batches"]:
         if B == 1 or B > R:
             continue
-        costs = {int(b): s for b, s in meta["costs"][str(B)].items()}
-        fixed = sorted(costs)
-        allb = sorted(set(fixed) | set(cand))
-        col = [allb.index(b) for b in cand]
+        costs, fixed, allb, col = costed_budgets(meta, B, cand)
         rng = np.random.default_rng(seed)
         auto = Auto(cand, costs, alloc=alloc)
         secs_auto, secs_fixed, hist = 0.0, {b: 0.0 for b in fixed}, []
@@ -339,13 +345,12 @@ def main(argv=None):
           f"budget decode): {meta['text_check']}")
     for grp in groups:
         B = grp["batch"]
-        costs = {int(b): s for b, s in meta["costs"][str(B)].items()}
-        fixed = [int(x) for x in a.fixed.split(",")] if a.fixed else sorted(costs)
-        allb = sorted(set(fixed) | set(cand))
+        listed = [int(x) for x in a.fixed.split(",")] if a.fixed else None
+        costs, fixed, allb, col = costed_budgets(meta, B, cand, listed)
         parts = [count_table(p, allb) for p in groups_of(grp)]
         rates = {b: tokens_per_s(parts, allb, costs, Fixed(b), max_new=max_new) for b in fixed}
         best = max(rates, key=rates.get)
-        sub = [p[:, :, [allb.index(b) for b in cand]] for p in parts]
+        sub = [p[:, :, col] for p in parts]
         auto = Auto(cand, costs)
         ra = tokens_per_s(sub, cand, costs, auto, max_new=max_new)
         hist = {b: auto.history.count(b) for b in sorted(set(auto.history))}
