@@ -8,12 +8,20 @@ round's numbers `lag` rounds late (RoundLog), so the last `lag` rounds run past 
 Batch 1 decodes its prompts one at a time (tokens/s = all tokens / total time), as run.py measures it.
 
     python -m examples.ddtree.simulate trace.npz [--budgets 4,8,16,32,64,127] [--resample 12] [--serve 9] [--oracle]
-        [--confidence] [--alloc]
+        [--confidence] [--alloc] [--cost-noise jitter=0.03,outliers=0.02:2,inflate=31:1.15]
 
 prints tokens/s by fixed budget and of budget "auto" (kdtree.integrations.budget's policy, replayed with its
 calibration) per batch size; --resample, --serve, --oracle and --confidence add the comparisons
 examples/ddtree/README.md reports. The premise is the trace's: a text that does not depend on the budget (the
 trace's text check says how far that held).
+
+Auto's cost table holds the trace's exact costs unless --cost-noise says what its timer reads (`CostNoise`): then
+its calibration bursts (6 rounds a budget) and every replayed round, read `lag` rounds late as the engine reads
+them, join the table as the true cost times the noise (CostTable.measure and CostTable.observe, AutoBudget.observe's
+path for a round's `seconds`). SPEC: comma-separated of jitter=S (lognormal, sigma S), outliers=P:F (a reading is
+F x the cost with probability P), inflate=B:F (budget B's calibration readings are F x its cost, at every batch
+size: the H100 failure of examples/ddtree/README.md). The replay's time stays the true cost: the noise is only
+what the table reads.
 """
 from __future__ import annotations
 
@@ -55,20 +63,53 @@ class Fixed:
     def plan(self):
         return self.budget
 
-    def observe(self, counts, active, used, accepted=None):
+    def observe(self, counts, active, used, accepted=None, seconds=None):
         pass
+
+
+class CostNoise:
+    """--cost-noise SPEC (the module's docstring): multipliers of the true cost, as auto's timer reads it."""
+
+    def __init__(self, spec, seed=0):
+        self.jitter, self.p_out, self.f_out, self.inflate = 0.0, 0.0, 1.0, {}
+        for part in filter(None, spec.split(",")):
+            key, _, val = part.partition("=")
+            if key == "jitter":
+                self.jitter = float(val)
+            elif key == "outliers":
+                p, f = val.split(":")
+                self.p_out, self.f_out = float(p), float(f)
+            elif key == "inflate":
+                b, f = val.split(":")
+                self.inflate[int(b)] = float(f)
+            else:
+                raise ValueError(f"--cost-noise: unknown part {part!r} (jitter=S, outliers=P:F, inflate=B:F)")
+        self.rng = np.random.default_rng(seed)
+
+    def readings(self, n):
+        x = np.exp(self.rng.normal(0.0, self.jitter, n)) if self.jitter else np.ones(n)
+        return np.where(self.rng.random(n) < self.p_out, self.f_out, 1.0) * x
+
+    def calibration(self, budget, n):
+        return self.inflate.get(budget, 1.0) * self.readings(n)
+
+
+def cost_noise(spec, seed):
+    """--cost-noise's CostNoise, None for "" (exact costs)."""
+    return CostNoise(spec, seed) if spec else None
 
 
 class Auto:
     """kdtree.integrations.budget.AutoBudget itself, fed a trace's counts instead of device rows: calibrated once per
     batch size (a round at the largest budget from the admitted state, then its burst's later rounds), then one
     plan per round from the rounds read so far. alloc: the rounds allocate their nodes over the batch (the
-    counts run_group hands it are then the allocation's at each budget; its calibration reads uniform ones)."""
+    counts run_group hands it are then the allocation's at each budget; its calibration reads uniform ones).
+    noise: a CostNoise, or None (the table holds the exact costs, no round's time joins it)."""
 
-    def __init__(self, budgets, costs_by_batch, *, calibration_rounds=6, lag=2, alloc=False):
+    def __init__(self, budgets, costs_by_batch, *, calibration_rounds=6, lag=2, alloc=False, noise=None):
         self.budgets = tuple(sorted(budgets))
         self.costs_by_batch, self.cal, self.lag = costs_by_batch, calibration_rounds, lag
-        self.alloc = alloc
+        self.alloc, self.noise = alloc, noise
         self.auto = None
 
     @property
@@ -79,8 +120,12 @@ class Auto:
     def start(self, batch, max_new):
         if self.auto is None or self.auto.batch != batch:
             table = CostTable()
-            for b in self.budgets:
-                table.set(batch, b, self.costs_by_batch[b])
+            if self.noise is None:
+                for b in self.budgets:
+                    table.set(batch, b, self.costs_by_batch[b])
+            else:
+                table.measure(batch, self.budgets,
+                              lambda b: self.costs_by_batch[b] * self.noise.calibration(b, self.cal))
             self.auto = AutoBudget(self.budgets, table, "cpu", depth=1,  # its device rows are not used here
                                    alloc_cap=(lambda b: tree_width(b) - 1) if self.alloc else None)
             self.calibrate = True
@@ -103,7 +148,10 @@ class Auto:
     def plan(self):
         return self.auto.plan()
 
-    def observe(self, counts, active, used, accepted=None):
+    def observe(self, counts, active, used, accepted=None, seconds=None):
+        if self.noise is not None:
+            # AutoBudget.observe's step for a round's `seconds`, its rows being counts here
+            self.auto.costs.observe(self.auto.batch, used, seconds * self.noise.readings(1)[0])
         self.auto.observe_counts(counts, active, used, accepted=accepted)
 
 
@@ -155,7 +203,7 @@ def run_group(counts, budgets, costs, policy, *, max_new, lag=2, alloc=None):
         pending.append((c, active, b, acc))
         if len(pending) > lag:
             pc, pa, pb, pacc = pending.pop(0)
-            policy.observe(pc, pa, pb, accepted=pacc)
+            policy.observe(pc, pa, pb, accepted=pacc, seconds=costs[pb])
         if done_at is None and (g >= max_new).all():
             done_at = rounds
         if done_at is not None and rounds >= done_at + lag:
@@ -239,18 +287,20 @@ def costed_budgets(meta, B, cand, fixed=None):
     return costs, fixed, allb, [allb.index(b) for b in cand]
 
 
-def study(meta, groups, cand, *, resample, seed=0, oracle=False, confidence=False):
-    """The comparisons of examples/ddtree/README.md ("Judging a policy offline"), printed per batch size."""
+def study(meta, groups, cand, *, resample, seed=0, oracle=False, confidence=False, noise=""):
+    """The comparisons of examples/ddtree/README.md ("Judging a policy offline"), printed per batch size. noise:
+    --cost-noise's SPEC ("": exact costs)."""
     max_new = meta["max_new"]
     paths, scores = pooled(groups)
     rng = np.random.default_rng(seed)
     for B in meta["batches"]:
         costs, fixed, allb, col = costed_budgets(meta, B, cand)
         ratios, fixed_rates, auto_rates = [], [], []
-        for grp in resampled(paths, B, resample, rng) if resample else []:
+        for i, grp in enumerate(resampled(paths, B, resample, rng) if resample else []):
             parts = [count_table(p, allb) for p in grp]
             rates = {b: tokens_per_s(parts, allb, costs, Fixed(b), max_new=max_new) for b in fixed}
-            ra = tokens_per_s([p[:, :, col] for p in parts], cand, costs, Auto(cand, costs), max_new=max_new)
+            auto = Auto(cand, costs, noise=cost_noise(noise, seed + i))
+            ra = tokens_per_s([p[:, :, col] for p in parts], cand, costs, auto, max_new=max_new)
             ratios.append(ra / max(rates.values()))
             fixed_rates.append(rates)
             auto_rates.append(ra)
@@ -282,12 +332,12 @@ def study(meta, groups, cand, *, resample, seed=0, oracle=False, confidence=Fals
         print(line)
 
 
-def serve(meta, groups, cand, *, n, seed=0, alloc=False):
+def serve(meta, groups, cand, *, n, seed=0, alloc=False, noise=""):
     """A server's view: n random prompt groups per batch size (> 1) decoded in turn through one auto policy
     (calibrated on the first group only, as the engine calibrates once per batch size), against every fixed
     budget over the same groups after the first. Every other comparison here replays a group's first decode
     after a calibration over its own prompts, whose per-request statistics a later batch of new prompts does
-    not have. alloc: every round's nodes allocated over the batch, auto's and the fixed budgets'.
+    not have. alloc: every round's nodes allocated over the batch, auto's and the fixed budgets'. noise: as study's.
     Returns {batch: (auto tokens/s, {fixed budget: tokens/s}, auto's budget histogram)}."""
     max_new = meta["max_new"]
     paths, scores = pooled(groups)
@@ -298,7 +348,7 @@ def serve(meta, groups, cand, *, n, seed=0, alloc=False):
             continue
         costs, fixed, allb, col = costed_budgets(meta, B, cand)
         rng = np.random.default_rng(seed)
-        auto = Auto(cand, costs, alloc=alloc)
+        auto = Auto(cand, costs, alloc=alloc, noise=cost_noise(noise, seed))
         secs_auto, secs_fixed, hist = 0.0, {b: 0.0 for b in fixed}, []
         for i in range(n + 1):
             pick = rng.choice(R, B, replace=False)
@@ -330,13 +380,17 @@ def main(argv=None):
                     help="batch 1: what a policy knowing each round's outcome reaches (round by round; planned)")
     ap.add_argument("--confidence", action="store_true",
                     help="batch 1: each round's budget from its tree's path probabilities")
-    ap.add_argument("--seed", type=int, default=0, help="of --resample's groups")
+    ap.add_argument("--seed", type=int, default=0, help="of --resample's groups and --cost-noise's readings")
     ap.add_argument("--serve", type=int, default=0,
                     help="also decode N random prompt groups per batch size in turn through one auto policy (calibrated "
                          "on a group before them), as a server does, against every fixed budget over the same groups")
     ap.add_argument("--alloc", action="store_true",
                     help="also decode each fixed budget and auto with every round's nodes allocated over the batch "
                          "(kdtree.integrations.allocate, the example's --alloc batch)")
+    ap.add_argument("--cost-noise", default="", metavar="SPEC",
+                    help="what auto's timer reads: its calibration and every replayed round join its cost table as "
+                         "the true cost times this noise; comma-separated jitter=S (lognormal sigma), outliers=P:F "
+                         "(F x the cost with probability P), inflate=B:F (budget B's calibration F x its cost)")
     a = ap.parse_args(argv)
     meta, groups = load(a.trace)
     max_new = meta["max_new"]
@@ -351,7 +405,7 @@ def main(argv=None):
         rates = {b: tokens_per_s(parts, allb, costs, Fixed(b), max_new=max_new) for b in fixed}
         best = max(rates, key=rates.get)
         sub = [p[:, :, col] for p in parts]
-        auto = Auto(cand, costs)
+        auto = Auto(cand, costs, noise=cost_noise(a.cost_noise, a.seed))
         ra = tokens_per_s(sub, cand, costs, auto, max_new=max_new)
         hist = {b: auto.history.count(b) for b in sorted(set(auto.history))}
         print(f"batch {B:3d}: fixed " + " ".join(f"{b}:{r:.0f}" for b, r in rates.items())
@@ -361,20 +415,22 @@ def main(argv=None):
             allocs = list(zip(groups_of(grp), groups_of(grp, "scores")))
             arates = {b: tokens_per_s(parts, allb, costs, Fixed(b), max_new=max_new, allocs=allocs) for b in fixed}
             abest = max(arates, key=arates.get)
-            auto = Auto(cand, costs, alloc=True)
+            auto = Auto(cand, costs, alloc=True, noise=cost_noise(a.cost_noise, a.seed))
             raa = tokens_per_s(sub, cand, costs, auto, max_new=max_new, allocs=allocs)
             hist = {b: auto.history.count(b) for b in sorted(set(auto.history))}
             print(f"           allocated over the batch: fixed " + " ".join(f"{b}:{r:.0f}" for b, r in arates.items())
                   + f"\n           best {abest} ({arates[abest]:.0f} tok/s = {arates[abest] / rates[best]:.3f}x the best "
                   f"fixed); auto {raa:.0f} tok/s = {raa / rates[best]:.3f}x the best fixed, budgets {hist}")
     for alloc in ((False, True) if a.alloc else (False,)) if a.serve else ():
-        for B, (ra, rates, hist) in serve(meta, groups, cand, n=a.serve, seed=a.seed, alloc=alloc).items():
+        for B, (ra, rates, hist) in serve(meta, groups, cand, n=a.serve, seed=a.seed, alloc=alloc,
+                                                  noise=a.cost_noise).items():
             best = max(rates, key=rates.get)
             print(f"batch {B:3d}, {a.serve} prompt groups in turn through one policy"
                   f"{' (allocated over the batch)' if alloc else ''}: auto {ra:.0f} tok/s = {ra / rates[best]:.3f}x "
                   f"the best fixed budget over them ({best}: {rates[best]:.0f}), budgets {hist}")
     if a.resample or a.oracle or a.confidence:
-        study(meta, groups, cand, resample=a.resample, seed=a.seed, oracle=a.oracle, confidence=a.confidence)
+        study(meta, groups, cand, resample=a.resample, seed=a.seed, oracle=a.oracle, confidence=a.confidence,
+              noise=a.cost_noise)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ host's issue of the next round with the device's work, so an eager round (transf
 the two, not their sum. So the table is calibrated once per batch size with bursts of rounds run back to back
 as the loop runs them (`steady_round_seconds`), each timed by the device's clock between consecutive rounds'
 events, and then follows the loop's own rounds, timed the same way and read with the round's numbers
-(`RoundLog`), as the median of each budget's latest samples.
+(`RoundLog`), as the median of each budget's latest samples, read non-decreasing in the budget from above (a
+budget's cost is the least median of it and the larger budgets: `CostTable` says why).
 a(n), the accepted draft tokens at budget n, is measured, not predicted: tree_build pops nodes in one
 deterministic order whatever the budget (the budget only stops the loop), so the budget-m tree is the first
 m + 1 nodes of any larger one (`prefix_tree`), and tree_accept walks the same target tokens in both. A round
@@ -93,7 +94,15 @@ class CostTable:
     """Seconds of one decoding round by (batch size, budget), each the median of its latest `window` samples:
     a calibration burst's rounds first, then the rounds the decoding loop runs at that budget, so the table
     follows the steady cost (the KV growing, the loop's own work). Read as a row made non-decreasing in the
-    budget (a larger tree never costs less; this keeps the timer's noise from favouring a larger tree)."""
+    budget from above: get(B, b) is the least median of the budgets b' >= b (a larger tree never reads cheaper,
+    so the timer's noise cannot favour it over a smaller one); the samples are kept as measured.
+
+    From above, not the largest median below: a median too high stays (the loop stops running a budget that
+    reads dear, so its samples never leave the window), and lifting the larger budgets to it kept the loop off
+    them too (an H100 run: 31 read 1.48 ms, its fixed-budget rounds 1.28, so 63 read 1.48 for 1.36, and auto ran
+    15 on 120 of 269 rounds). From above, the budget that sets a violating run's cost is its largest, which
+    reads that cost with at least the others' acceptance: the loop runs it, so its own rounds correct a median
+    too low. (Replayed with a noisy timer, examples/ddtree/simulate.py --cost-noise.)"""
 
     def __init__(self, window: int = 16):
         if window < 1:
@@ -115,23 +124,30 @@ class CostTable:
         q.append(float(seconds))
         self._median[(batch, budget)] = statistics.median(q)
 
+    def _read(self, batch: int) -> dict:
+        """{budget: its cost as read} over the batch's row: each median capped by the least one above it."""
+        out, low = {}, float("inf")
+        for b, s in sorted(((b, s) for (B, b), s in self._median.items() if B == batch), reverse=True):
+            low = min(low, s)
+            out[b] = low
+        return out
+
     def get(self, batch: int, budget: int) -> float:
         if (batch, budget) not in self._median:
             raise KeyError(f"CostTable: no time for budget {budget} at batch {batch}")
-        return max(s for (B, b), s in self._median.items() if B == batch and b <= budget)
+        return self._read(batch)[budget]
 
     def row_of(self, batch: int, budgets):
         """[get(batch, b) for b in budgets], with one pass over the table."""
-        own = [(b, s) for (B, b), s in self._median.items() if B == batch]
-        out = []
+        read = self._read(batch)
         for want in budgets:
-            if (batch, want) not in self._median:
+            if want not in read:
                 raise KeyError(f"CostTable: no time for budget {want} at batch {batch}")
-            out.append(max(s for b, s in own if b <= want))
-        return out
+        return [read[b] for b in budgets]
 
     def row(self, batch: int):
-        return {b: self.get(batch, b) for b in sorted(b for B, b in self._median if B == batch)}
+        """{budget: get(batch, budget)} of every budget the batch's row holds, by budget."""
+        return dict(sorted(self._read(batch).items()))
 
     def measure(self, batch: int, budgets, burst):
         """burst(budget) -> the seconds of rounds at that budget (steady_round_seconds: back to back, as the
