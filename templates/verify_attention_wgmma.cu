@@ -24,15 +24,15 @@
 //                    own tile's PV) and to shared memory (the other warpgroup's)
 //   compute_pv       O_g = alpha O_g + P_0 V_0[:, 256g ..) + P_1 V_1[:, 256g ..)
 //                    (m64n256k16 x 4 per tile; slot 0's tile first)
-// Copies are cp.async whose completion arrives on an mbarrier per (slot, column
-// range): range 0 = V columns [0, 256), range 1 = [256, 512), range 2 = the rope.
-// A range is refilled by the warpgroup that reads it last, once its MMAs on it
-// have retired: the rope by the slot's QK warpgroup right after its QK (reading
-// the page table, and keeping the tile's cache slots in shared memory), V column
-// half h by warpgroup h after its PV over that slot (from those slots). So the
-// next pair's copies run under this pair's PV and the rope copies under the
-// softmax; the CTA synchronises twice a pair (row max, P) and never waits for a
-// copy it did not need.
+// Copies (TMA for whole tiles, cp.async for a segment's partial last one) complete
+// on an mbarrier per (slot, column range): range 0 = V columns [0, 256), range 1 =
+// [256, 512), range 2 = the rope. A range is refilled by the warpgroup that reads it
+// last, once its MMAs on it have retired: the rope by the slot's QK warpgroup right
+// after its QK (reading the page table, and keeping the tile's cache slots in shared
+// memory), V column half h by warpgroup h after its PV over that slot (from those
+// slots). So the next pair's copies run under this pair's PV and the rope copies
+// under the softmax; the CTA synchronises twice a pair (row max, P) and never waits
+// for a copy it did not need.
 
 #include "verify_attention_wgmma_config.h"
 #include "verify_attention_common.cuh"
@@ -210,7 +210,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
       kd_wgmma_pin(s);
       // The rope range is read by this QK only: the slot's next tile's rope starts now.
       if (my_tile + SLOTS < n_tiles)
-        load_kv_range<2, true>(p, kv_src, t0 + SLOTS * BLOCK_N, t_end, my_slot, my_bars + 16, my_rows, wt, bad_page);
+        fill_range<2, true>(p, kv_tma, kv_src, t0 + SLOTS * BLOCK_N, t_end, my_slot, my_bars + 16, my_rows, wt, bad_page);
 
       logits_mask_row_max(s, t0, req, t_end, words, mx);
     }
@@ -275,16 +275,16 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
     }
     if (2 * j + 2 < n_tiles) {
       const int tn = t_begin + (2 * j + 2) * BLOCK_N;
-      if (WG == 0) fill_v_range<0, false>(p, kv_tma, kv_src, tn, t_end, sk, bar0, rows0, wt, bad_page);
-      if (WG == 1) fill_v_range<1, false>(p, kv_tma, kv_src, tn, t_end, sk, bar0 + 8, rows0, wt, bad_page);
+      if (WG == 0) fill_range<0, false>(p, kv_tma, kv_src, tn, t_end, sk, bar0, rows0, wt, bad_page);
+      if (WG == 1) fill_range<1, false>(p, kv_tma, kv_src, tn, t_end, sk, bar0 + 8, rows0, wt, bad_page);
     }
     kd_wgmma_wait<0>();
     kd_wgmma_pin(o);
     if (2 * j + 3 < n_tiles) {
       const int tn = t_begin + (2 * j + 3) * BLOCK_N;
       const kd_u32 slot = sk + K_SLOT_BYTES, bars = bar0 + RANGES * 8;
-      if (WG == 0) fill_v_range<0, false>(p, kv_tma, kv_src, tn, t_end, slot, bars, rows0 + BLOCK_N * 4, wt, bad_page);
-      if (WG == 1) fill_v_range<1, false>(p, kv_tma, kv_src, tn, t_end, slot, bars + 8, rows0 + BLOCK_N * 4, wt, bad_page);
+      if (WG == 0) fill_range<0, false>(p, kv_tma, kv_src, tn, t_end, slot, bars, rows0 + BLOCK_N * 4, wt, bad_page);
+      if (WG == 1) fill_range<1, false>(p, kv_tma, kv_src, tn, t_end, slot, bars + 8, rows0 + BLOCK_N * 4, wt, bad_page);
     }
   }
   fills[0] += n_pairs;
@@ -400,9 +400,9 @@ static __device__ __forceinline__ void verify_rows(const kdtree_verify_params& p
         const kd_u32 slot = sk + s * K_SLOT_BYTES, bars = bar0 + s * RANGES * 8;
         const int t0 = t_begin + s * BLOCK_N;
         const kd_u32 rows = sq + SMEM_ROWS + s * BLOCK_N * 4;
-        if (wg == 0) fill_v_range<0, true>(p, kv_tma, kv_src, t0, t_end, slot, bars, rows, wt, bad_page);
-        if (wg == 1) fill_v_range<1, true>(p, kv_tma, kv_src, t0, t_end, slot, bars + 8, rows, wt, bad_page);
-        if (wg == s) load_kv_range<2, true>(p, kv_src, t0, t_end, slot, bars + 16, rows, wt, bad_page);
+        if (wg == 0) fill_range<0, true>(p, kv_tma, kv_src, t0, t_end, slot, bars, rows, wt, bad_page);
+        if (wg == 1) fill_range<1, true>(p, kv_tma, kv_src, t0, t_end, slot, bars + 8, rows, wt, bad_page);
+        if (wg == s) fill_range<2, true>(p, kv_tma, kv_src, t0, t_end, slot, bars + 16, rows, wt, bad_page);
       }
     }
     kd_cp_async_wait<0>();  // Q's group (the K copies complete on their mbarriers)

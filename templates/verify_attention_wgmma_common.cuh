@@ -81,18 +81,22 @@ static __device__ __forceinline__ void load_kv_range(const kdtree_verify_params&
 // descriptor: boxes of one column block x KV_TMA_BOX_ROWS rows, a page run each): warp 0 of
 // the warpgroup issues the boxes once its first thread has told the mbarrier how
 // many bytes to expect; every thread arrives, as for cp.async. Each box's first
-// cache slot comes from rows_tab or (LOOKUP, a segment's first tiles) the page
-// table; a bad page's rows (the request is NaN-poisoned) read cache row 0. Warp 0
-// reads rows_tab before it arrives: the range's next writer waits on this mbarrier
-// (the boxes' bytes order the read too, but compute-sanitizer's racecheck sees
-// only the arrive).
+// cache slot comes from rows_tab or (LOOKUP, a segment's first tiles and every rope
+// range) the page table, looked up by warp 0's lanes alone (one a box); a bad page's
+// rows read cache row 0 and set bad_page (the request is NaN-poisoned). The rope
+// range (R 2, 16-bit rows: it fills its column block) keeps each box's first cache
+// slot in rows_tab for the tile's V refills, which then go by TMA too (the same whole
+// tile). Warp 0 reads rows_tab before it arrives: the range's next writer waits on
+// this mbarrier (the boxes' bytes order the read too, but compute-sanitizer's
+// racecheck sees only the arrive).
 template <int R, bool LOOKUP>
 static __device__ __forceinline__ void load_kv_range_tma(const kdtree_verify_params& p, const kdtree_kv_tma& tma,
                                                          const KvSource& src, int t0, kd_u32 slot, kd_u32 bar,
-                                                         kd_u32 rows_tab, int wt) {
+                                                         kd_u32 rows_tab, int wt, bool& bad_page) {
   constexpr int BOXES = BLOCK_N / KV_TMA_BOX_ROWS;  // per column block
   constexpr int OPS = (range_hi(R) - range_lo(R)) * BOXES;
   constexpr int ROUNDS = (OPS + 31) / 32;  // of the issuing warp's lanes
+  static_assert(R != 2 || (LOOKUP && ROPE_UNITS == 8), "the rope: a tile's first copy, of a whole column block");
   // Warp-uniform to ptxas (the shuffle), as the kernel's warpgroup index.
   const bool issuer = __shfl_sync(0xffffffffu, wt / 32, 0) == 0;
   kd_u32 kv_slot[ROUNDS];
@@ -103,7 +107,11 @@ static __device__ __forceinline__ void load_kv_range_tma(const kdtree_verify_par
       if constexpr (LOOKUP) {
         const unsigned t = unsigned(t0 + b * KV_TMA_BOX_ROWS);
         const unsigned page = unsigned(__ldg(src.pages + t / PAGE_SIZE));
-        kv_slot[k] = page < unsigned(p.num_pages) ? page * PAGE_SIZE + t % PAGE_SIZE : 0xffffffffu;
+        const bool ok = page < unsigned(p.num_pages);
+        bad_page |= !ok;
+        kv_slot[k] = ok ? page * PAGE_SIZE + t % PAGE_SIZE : 0xffffffffu;
+        if (R == 2 && k * 32 + wt < OPS)
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(rows_tab + b * KV_TMA_BOX_ROWS * 4), "r"(kv_slot[k]) : "memory");
       } else {
         asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(kv_slot[k]) : "r"(rows_tab + b * KV_TMA_BOX_ROWS * 4) : "memory");
       }
@@ -122,15 +130,16 @@ static __device__ __forceinline__ void load_kv_range_tma(const kdtree_verify_par
   }
 }
 
-// A V range's copies: by TMA when the tile is whole and the host encoded the descriptor.
-// LOOKUP: a segment's first tiles, whose cache slots are not in rows_tab yet.
+// A range's copies: by TMA when the tile is whole and the host encoded the descriptor.
+// LOOKUP: a segment's first tiles, whose cache slots are not in rows_tab yet, and the
+// rope, a tile's first copy (16-bit rows; e4m3 rows copy their rope by load_kv_range).
 template <int R, bool LOOKUP>
-static __device__ __forceinline__ void fill_v_range(const kdtree_verify_params& p, const kdtree_kv_tma& tma,
-                                                    const KvSource& src, int t0,
-                                                    int t_end, kd_u32 slot, kd_u32 bar, kd_u32 rows_tab, int wt,
-                                                    bool& bad_page) {
+static __device__ __forceinline__ void fill_range(const kdtree_verify_params& p, const kdtree_kv_tma& tma,
+                                                  const KvSource& src, int t0,
+                                                  int t_end, kd_u32 slot, kd_u32 bar, kd_u32 rows_tab, int wt,
+                                                  bool& bad_page) {
   if (tma.enabled && t0 + BLOCK_N <= t_end) {
-    load_kv_range_tma<R, LOOKUP>(p, tma, src, t0, slot, bar, rows_tab, wt);
+    load_kv_range_tma<R, LOOKUP>(p, tma, src, t0, slot, bar, rows_tab, wt, bad_page);
   } else {
     load_kv_range<R, LOOKUP>(p, src, t0, t_end, slot, bar, rows_tab, wt, bad_page);
   }

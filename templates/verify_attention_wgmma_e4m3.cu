@@ -373,8 +373,8 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
     if (2 * j + SLOTS < n_tiles) {
       const int tn = t_begin + (2 * j + SLOTS) * BLOCK_N;
       warpgroup_sync<WG>();  // every warp's V^T ldmatrix of this slot came before its refill
-      if (WG == 0) fill_v_range<0, false>(p, kv_tma, kv_src, tn, t_end, slot0, bars0, rows_0, wt, bad_page);
-      if (WG == 1) fill_v_range<1, false>(p, kv_tma, kv_src, tn, t_end, slot0, bars0 + 8, rows_0, wt, bad_page);
+      if (WG == 0) fill_range<0, false>(p, kv_tma, kv_src, tn, t_end, slot0, bars0, rows_0, wt, bad_page);
+      if (WG == 1) fill_range<1, false>(p, kv_tma, kv_src, tn, t_end, slot0, bars0 + 8, rows_0, wt, bad_page);
     }
     if (has_1) {
       if (WG == 0) wait_range(bars1, parity1);
@@ -385,8 +385,8 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
     if (2 * j + 1 + SLOTS < n_tiles) {
       const int tn = t_begin + (2 * j + 1 + SLOTS) * BLOCK_N;
       warpgroup_sync<WG>();  // every warp's V^T ldmatrix of this slot came before its refill
-      if (WG == 0) fill_v_range<0, false>(p, kv_tma, kv_src, tn, t_end, slot1, bars1, rows_1, wt, bad_page);
-      if (WG == 1) fill_v_range<1, false>(p, kv_tma, kv_src, tn, t_end, slot1, bars1 + 8, rows_1, wt, bad_page);
+      if (WG == 0) fill_range<0, false>(p, kv_tma, kv_src, tn, t_end, slot1, bars1, rows_1, wt, bad_page);
+      if (WG == 1) fill_range<1, false>(p, kv_tma, kv_src, tn, t_end, slot1, bars1 + 8, rows_1, wt, bad_page);
     }
   }
 #pragma unroll
@@ -513,8 +513,8 @@ static __device__ __forceinline__ void verify_rows(const kdtree_verify_params& p
         const kd_u32 slot = sk + s * K_SLOT_BYTES, bars = bar0 + s * RANGES * 8;
         const int t0 = t_begin + s * BLOCK_N;
         const kd_u32 rows = sq + SMEM_ROWS + s * BLOCK_N * 4;
-        if (wg == 0) fill_v_range<0, true>(p, kv_tma, kv_src, t0, t_end, slot, bars, rows, wt, bad_page);
-        if (wg == 1) fill_v_range<1, true>(p, kv_tma, kv_src, t0, t_end, slot, bars + 8, rows, wt, bad_page);
+        if (wg == 0) fill_range<0, true>(p, kv_tma, kv_src, t0, t_end, slot, bars, rows, wt, bad_page);
+        if (wg == 1) fill_range<1, true>(p, kv_tma, kv_src, t0, t_end, slot, bars + 8, rows, wt, bad_page);
         if (wg == s % 2) load_kv_range<2, true>(p, kv_src, t0, t_end, slot, bars + 16, rows, wt, bad_page);
       }
     }
