@@ -424,6 +424,14 @@ def test_simulate_reads_a_saved_trace(models, prompts, tmp_path, capsys):
         ra, rates, hist = simulate.serve(meta, groups, (4,), n=3, seed=1, alloc=alloc)[2]
         assert ra == pytest.approx(rates[4], rel=1e-12) and set(hist) == {4}, (alloc, ra, rates, hist)
         assert rates[15] != rates[1]  # the budgets' rates differ: the comparison above can fail
+    # --cost-noise: readings of exactly the true cost (no jitter, no outliers, factor 1) go through the table's
+    # measure and observe paths and must choose as the exact table does; a dear reading changes what auto runs
+    cand = (1, 4, 15)
+    exact = simulate.serve(meta, groups, cand, n=3, seed=1)[2]
+    assert simulate.serve(meta, groups, cand, n=3, seed=1, noise="inflate=4:1.0")[2] == exact
+    assert simulate.serve(meta, groups, cand, n=3, seed=1, noise="inflate=1:3,inflate=4:3")[2][2] != exact[2]
+    with pytest.raises(ValueError, match="unknown part 'spread=2'"):
+        simulate.cost_noise("jitter=0.1,spread=2", 0)
 
 
 def test_simulate_oracles_and_the_confidence_policy_on_a_known_table():
