@@ -83,10 +83,10 @@ static __device__ __forceinline__ void load_kv_range(const kdtree_verify_params&
 // many bytes to expect; every thread arrives, as for cp.async. Each box's first
 // cache slot comes from rows_tab or (LOOKUP, a segment's first tiles and every rope
 // range) the page table, looked up by warp 0's lanes alone (one a box); a bad page's
-// rows read cache row 0 and set bad_page (the request is NaN-poisoned). The rope
-// range (R 2, 16-bit rows: it fills its column block) keeps each box's first cache
-// slot in rows_tab for the tile's V refills, which then go by TMA too (the same whole
-// tile). Warp 0 reads rows_tab before it arrives: the range's next writer waits on
+// rows read cache row 0 (the request is NaN-poisoned). The rope range (R 2, 16-bit
+// rows: it fills its column block) sets bad_page for the tile and keeps each box's
+// first cache slot in rows_tab for the tile's V refills, which then go by TMA too
+// (the same whole tile). Warp 0 reads rows_tab before it arrives: the range's next writer waits on
 // this mbarrier (the boxes' bytes order the read too, but compute-sanitizer's
 // racecheck sees only the arrive).
 template <int R, bool LOOKUP>
@@ -108,10 +108,12 @@ static __device__ __forceinline__ void load_kv_range_tma(const kdtree_verify_par
         const unsigned t = unsigned(t0 + b * KV_TMA_BOX_ROWS);
         const unsigned page = unsigned(__ldg(src.pages + t / PAGE_SIZE));
         const bool ok = page < unsigned(p.num_pages);
-        bad_page |= !ok;
         kv_slot[k] = ok ? page * PAGE_SIZE + t % PAGE_SIZE : 0xffffffffu;
-        if (R == 2 && k * 32 + wt < OPS)
-          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(rows_tab + b * KV_TMA_BOX_ROWS * 4), "r"(kv_slot[k]) : "memory");
+        if constexpr (R == 2) {  // the tile's rope, its first copy, flags the tile's pages for all its ranges
+          bad_page |= !ok;
+          if (k * 32 + wt < OPS)
+            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(rows_tab + b * KV_TMA_BOX_ROWS * 4), "r"(kv_slot[k]) : "memory");
+        }
       } else {
         asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(kv_slot[k]) : "r"(rows_tab + b * KV_TMA_BOX_ROWS * 4) : "memory");
       }
