@@ -219,31 +219,14 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
     exchange_row_max<WG>(mx, red, r_lo);
 
     // ---- P: the lazy online softmax of both rows (log2 domain), to registers
-    // (pf: the A fragments of this tile's PV) and to shared memory.
-    float alpha[2];
-    kd_u32 pf[PV_STEPS][4];
+    // (pf: the A fragments of this tile's PV) and to shared memory. Warpgroup 0
+    // issues its PV over its own slot one k16 step at a time, each as soon as that
+    // step's P is packed: the exponentials (MUFU, 16 a clock per SM, both
+    // warpgroups' at once) run under the tensor pipe instead of before it.
+    float alpha[2], m_use[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float m_use = lazy_max_update(mx[h], p.scale_log2, m_run[h], l_run[h], alpha[h]);
-      if (mine) {
-        const int r = r_lo + 8 * h;
-#pragma unroll
-        for (int jt = 0; jt < S_TILES; ++jt) {
-          const float p0 = lazy_exp(s[jt][2 * h], p.scale_log2, m_use);
-          const float p1 = lazy_exp(s[jt][2 * h + 1], p.scale_log2, m_use);
-          l_run[h] += p0 + p1;
-          const kd_u32 packed = kd_pack2<IS_BF16>(p0, p1);
-          pf[jt / 2][(jt % 2) * 2 + h] = packed;
-          const int col = jt * 8 + (lane % 4) * 2;
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(my_p + sw128(r, col / 8) + (col % 8) * 2),
-                       "r"(packed)
-                       : "memory");
-        }
-      }
-    }
-    kd_fence_proxy_async();
-
-    // ---- compute_pv (after the O rescale, which most pairs of a long prefix skip).
+    for (int h = 0; h < 2; ++h) m_use[h] = lazy_max_update(mx[h], p.scale_log2, m_run[h], l_run[h], alpha[h]);
+    // (the O rescale first, which most pairs of a long prefix skip)
     if (alpha[0] != 1.f || alpha[1] != 1.f) {
 #pragma unroll
       for (int jt = 0; jt < O_TILES; ++jt) {
@@ -254,7 +237,34 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
       }
     }
     kd_wgmma_pin(o);
-    if (WG == 0) compute_pv_rs(o, pf, sk, 0);  // slot 0 with its own P: no wait for the other warpgroup
+    kd_u32 pf[PV_STEPS][4];
+    const kd_u64 pv_b0 = kd_wgmma_desc(sk, K_BLOCK_BYTES, 1024);  // slot 0, warpgroup 0's V columns
+#pragma unroll
+    for (int kk = 0; kk < PV_STEPS; ++kk) {
+      if (mine) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = r_lo + 8 * h;
+#pragma unroll
+          for (int jt = 2 * kk; jt < 2 * kk + 2; ++jt) {
+            const float p0 = lazy_exp(s[jt][2 * h], p.scale_log2, m_use[h]);
+            const float p1 = lazy_exp(s[jt][2 * h + 1], p.scale_log2, m_use[h]);
+            l_run[h] += p0 + p1;
+            const kd_u32 packed = kd_pack2<IS_BF16>(p0, p1);
+            pf[kk][(jt % 2) * 2 + h] = packed;
+            const int col = jt * 8 + (lane % 4) * 2;
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(my_p + sw128(r, col / 8) + (col % 8) * 2), "r"(packed)
+                         : "memory");
+          }
+        }
+      }
+      if (WG == 0) {  // slot 0 with its own P: no wait for the other warpgroup
+        kd_wgmma_fence();
+        kd_wgmma_m64n256k16_bt_rs<IS_BF16>(o, pf[kk], pv_b0 + (kd_u64)((kk * 16 * ROW_BYTES) >> 4), true);
+      }
+    }
+    if (WG == 0) kd_wgmma_commit();
+    kd_fence_proxy_async();
     __syncthreads();                            // both P tiles are in shared memory
     if (WG == 0) {
       if (has_1) {
