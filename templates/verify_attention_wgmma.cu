@@ -23,7 +23,9 @@
 //   P                exp2 of the scaled scores: to registers (the A operand of its
 //                    own tile's PV) and to shared memory (the other warpgroup's)
 //   compute_pv       O_g = alpha O_g + P_0 V_0[:, 256g ..) + P_1 V_1[:, 256g ..)
-//                    (m64n256k16 x 4 per tile; slot 0's tile first)
+//                    (m64n256k16 x 4 per tile; slot 0's tile first: warpgroup 0
+//                    issues each k16 step as soon as its P is packed, so the
+//                    exponentials of both warpgroups run under those MMAs)
 // Copies (TMA for whole tiles, cp.async for a segment's partial last one) complete
 // on an mbarrier per (slot, column range): range 0 = V columns [0, 256), range 1 =
 // [256, 512), range 2 = the rope. A range is refilled by the warpgroup that reads it
