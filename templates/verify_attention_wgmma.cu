@@ -149,18 +149,25 @@ static __device__ __forceinline__ void compute_qk(float (&s)[S_TILES][4], kd_u32
 // V as it lies (MN-major): 16 token rows per step, 64-column blocks K_BLOCK_BYTES
 // apart. A is this warpgroup's own P in registers, or the other's in shared memory
 // (K-major: 64 rows of 64 tokens, one column block). Committed, not waited.
+// B of a slot's PV: this warpgroup's 256 V columns, MN-major.
+static __device__ __forceinline__ kd_u64 pv_v_desc(kd_u32 slot, int wg) {
+  return kd_wgmma_desc(slot + wg * (V_COLS / 64) * K_BLOCK_BYTES, K_BLOCK_BYTES, 1024);
+}
+// One k16 step of the PV with P from registers (a: that step's A fragments); no fence, no commit.
+static __device__ __forceinline__ void pv_rs_step(float (&o)[O_TILES][4], const kd_u32 (&a)[4], kd_u64 b0, int kk) {
+  kd_wgmma_m64n256k16_bt_rs<IS_BF16>(o, a, b0 + (kd_u64)((kk * 16 * ROW_BYTES) >> 4), true);
+}
 static __device__ __forceinline__ void compute_pv_rs(float (&o)[O_TILES][4], const kd_u32 (&pf)[PV_STEPS][4],
                                                      kd_u32 slot, int wg) {
-  const kd_u64 b0 = kd_wgmma_desc(slot + wg * (V_COLS / 64) * K_BLOCK_BYTES, K_BLOCK_BYTES, 1024);
+  const kd_u64 b0 = pv_v_desc(slot, wg);
   kd_wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < PV_STEPS; ++kk)
-    kd_wgmma_m64n256k16_bt_rs<IS_BF16>(o, pf[kk], b0 + (kd_u64)((kk * 16 * ROW_BYTES) >> 4), true);
+  for (int kk = 0; kk < PV_STEPS; ++kk) pv_rs_step(o, pf[kk], b0, kk);
   kd_wgmma_commit();
 }
 static __device__ __forceinline__ void compute_pv_ss(float (&o)[O_TILES][4], kd_u32 sp, kd_u32 slot, int wg) {
   const kd_u64 a0 = kd_wgmma_desc(sp, 16, 1024);
-  const kd_u64 b0 = kd_wgmma_desc(slot + wg * (V_COLS / 64) * K_BLOCK_BYTES, K_BLOCK_BYTES, 1024);
+  const kd_u64 b0 = pv_v_desc(slot, wg);
   kd_wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < PV_STEPS; ++kk)
@@ -240,7 +247,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
     }
     kd_wgmma_pin(o);
     kd_u32 pf[PV_STEPS][4];
-    const kd_u64 pv_b0 = kd_wgmma_desc(sk, K_BLOCK_BYTES, 1024);  // slot 0, warpgroup 0's V columns
+    const kd_u64 pv_b0 = pv_v_desc(sk, 0);  // slot 0, warpgroup 0's V columns
 #pragma unroll
     for (int kk = 0; kk < PV_STEPS; ++kk) {
       if (mine) {
@@ -262,7 +269,7 @@ static __device__ __forceinline__ void run_segment(const kdtree_verify_params& p
       }
       if (WG == 0) {  // slot 0 with its own P: no wait for the other warpgroup
         kd_wgmma_fence();
-        kd_wgmma_m64n256k16_bt_rs<IS_BF16>(o, pf[kk], pv_b0 + (kd_u64)((kk * 16 * ROW_BYTES) >> 4), true);
+        pv_rs_step(o, pf[kk], pv_b0, kk);
       }
     }
     if (WG == 0) kd_wgmma_commit();
